@@ -1,0 +1,71 @@
+//! `PodSet` (app.example.com/v1alpha1): keeps `spec.replicas` pods running.
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The desired state of a PodSet.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "app.example.com",
+    version = "v1alpha1",
+    kind = "PodSet",
+    plural = "podsets",
+    shortname = "ps",
+    namespaced,
+    status = "PodSetStatus",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.availableReplicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn = r#"{"name":"Desired","type":"integer","description":"Pods wanted","jsonPath":".spec.replicas"}"#,
+    printcolumn = r#"{"name":"Available","type":"integer","description":"Pending or Running pods","jsonPath":".status.availableReplicas"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    doc = "A PodSet keeps a number of identical pods running, like a small ReplicaSet."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSetSpec {
+    /// How many pods to keep Pending or Running: 1 to 10, default 1.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 1, max = 10))]
+    pub replicas: i32,
+
+    /// Optional template for the pods. Without it, each pod runs busybox `sleep 3600` under a
+    /// restricted security context. Changes apply to pods created afterwards only, as with a
+    /// ReplicaSet; the labels `app` and `version` and a restartPolicy of Always are enforced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<PodTemplateSpec>,
+}
+
+fn default_replicas() -> i32 {
+    1
+}
+
+/// The observed state of a PodSet.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSetStatus {
+    /// Names of the available (Pending or Running, not terminating) pods, sorted.
+    #[serde(default)]
+    pub pod_names: Vec<String>,
+
+    /// How many pods are available (Pending or Running, not terminating).
+    #[serde(default)]
+    pub available_replicas: i32,
+
+    /// The `metadata.generation` this status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Label selector of the pods, for the scale subresource (HorizontalPodAutoscaler).
+    #[serde(default)]
+    pub selector: String,
+
+    /// `Available` (every wanted pod is available) and `ReplicaFailure` (the last pod create
+    /// or delete failed, with the API server's message).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

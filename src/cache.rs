@@ -1,0 +1,424 @@
+//! The operator's one pod cache, fed by one pod watch shared by both controllers.
+//!
+//! It keeps only what the controllers read (a few hundred bytes a pod instead of the full
+//! object), indexed by the UID of the controlling owner, so a reconcile looks at its own
+//! pods without scanning every pod. Applying a watch event returns which owners it
+//! touched, so the caller can observe expectations and route the owner to its controller.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::watcher::Event;
+use tokio::sync::watch;
+
+/// A pod phase, as the API reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    Pending,
+    Unknown,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl Phase {
+    fn parse(s: Option<&str>) -> Self {
+        match s {
+            Some("Running") => Phase::Running,
+            Some("Succeeded") => Phase::Succeeded,
+            Some("Failed") => Phase::Failed,
+            Some("Unknown") => Phase::Unknown,
+            _ => Phase::Pending,
+        }
+    }
+
+    pub fn finished(self) -> bool {
+        matches!(self, Phase::Succeeded | Phase::Failed)
+    }
+}
+
+/// The controlling ownerReference of a pod.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Owner {
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// What the controllers need to know of a pod.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CachedPod {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub owner: Option<Owner>,
+    pub phase: Phase,
+    pub ready: bool,
+    /// When the Ready condition last became true.
+    pub ready_since: Option<Timestamp>,
+    pub node_name: Option<String>,
+    /// `metadata.deletionTimestamp` is set.
+    pub terminating: bool,
+    pub created: Option<Timestamp>,
+    /// The `controller.kubernetes.io/pod-deletion-cost` annotation (0 when absent or invalid).
+    pub deletion_cost: i32,
+    pub restarts: i32,
+    /// `status.reason` and `status.message`, for reporting how a pod ended.
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    /// Exit code of the first container that terminated.
+    pub exit_code: Option<i32>,
+}
+
+impl CachedPod {
+    pub fn from_pod(pod: &Pod) -> Self {
+        let meta = &pod.metadata;
+        let status = pod.status.as_ref();
+        let ready_condition = status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+        let container_statuses = status.and_then(|s| s.container_statuses.as_deref()).unwrap_or_default();
+        Self {
+            name: meta.name.clone().unwrap_or_default(),
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            owner: meta
+                .owner_references
+                .as_ref()
+                .and_then(|refs| refs.iter().find(|r| r.controller == Some(true)))
+                .map(|r| Owner {
+                    kind: r.kind.clone(),
+                    name: r.name.clone(),
+                    uid: r.uid.clone(),
+                }),
+            phase: Phase::parse(status.and_then(|s| s.phase.as_deref())),
+            ready: ready_condition.is_some_and(|c| c.status == "True"),
+            ready_since: ready_condition
+                .filter(|c| c.status == "True")
+                .and_then(|c| c.last_transition_time.as_ref())
+                .map(|t| t.0),
+            node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            terminating: meta.deletion_timestamp.is_some(),
+            created: meta.creation_timestamp.as_ref().map(|t| t.0),
+            deletion_cost: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("controller.kubernetes.io/pod-deletion-cost"))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            restarts: container_statuses.iter().map(|c| c.restart_count).sum(),
+            reason: status.and_then(|s| s.reason.clone()),
+            message: status.and_then(|s| s.message.clone()),
+            exit_code: container_statuses
+                .iter()
+                .find_map(|c| c.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code)),
+        }
+    }
+
+    /// Counted as available: not terminating, and Pending or Running.
+    pub fn is_active(&self) -> bool {
+        !self.terminating && matches!(self.phase, Phase::Pending | Phase::Running)
+    }
+}
+
+/// How a watch event changed one owner's pods.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// A pod the cache did not have before.
+    Added,
+    /// A known pod changed (phase, readiness, ...).
+    Updated,
+    /// A pod is terminating, or gone from the cache.
+    Removed,
+}
+
+/// One owner whose pods a watch event changed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Touched {
+    pub owner: Owner,
+    pub namespace: String,
+    pub pod_uid: String,
+    pub change: Change,
+}
+
+#[derive(Default)]
+struct Index {
+    by_owner: HashMap<String, HashMap<String, Arc<CachedPod>>>,
+    owner_of: HashMap<String, String>,
+}
+
+impl Index {
+    fn get(&self, pod_uid: &str) -> Option<&Arc<CachedPod>> {
+        let owner = self.owner_of.get(pod_uid)?;
+        self.by_owner.get(owner)?.get(pod_uid)
+    }
+
+    fn insert(&mut self, pod: CachedPod) -> Option<Arc<CachedPod>> {
+        let previous = self.remove(&pod.uid);
+        if let Some(owner) = &pod.owner {
+            self.owner_of.insert(pod.uid.clone(), owner.uid.clone());
+            self.by_owner
+                .entry(owner.uid.clone())
+                .or_default()
+                .insert(pod.uid.clone(), Arc::new(pod));
+        }
+        previous
+    }
+
+    fn remove(&mut self, pod_uid: &str) -> Option<Arc<CachedPod>> {
+        let owner = self.owner_of.remove(pod_uid)?;
+        let pods = self.by_owner.get_mut(&owner)?;
+        let pod = pods.remove(pod_uid);
+        if pods.is_empty() {
+            self.by_owner.remove(&owner);
+        }
+        pod
+    }
+
+    fn len(&self) -> usize {
+        self.owner_of.len()
+    }
+}
+
+/// The pod cache. `apply` takes the pod watcher's events; `owned_by` serves reconciles.
+pub struct PodCache {
+    index: RwLock<Index>,
+    relist: std::sync::Mutex<Option<Index>>,
+    ready: watch::Sender<bool>,
+}
+
+impl Default for PodCache {
+    fn default() -> Self {
+        Self {
+            index: RwLock::default(),
+            relist: std::sync::Mutex::default(),
+            ready: watch::channel(false).0,
+        }
+    }
+}
+
+impl PodCache {
+    /// The pods whose controlling owner has this UID.
+    pub fn owned_by(&self, owner_uid: &str) -> Vec<Arc<CachedPod>> {
+        let index = self.index.read().expect("pod cache lock");
+        index
+            .by_owner
+            .get(owner_uid)
+            .map(|pods| pods.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.index.read().expect("pod cache lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Resolves once the first full list has been applied.
+    pub async fn wait_ready(&self) {
+        let mut rx = self.ready.subscribe();
+        let _ = rx.wait_for(|ready| *ready).await;
+    }
+
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// Applies one watch event and returns the owners whose pods it changed.
+    pub fn apply(&self, event: Event<Pod>) -> Vec<Touched> {
+        match event {
+            Event::Init => {
+                *self.relist.lock().expect("relist lock") = Some(Index::default());
+                Vec::new()
+            }
+            Event::InitApply(pod) => {
+                if let Some(buffer) = self.relist.lock().expect("relist lock").as_mut() {
+                    buffer.insert(CachedPod::from_pod(&pod));
+                }
+                Vec::new()
+            }
+            Event::InitDone => {
+                let Some(fresh) = self.relist.lock().expect("relist lock").take() else {
+                    return Vec::new();
+                };
+                let mut index = self.index.write().expect("pod cache lock");
+                let old = std::mem::replace(&mut *index, fresh);
+                let touched = diff(&old, &index);
+                drop(index);
+                self.ready.send_replace(true);
+                touched
+            }
+            Event::Apply(pod) => {
+                let new = CachedPod::from_pod(&pod);
+                let mut index = self.index.write().expect("pod cache lock");
+                let previous = index.insert(new.clone());
+                let current = index.get(&new.uid).cloned();
+                drop(index);
+                changes(previous.as_deref(), current.as_deref())
+            }
+            Event::Delete(pod) => {
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                let previous = self.index.write().expect("pod cache lock").remove(&uid);
+                changes(previous.as_deref(), None)
+            }
+        }
+    }
+}
+
+/// What changed for the owners of one pod, from its previous to its current cached state.
+fn changes(previous: Option<&CachedPod>, current: Option<&CachedPod>) -> Vec<Touched> {
+    let touched = |pod: &CachedPod, change: Change| {
+        pod.owner.clone().map(|owner| Touched {
+            owner,
+            namespace: pod.namespace.clone(),
+            pod_uid: pod.uid.clone(),
+            change,
+        })
+    };
+    let mut out = Vec::new();
+    match (previous, current) {
+        (None, Some(now)) => out.extend(touched(now, if now.terminating { Change::Removed } else { Change::Added })),
+        (Some(before), None) => out.extend(touched(before, Change::Removed)),
+        (Some(before), Some(now)) if before.owner != now.owner => {
+            out.extend(touched(before, Change::Removed));
+            out.extend(touched(now, Change::Added));
+        }
+        (Some(before), Some(now)) if before != now => {
+            let change = if now.terminating && !before.terminating { Change::Removed } else { Change::Updated };
+            out.extend(touched(now, change));
+        }
+        _ => {}
+    }
+    out
+}
+
+/// Every owner change between two complete snapshots (after a relist).
+fn diff(old: &Index, new: &Index) -> Vec<Touched> {
+    let mut out = Vec::new();
+    for pods in new.by_owner.values() {
+        for pod in pods.values() {
+            out.extend(changes(old.get(&pod.uid).map(Arc::as_ref), Some(pod)));
+        }
+    }
+    for pods in old.by_owner.values() {
+        for pod in pods.values().filter(|p| new.get(&p.uid).is_none()) {
+            out.extend(changes(Some(pod), None));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+
+    fn pod(uid: &str, owner: Option<&str>, phase: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(format!("pod-{uid}")),
+                namespace: Some("ns".into()),
+                uid: Some(uid.into()),
+                owner_references: owner.map(|o| {
+                    vec![OwnerReference {
+                        api_version: "app.example.com/v1alpha1".into(),
+                        kind: "PodSet".into(),
+                        name: format!("ps-{o}"),
+                        uid: o.into(),
+                        controller: Some(true),
+                        block_owner_deletion: Some(true),
+                    }]
+                }),
+                ..Default::default()
+            },
+            status: Some(k8s_openapi::api::core::v1::PodStatus {
+                phase: Some(phase.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn changes_of(t: &[Touched]) -> Vec<(String, Change)> {
+        t.iter().map(|t| (t.owner.uid.clone(), t.change.clone())).collect()
+    }
+
+    #[test]
+    fn indexes_pods_by_controlling_owner_only() {
+        let cache = PodCache::default();
+        cache.apply(Event::Apply(pod("a", Some("o1"), "Pending")));
+        cache.apply(Event::Apply(pod("b", Some("o1"), "Running")));
+        cache.apply(Event::Apply(pod("c", Some("o2"), "Running")));
+        let orphan = cache.apply(Event::Apply(pod("d", None, "Running")));
+        assert!(orphan.is_empty(), "a pod without a controller touches no owner");
+        let mut names: Vec<_> = cache.owned_by("o1").iter().map(|p| p.name.clone()).collect();
+        names.sort();
+        assert_eq!(names, ["pod-a", "pod-b"]);
+        assert_eq!(cache.owned_by("o2").len(), 1);
+        assert!(cache.owned_by("nobody").is_empty());
+        assert_eq!(cache.len(), 3);
+    }
+
+    #[test]
+    fn reports_added_updated_removed() {
+        let cache = PodCache::default();
+        assert_eq!(changes_of(&cache.apply(Event::Apply(pod("a", Some("o"), "Pending")))), [("o".into(), Change::Added)]);
+        assert!(cache.apply(Event::Apply(pod("a", Some("o"), "Pending"))).is_empty(), "no change, no touch");
+        assert_eq!(changes_of(&cache.apply(Event::Apply(pod("a", Some("o"), "Running")))), [("o".into(), Change::Updated)]);
+        let mut terminating = pod("a", Some("o"), "Running");
+        terminating.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        assert_eq!(changes_of(&cache.apply(Event::Apply(terminating.clone()))), [("o".into(), Change::Removed)]);
+        assert_eq!(changes_of(&cache.apply(Event::Delete(terminating))), [("o".into(), Change::Removed)]);
+        assert!(cache.owned_by("o").is_empty());
+    }
+
+    #[test]
+    fn owner_change_moves_the_pod() {
+        let cache = PodCache::default();
+        cache.apply(Event::Apply(pod("a", Some("o1"), "Running")));
+        let t = cache.apply(Event::Apply(pod("a", Some("o2"), "Running")));
+        assert_eq!(changes_of(&t), [("o1".into(), Change::Removed), ("o2".into(), Change::Added)]);
+        assert!(cache.owned_by("o1").is_empty());
+        assert_eq!(cache.owned_by("o2").len(), 1);
+    }
+
+    #[test]
+    fn relist_swaps_atomically_and_reports_the_difference() {
+        let cache = PodCache::default();
+        assert!(!cache.is_ready());
+        cache.apply(Event::Init);
+        cache.apply(Event::InitApply(pod("a", Some("o"), "Running")));
+        cache.apply(Event::InitApply(pod("b", Some("o"), "Running")));
+        assert!(cache.owned_by("o").is_empty(), "nothing visible before InitDone");
+        assert_eq!(cache.apply(Event::InitDone).len(), 2);
+        assert!(cache.is_ready());
+        // A watch gap: b was deleted and c created meanwhile; a is unchanged.
+        cache.apply(Event::Init);
+        cache.apply(Event::InitApply(pod("a", Some("o"), "Running")));
+        cache.apply(Event::InitApply(pod("c", Some("o"), "Pending")));
+        let mut t: Vec<_> = cache.apply(Event::InitDone).into_iter().map(|t| (t.pod_uid, t.change)).collect();
+        t.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(t, [("b".into(), Change::Removed), ("c".into(), Change::Added)]);
+        assert_eq!(cache.owned_by("o").len(), 2);
+    }
+
+    #[test]
+    fn reads_what_scale_down_ranking_needs() {
+        let mut p = pod("a", Some("o"), "Running");
+        p.metadata.annotations = Some([("controller.kubernetes.io/pod-deletion-cost".to_string(), "-5".to_string())].into());
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            node_name: Some("n1".into()),
+            ..Default::default()
+        });
+        let c = CachedPod::from_pod(&p);
+        assert_eq!(c.deletion_cost, -5);
+        assert_eq!(c.node_name.as_deref(), Some("n1"));
+        assert!(c.is_active());
+        assert!(!c.ready);
+        assert!(!CachedPod::from_pod(&pod("b", Some("o"), "Succeeded")).is_active());
+    }
+}

@@ -1,0 +1,254 @@
+//! The thin shell: watches, the shared pod cache, and the controllers' run loops.
+//!
+//! One pod watch (selecting the operator's own pods by label) feeds one [`PodCache`]; each
+//! pod event lowers expectations and is routed to the controller of the pod's controlling
+//! owner. PodSets and Ats are watched with a generation predicate, so the controllers' own
+//! status writes never trigger them again.
+
+pub mod at;
+pub mod podset;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::channel::mpsc::{UnboundedSender, unbounded};
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::api::{At, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet};
+use crate::cache::{PodCache, Touched};
+use crate::error::Error;
+use crate::expectations::Expectations;
+use crate::metrics::Metrics;
+
+/// What to run, and where.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Only this namespace; `None` watches all namespaces.
+    pub namespace: Option<String>,
+    pub podset: bool,
+    pub at: bool,
+    /// Reconciles in flight at once, per controller (0 = unbounded).
+    pub concurrency: u16,
+    /// The `reportingInstance` of events (the pod name, in a cluster).
+    pub instance: String,
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub pods: Arc<PodCache>,
+    pub expectations: Expectations,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    pub backoff: Backoff,
+}
+
+/// Per-object retry delays that double on each failure: 1 s, 2 s, 4 s ... up to 5 minutes.
+#[derive(Default)]
+pub struct Backoff {
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Backoff {
+    const BASE: Duration = Duration::from_secs(1);
+    const MAX: Duration = Duration::from_secs(300);
+
+    pub fn next(&self, key: &str) -> Duration {
+        let mut failures = self.failures.lock().expect("backoff lock");
+        let n = failures.entry(key.to_string()).or_insert(0);
+        let delay = Self::BASE.saturating_mul(1u32 << (*n).min(16)).min(Self::MAX);
+        *n += 1;
+        delay
+    }
+
+    pub fn reset(&self, key: &str) {
+        self.failures.lock().expect("backoff lock").remove(key);
+    }
+}
+
+pub fn scoped<K>(client: Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    }
+}
+
+/// Runs the selected controllers until `shutdown` is cancelled, then lets in-flight
+/// reconciles finish.
+pub async fn run(client: Client, settings: Settings, metrics: Arc<Metrics>, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        pods: Arc::new(PodCache::default()),
+        expectations: Expectations::default(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "podset-operator".into(),
+                instance: Some(settings.instance.clone()),
+            },
+        ),
+        metrics,
+        backoff: Backoff::default(),
+    });
+    let (podset_tx, podset_rx) = unbounded::<ObjectRef<PodSet>>();
+    let (at_tx, at_rx) = unbounded::<ObjectRef<At>>();
+    let router = Router {
+        podset: podset_tx,
+        at: at_tx,
+    };
+    let pod_watch = tokio::spawn(watch_pods(ctx.clone(), settings.namespace.clone(), router));
+
+    // Reconciling before the first full pod list would see no pods and create them all again.
+    tokio::select! {
+        _ = ctx.pods.wait_ready() => info!(pods = ctx.pods.len(), "pod cache synced"),
+        _ = shutdown.cancelled() => return Ok(()),
+    }
+
+    let mut controllers = Vec::new();
+    if settings.podset {
+        let (reader, writer) = reflector::store();
+        let trigger = primary_stream(scoped::<PodSet>(client.clone(), settings.namespace.as_deref()), writer);
+        let controller = Controller::for_stream(trigger, reader)
+            .with_config(ControllerConfig::default().concurrency(settings.concurrency))
+            .reconcile_on(podset_rx)
+            .graceful_shutdown_on(shutdown.clone().cancelled_owned())
+            .run(podset::reconcile, podset::error_policy, ctx.clone())
+            .for_each(|res| async move { log_result("podset", res) });
+        controllers.push(tokio::spawn(controller));
+    }
+    if settings.at {
+        let (reader, writer) = reflector::store();
+        let trigger = primary_stream(scoped::<At>(client.clone(), settings.namespace.as_deref()), writer);
+        let controller = Controller::for_stream(trigger, reader)
+            .with_config(ControllerConfig::default().concurrency(settings.concurrency))
+            .reconcile_on(at_rx)
+            .graceful_shutdown_on(shutdown.clone().cancelled_owned())
+            .run(at::reconcile, at::error_policy, ctx.clone())
+            .for_each(|res| async move { log_result("at", res) });
+        controllers.push(tokio::spawn(controller));
+    }
+    for c in controllers {
+        c.await?;
+    }
+    pod_watch.abort();
+    info!("controllers stopped");
+    Ok(())
+}
+
+/// The primary objects, reflected into `writer`, triggering only on spec (generation) changes.
+fn primary_stream<K>(
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|o: &mut K| o.managed_fields_mut().clear())
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default())
+}
+
+/// Sends each owner whose pods changed to its controller.
+struct Router {
+    podset: UnboundedSender<ObjectRef<PodSet>>,
+    at: UnboundedSender<ObjectRef<At>>,
+}
+
+impl Router {
+    fn route(&self, t: &Touched) {
+        // A send fails only when that controller is not running; nothing to route then.
+        match t.owner.kind.as_str() {
+            "PodSet" => drop(self.podset.unbounded_send(ObjectRef::new(&t.owner.name).within(&t.namespace))),
+            "At" => drop(self.at.unbounded_send(ObjectRef::new(&t.owner.name).within(&t.namespace))),
+            _ => {}
+        }
+    }
+}
+
+async fn watch_pods(ctx: Arc<Context>, namespace: Option<String>, router: Router) {
+    let api = scoped::<Pod>(ctx.client.clone(), namespace.as_deref());
+    let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
+    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(event) => {
+                for touched in ctx.pods.apply(event) {
+                    ctx.expectations.observe(&touched);
+                    router.route(&touched);
+                }
+            }
+            Err(e) => warn!(error = %e, "pod watch failed; retrying with backoff"),
+        }
+    }
+}
+
+fn log_result<K: Resource, E: std::fmt::Display>(
+    controller: &'static str,
+    res: Result<(ObjectRef<K>, Action), kube::runtime::controller::Error<Error, E>>,
+) {
+    match res {
+        Ok((obj, action)) => debug!(controller, namespace = obj.namespace.as_deref(), name = %obj.name, ?action, "reconciled"),
+        Err(kube::runtime::controller::Error::ReconcilerFailed(e, obj)) => {
+            warn!(controller, namespace = obj.namespace.as_deref(), name = %obj.name, error = %e, "reconcile failed")
+        }
+        Err(e) => debug!(controller, error = %e, "controller event"),
+    }
+}
+
+/// The delay after a failed reconcile, growing per object.
+pub fn retry_after<K: Resource>(obj: &K, ctx: &Context) -> Action {
+    Action::requeue(ctx.backoff.next(&obj.uid().unwrap_or_default()))
+}
+
+/// Publishes an event on `obj`; a failure is logged, never fatal to the reconcile.
+pub async fn publish<K: Resource<DynamicType = ()>>(obj: &K, ctx: &Context, type_: EventType, reason: &str, action: &str, note: String) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
+        warn!(error = %e, reason, "could not publish event");
+    }
+}
+
+/// The API server's own words for a failed call (a quota message, say).
+pub fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Runs `f` with a timer; kept separate so both controllers count reconciles the same way.
+pub async fn timed<F: Future<Output = crate::error::Result<Action>>>(
+    ctx: &Context,
+    controller: &'static str,
+    f: F,
+) -> crate::error::Result<Action> {
+    let _timer = ctx.metrics.reconcile(controller);
+    let res = f.await;
+    if let Err(e) = &res {
+        ctx.metrics.error(controller, e.metric_label());
+    }
+    res
+}

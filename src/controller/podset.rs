@@ -1,0 +1,174 @@
+//! The PodSet reconcile: act on the plan (respecting expectations), then write the status if
+//! it changed.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::future::join_all;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+use tracing::{info, warn};
+
+use super::{Context, api_message, publish, retry_after, timed};
+use crate::api::PodSet;
+use crate::cache::CachedPod;
+use crate::error::{Error, Result};
+use crate::expectations::Readiness;
+use crate::plan::podset::{self as plan, Failure, Outcome, Plan};
+
+const CONTROLLER: &str = "podset";
+
+pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action> {
+    timed(&ctx, CONTROLLER, reconcile_podset(&ps, &ctx)).await
+}
+
+pub fn error_policy(ps: Arc<PodSet>, error: &Error, ctx: Arc<Context>) -> Action {
+    warn!(controller = CONTROLLER, namespace = ps.namespace(), name = ps.name_any(), %error, "reconcile failed");
+    retry_after(ps.as_ref(), &ctx)
+}
+
+async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
+    let uid = ps.uid().unwrap_or_default();
+    let pods = ctx.pods.owned_by(&uid);
+    let (outcome, waiting) = if ps.meta().deletion_timestamp.is_some() {
+        // Being deleted: the garbage collector removes the pods; creating more would race it.
+        (Outcome::NotActed, None)
+    } else {
+        match ctx.expectations.readiness(&uid, Instant::now()) {
+            Readiness::Satisfied => (manage(ps, &pods, ctx).await, None),
+            Readiness::Waiting(left) => (Outcome::NotActed, Some(left)),
+        }
+    };
+    write_status(ps, &pods, &outcome, ctx).await?;
+    Ok(match (&outcome, waiting) {
+        (Outcome::Failed(_), _) => retry_after(ps, ctx),
+        (_, Some(left)) => Action::requeue(left),
+        _ => {
+            ctx.backoff.reset(&uid);
+            Action::await_change()
+        }
+    })
+}
+
+async fn manage(ps: &PodSet, pods: &[Arc<CachedPod>], ctx: &Context) -> Outcome {
+    let failure = match plan::plan(ps.spec.replicas, pods) {
+        Plan::Create(n) => create_pods(ps, n, ctx).await,
+        Plan::Delete(victims) => delete_pods(ps, &victims, ctx).await,
+        Plan::Steady => None,
+    };
+    let failure = match failure {
+        None => delete_pods(ps, &plan::finished_excess(pods), ctx).await,
+        failed => failed,
+    };
+    match failure {
+        Some(f) => Outcome::Failed(f),
+        None => Outcome::Succeeded,
+    }
+}
+
+/// Creates `n` pods in slow-start batches, stopping at the first batch with a failure.
+async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
+    let uid = ps.uid().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ps.namespace().unwrap_or_default());
+    let pod = plan::pod_for(ps);
+    let mut created = Vec::new();
+    let mut error = None;
+    for batch in plan::slow_start_batches(n) {
+        ctx.expectations.expect_creates(&uid, batch, Instant::now());
+        let params = PostParams::default();
+        let results = join_all((0..batch).map(|_| api.create(&params, &pod))).await;
+        let mut failed = 0;
+        for result in results {
+            match result {
+                Ok(p) => created.push(p.name_any()),
+                Err(e) => {
+                    failed += 1;
+                    error.get_or_insert(e);
+                }
+            }
+        }
+        if failed > 0 {
+            ctx.expectations.creates_failed(&uid, failed, Instant::now());
+            break;
+        }
+    }
+    if !created.is_empty() {
+        info!(controller = CONTROLLER, namespace = ps.namespace(), name = ps.name_any(), pods = ?created, "created pods");
+        publish(ps, ctx, EventType::Normal, "SuccessfulCreate", "Create", format!("Created pods: {}", created.join(", "))).await;
+    }
+    let error = error?;
+    let message = api_message(&error);
+    warn!(controller = CONTROLLER, namespace = ps.namespace(), name = ps.name_any(), error = %message, "creating pods failed");
+    publish(ps, ctx, EventType::Warning, "FailedCreate", "Create", format!("Error creating pods: {message}")).await;
+    Some(Failure {
+        reason: "FailedCreate",
+        message,
+    })
+}
+
+/// Deletes exactly these pods, each guarded by a UID precondition so that a pod of the same
+/// name created meanwhile is never the one deleted.
+async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> Option<Failure> {
+    if victims.is_empty() {
+        return None;
+    }
+    let uid = ps.uid().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ps.namespace().unwrap_or_default());
+    ctx.expectations.expect_deletes(&uid, victims.iter().map(|p| p.uid.as_str()), Instant::now());
+    let results = join_all(victims.iter().map(|p| {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(p.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let api = api.clone();
+        async move { api.delete(&p.name, &params).await }
+    }))
+    .await;
+    let mut deleted = Vec::new();
+    let mut error = None;
+    for (pod, result) in victims.iter().zip(results) {
+        match result {
+            Ok(_) => deleted.push(pod.name.clone()),
+            // Gone already, or a different pod now has the name: nothing of ours to delete.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                ctx.expectations.delete_done(&uid, &pod.uid, Instant::now())
+            }
+            Err(e) => {
+                ctx.expectations.delete_done(&uid, &pod.uid, Instant::now());
+                error.get_or_insert(e);
+            }
+        }
+    }
+    if !deleted.is_empty() {
+        info!(controller = CONTROLLER, namespace = ps.namespace(), name = ps.name_any(), pods = ?deleted, "deleted pods");
+        publish(ps, ctx, EventType::Normal, "SuccessfulDelete", "Delete", format!("Deleted pods: {}", deleted.join(", "))).await;
+    }
+    let error = error?;
+    let message = api_message(&error);
+    publish(ps, ctx, EventType::Warning, "FailedDelete", "Delete", format!("Error deleting pods: {message}")).await;
+    Some(Failure {
+        reason: "FailedDelete",
+        message,
+    })
+}
+
+/// Writes the status only when it differs from what the PodSet shows.
+async fn write_status(ps: &PodSet, pods: &[Arc<CachedPod>], outcome: &Outcome, ctx: &Context) -> Result<()> {
+    let status = plan::status(ps, pods, outcome, Timestamp::now());
+    if ps.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let api: Api<PodSet> = Api::namespaced(ctx.client.clone(), &ps.namespace().unwrap_or_default());
+    let patch = serde_json::json!({ "status": status });
+    api.patch_status(&ps.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(Error::StatusWrite)?;
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! Expectations, as the ReplicaSet controller keeps them: before creating or deleting pods a
+//! controller records what it expects its watch to show; it acts on an owner again only once
+//! the watch has shown all of it. This is what keeps a lagging cache from causing a second
+//! round of creates for pods already made.
+//!
+//! Creations are counted (a created pod's UID is unknown until the API answers, and the
+//! watch may show the pod first); deletions are tracked by pod UID. Expectations older than
+//! [`EXPECTATIONS_TTL`] count as met, so a lost observation delays an owner, never stalls it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::cache::{Change, Touched};
+
+/// As the ReplicaSet controller's `ExpectationsTimeout`.
+pub const EXPECTATIONS_TTL: Duration = Duration::from_secs(5 * 60);
+
+#[derive(Debug)]
+struct Pending {
+    creates: usize,
+    deletes: HashSet<String>,
+    since: Instant,
+}
+
+/// Whether an owner may be acted on.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Readiness {
+    Satisfied,
+    /// Still waiting for the watch; give up waiting after this long.
+    Waiting(Duration),
+}
+
+#[derive(Default, Debug)]
+pub struct Expectations {
+    owners: Mutex<HashMap<String, Pending>>,
+}
+
+impl Expectations {
+    fn with<R>(&self, owner_uid: &str, now: Instant, f: impl FnOnce(&mut Pending) -> R) -> R {
+        let mut owners = self.owners.lock().expect("expectations lock");
+        let pending = owners.entry(owner_uid.to_string()).or_insert_with(|| Pending {
+            creates: 0,
+            deletes: HashSet::new(),
+            since: now,
+        });
+        pending.since = now;
+        let r = f(pending);
+        if pending.creates == 0 && pending.deletes.is_empty() {
+            owners.remove(owner_uid);
+        }
+        r
+    }
+
+    /// Records `n` creates about to be sent.
+    pub fn expect_creates(&self, owner_uid: &str, n: usize, now: Instant) {
+        self.with(owner_uid, now, |p| p.creates += n);
+    }
+
+    /// Lowers the creates expected, for creates that failed (the watch will never show them).
+    pub fn creates_failed(&self, owner_uid: &str, n: usize, now: Instant) {
+        self.with(owner_uid, now, |p| p.creates = p.creates.saturating_sub(n));
+    }
+
+    /// Records deletes about to be sent.
+    pub fn expect_deletes<'a>(&self, owner_uid: &str, pod_uids: impl IntoIterator<Item = &'a str>, now: Instant) {
+        self.with(owner_uid, now, |p| p.deletes.extend(pod_uids.into_iter().map(str::to_string)));
+    }
+
+    /// A delete that failed, or found the pod already gone.
+    pub fn delete_done(&self, owner_uid: &str, pod_uid: &str, now: Instant) {
+        self.with(owner_uid, now, |p| p.deletes.remove(pod_uid));
+    }
+
+    /// Lowers expectations by what a pod watch event shows.
+    pub fn observe(&self, touched: &Touched) {
+        let mut owners = self.owners.lock().expect("expectations lock");
+        let Some(p) = owners.get_mut(&touched.owner.uid) else { return };
+        match touched.change {
+            Change::Added => p.creates = p.creates.saturating_sub(1),
+            Change::Removed => {
+                p.deletes.remove(&touched.pod_uid);
+            }
+            Change::Updated => {}
+        }
+        if p.creates == 0 && p.deletes.is_empty() {
+            owners.remove(&touched.owner.uid);
+        }
+    }
+
+    pub fn readiness(&self, owner_uid: &str, now: Instant) -> Readiness {
+        let owners = self.owners.lock().expect("expectations lock");
+        match owners.get(owner_uid) {
+            None => Readiness::Satisfied,
+            Some(p) => match (p.since + EXPECTATIONS_TTL).checked_duration_since(now) {
+                Some(left) if !left.is_zero() => Readiness::Waiting(left),
+                _ => Readiness::Satisfied,
+            },
+        }
+    }
+
+    /// Drops an owner's expectations (the owner is gone).
+    pub fn forget(&self, owner_uid: &str) {
+        self.owners.lock().expect("expectations lock").remove(owner_uid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::Owner;
+
+    fn touched(owner: &str, pod: &str, change: Change) -> Touched {
+        Touched {
+            owner: Owner {
+                kind: "PodSet".into(),
+                name: "x".into(),
+                uid: owner.into(),
+            },
+            namespace: "ns".into(),
+            pod_uid: pod.into(),
+            change,
+        }
+    }
+
+    #[test]
+    fn creates_are_met_when_the_watch_shows_them() {
+        let e = Expectations::default();
+        let t0 = Instant::now();
+        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+        e.expect_creates("o", 2, t0);
+        assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)));
+        e.observe(&touched("o", "p1", Change::Added));
+        e.observe(&touched("o", "p1", Change::Updated));
+        assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)), "one of two seen");
+        e.observe(&touched("other", "q", Change::Added));
+        assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)), "another owner's pod");
+        e.observe(&touched("o", "p2", Change::Added));
+        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+    }
+
+    #[test]
+    fn failed_creates_lower_the_count() {
+        let e = Expectations::default();
+        let t0 = Instant::now();
+        e.expect_creates("o", 4, t0);
+        e.creates_failed("o", 3, t0);
+        e.observe(&touched("o", "p1", Change::Added));
+        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+    }
+
+    #[test]
+    fn deletes_are_tracked_by_uid() {
+        let e = Expectations::default();
+        let t0 = Instant::now();
+        e.expect_deletes("o", ["a", "b"], t0);
+        e.observe(&touched("o", "c", Change::Removed));
+        assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)), "not a pod we deleted");
+        e.observe(&touched("o", "a", Change::Removed));
+        e.delete_done("o", "b", t0);
+        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+    }
+
+    #[test]
+    fn expectations_expire() {
+        let e = Expectations::default();
+        let t0 = Instant::now();
+        e.expect_creates("o", 1, t0);
+        match e.readiness("o", t0 + Duration::from_secs(60)) {
+            Readiness::Waiting(left) => assert_eq!(left, EXPECTATIONS_TTL - Duration::from_secs(60)),
+            r => panic!("expected to wait, got {r:?}"),
+        }
+        assert_eq!(e.readiness("o", t0 + EXPECTATIONS_TTL), Readiness::Satisfied);
+        e.forget("o");
+        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+    }
+}

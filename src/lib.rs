@@ -1,0 +1,12 @@
+//! The PodSet and At operators: API types, pure decision logic, and the controllers.
+
+pub mod api;
+pub mod cache;
+pub mod conditions;
+pub mod controller;
+pub mod error;
+pub mod expectations;
+pub mod metrics;
+pub mod plan;
+pub mod rbac;
+pub mod telemetry;

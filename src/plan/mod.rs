@@ -1,0 +1,3 @@
+//! The functional core: pure decisions, unit-tested without I/O.
+
+pub mod podset;

@@ -1,0 +1,63 @@
+//! The operator's permissions: exactly the API calls the code makes, in one table, from
+//! which the checked-in RBAC manifests are generated.
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// Name of the ClusterRole (or, for a one-namespace install, Role) holding [`rules`].
+pub const MANAGER_ROLE: &str = "podset-operator-manager";
+/// Name of the Role for the leader-election Lease, in the operator's own namespace.
+pub const LEADER_ELECTION_ROLE: &str = "podset-operator-leader-election";
+
+fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+/// What the controllers call, wherever they watch.
+pub fn rules() -> Vec<PolicyRule> {
+    vec![
+        // Watched through reflectors (list + watch); nothing reads them one by one.
+        rule("app.example.com", &["podsets"], &["list", "watch"]),
+        rule("cnat.programming-kubernetes.info", &["ats"], &["list", "watch"]),
+        // Status is written with merge patches.
+        rule("app.example.com", &["podsets/status"], &["patch"]),
+        rule("cnat.programming-kubernetes.info", &["ats/status"], &["patch"]),
+        // blockOwnerDeletion on an ownerReference needs update on the owner's finalizers.
+        rule("app.example.com", &["podsets/finalizers"], &["update"]),
+        rule("cnat.programming-kubernetes.info", &["ats/finalizers"], &["update"]),
+        rule("", &["pods"], &["get", "list", "watch", "create", "delete"]),
+        // kube's event Recorder turns repeats into PATCHes of an event series.
+        rule("events.k8s.io", &["events"], &["create", "patch"]),
+    ]
+}
+
+/// Leader election on a coordination.k8s.io Lease.
+pub fn leader_election_rules() -> Vec<PolicyRule> {
+    vec![rule("coordination.k8s.io", &["leases"], &["get", "create", "patch"])]
+}
+
+pub fn manager_cluster_role() -> ClusterRole {
+    ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(MANAGER_ROLE.into()),
+            ..Default::default()
+        },
+        rules: Some(rules()),
+        ..Default::default()
+    }
+}
+
+pub fn leader_election_role() -> Role {
+    Role {
+        metadata: ObjectMeta {
+            name: Some(LEADER_ELECTION_ROLE.into()),
+            ..Default::default()
+        },
+        rules: Some(leader_election_rules()),
+    }
+}

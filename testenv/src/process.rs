@@ -1,0 +1,146 @@
+//! Child processes that never outlive the process that started them.
+//!
+//! Every child gets `PR_SET_PDEATHSIG(SIGKILL)`, so a test binary killed with SIGKILL (or
+//! a panicking test whose `Drop` never runs) still takes its etcd and apiserver with it.
+//! The kernel ties that signal to the *thread* that forked, so all forks happen on one
+//! thread that lives as long as the process: tokio's blocking threads come and go.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
+
+fn spawner() -> &'static Mutex<mpsc::Sender<SpawnRequest>> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("testenv-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .expect("spawn the testenv spawner thread");
+        Mutex::new(tx)
+    })
+}
+
+/// Spawns `cmd` so that it dies with this process, in its own process group.
+pub fn spawn_tied(mut cmd: Command) -> io::Result<Child> {
+    // SAFETY: prctl and setpgid are async-signal-safe and touch no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died between fork and prctl.
+            if libc::getppid() == 1 {
+                return Err(io::Error::other("parent exited before the child started"));
+            }
+            libc::setpgid(0, 0);
+            Ok(())
+        });
+    }
+    let (tx, rx) = mpsc::channel();
+    spawner()
+        .lock()
+        .expect("spawner lock")
+        .send((cmd, tx))
+        .map_err(|_| io::Error::other("spawner thread is gone"))?;
+    rx.recv()
+        .map_err(|_| io::Error::other("spawner thread is gone"))?
+}
+
+/// A long-running component with its output in a log file.
+pub struct Process {
+    pub name: String,
+    pub log: PathBuf,
+    program: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    child: Option<Child>,
+}
+
+impl Process {
+    pub fn new(name: &str, program: impl Into<PathBuf>, args: Vec<String>, log_dir: &Path) -> Self {
+        Self {
+            name: name.to_string(),
+            log: log_dir.join(format!("{name}.log")),
+            program: program.into(),
+            args,
+            env: Vec::new(),
+            child: None,
+        }
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    pub fn start(&mut self) -> io::Result<()> {
+        let log = File::options().create(true).append(true).open(&self.log)?;
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let child = spawn_tied(cmd).map_err(|e| {
+            io::Error::new(e.kind(), format!("starting {} ({}): {e}", self.name, self.program.display()))
+        })?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the process has exited (and so needs looking at).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Sends `signal` and waits up to `grace` for the exit, then SIGKILLs the group.
+    pub fn stop_with(&mut self, signal: i32, grace: Duration) {
+        let Some(mut child) = self.child.take() else { return };
+        let pgid = child.id() as i32;
+        // SAFETY: plain syscalls on a process group we created.
+        unsafe { libc::kill(-pgid, signal) };
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let _ = child.wait();
+    }
+
+    pub fn stop(&mut self) {
+        self.stop_with(libc::SIGTERM, Duration::from_secs(5));
+    }
+
+    /// The last `lines` lines of the log, for failure reports.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.stop_with(libc::SIGKILL, Duration::from_secs(2));
+    }
+}

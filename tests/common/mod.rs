@@ -1,0 +1,181 @@
+//! End-to-end harness: a shared real control plane per test binary, a namespace per test,
+//! and the operator binary run as a separate process under its own ServiceAccount, bound to
+//! exactly the generated RBAC rules.
+#![allow(dead_code)] // each test binary uses its own part of the harness
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding, RoleRef, Subject};
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use podset_operator::rbac;
+use testenv::{Cluster, Options, Process};
+
+pub use testenv::{poll, poll_some};
+
+pub const OPERATOR_SA: &str = "podset-operator";
+
+/// The control plane shared by this test binary: scheduler and two hollow nodes, CRDs
+/// installed before the garbage collector starts.
+pub async fn cluster() -> Result<Arc<Cluster>> {
+    testenv::shared(|| Options {
+        crds: Some(podset_operator::api::crds_yaml()),
+        ..Options::default().with_nodes(2)
+    })
+    .await
+}
+
+/// A namespace of one test, with the operator's ServiceAccount bound to the manager rules.
+pub struct TestNs {
+    pub cluster: Arc<Cluster>,
+    pub name: String,
+    pub client: Client,
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+impl TestNs {
+    pub async fn new(prefix: &str) -> Result<Self> {
+        let cluster = cluster().await?;
+        let name = format!("{prefix}-{}-{}", std::process::id() % 10_000, COUNTER.fetch_add(1, Ordering::SeqCst));
+        cluster.create_namespace(&name).await?;
+        let client = cluster.client().await?;
+        let ns = Self { cluster, name, client };
+        ns.grant_operator_rbac().await?;
+        Ok(ns)
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+
+    /// The generated ClusterRole, bound in this namespace only to the operator's account.
+    async fn grant_operator_rbac(&self) -> Result<()> {
+        let ssa = PatchParams::apply("podset-operator-tests").force();
+        let roles: Api<ClusterRole> = Api::all(self.client.clone());
+        roles
+            .patch(rbac::MANAGER_ROLE, &ssa, &Patch::Apply(rbac::manager_cluster_role()))
+            .await?;
+        self.api::<ServiceAccount>()
+            .create(&PostParams::default(), &ServiceAccount {
+                metadata: ObjectMeta {
+                    name: Some(OPERATOR_SA.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            })
+            .await?;
+        let binding = RoleBinding {
+            metadata: ObjectMeta {
+                name: Some(rbac::MANAGER_ROLE.into()),
+                ..Default::default()
+            },
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+                name: rbac::MANAGER_ROLE.into(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: OPERATOR_SA.into(),
+                namespace: Some(self.name.clone()),
+                ..Default::default()
+            }]),
+        };
+        self.api::<RoleBinding>().create(&PostParams::default(), &binding).await?;
+        Ok(())
+    }
+
+    /// Starts the operator binary watching this namespace, as its ServiceAccount.
+    pub async fn start_operator(&self, extra_args: &[&str]) -> Result<Operator> {
+        let kubeconfig = self.cluster.service_account_kubeconfig(&self.name, OPERATOR_SA).await?;
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let mut args: Vec<String> = vec![
+            "run".into(),
+            format!("--namespace={}", self.name),
+            "--log-format=json".into(),
+            "--log-level=info,podset_operator=debug".into(),
+            // "podset-testenv-" marks test processes for the leftover check.
+            format!("--instance=podset-testenv-op-{}-{n}", self.name),
+        ];
+        args.extend(extra_args.iter().map(|s| s.to_string()));
+        let mut process = Process::new(
+            &format!("operator-{}-{n}", self.name),
+            env!("CARGO_BIN_EXE_podset-operator"),
+            args,
+            self.cluster.dir(),
+        )
+        .env("KUBECONFIG", &kubeconfig.to_string_lossy());
+        process.start()?;
+        Ok(Operator { process })
+    }
+
+    /// Pods in this namespace whose controller is the object with `owner_uid`.
+    pub async fn pods_of(&self, owner_uid: &str) -> Result<Vec<Pod>> {
+        let pods = self.api::<Pod>().list(&ListParams::default()).await?;
+        Ok(pods
+            .items
+            .into_iter()
+            .filter(|p| controller_uid(p).as_deref() == Some(owner_uid))
+            .collect())
+    }
+}
+
+pub fn controller_uid(p: &Pod) -> Option<String> {
+    p.owner_references()
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.clone())
+}
+
+pub fn phase(p: &Pod) -> String {
+    p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default()
+}
+
+/// The operator process. Killed when dropped; its log is printed if the test is failing.
+pub struct Operator {
+    pub process: Process,
+}
+
+impl Operator {
+    pub fn kill(&mut self) {
+        self.process.stop_with(libc::SIGKILL, Duration::from_secs(5));
+    }
+
+    /// SIGTERM, and the exit status within `grace`.
+    pub fn terminate(&mut self) {
+        self.process.stop_with(libc::SIGTERM, Duration::from_secs(15));
+    }
+
+    pub fn restart(&mut self) -> Result<()> {
+        self.process.start().context("restarting the operator")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.process.log).unwrap_or_default()
+    }
+
+    /// Fails if the operator exited or panicked.
+    pub fn assert_healthy(&mut self) {
+        assert!(self.process.exited().is_none(), "operator exited:\n{}", self.process.log_tail(50));
+        assert!(!self.log().contains("panicked"), "operator panicked:\n{}", self.process.log_tail(50));
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("----- {} log -----\n{}", self.process.name, self.process.log_tail(80));
+        }
+    }
+}
+
+/// Short deadline for things the operator should do promptly.
+pub const PROMPTLY: Duration = Duration::from_secs(60);

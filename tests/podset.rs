@@ -1,0 +1,352 @@
+//! The PodSet operator end to end, on a real control plane, following the Operator SDK
+//! walkthrough: create, scale up by JSON patch, scale down with `kubectl scale`, delete.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use common::{PROMPTLY, TestNs, controller_uid, phase, poll, poll_some};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::ResourceExt;
+use podset_operator::api::{PodSet, PodSetSpec};
+use podset_operator::plan::podset::{CONDITION_AVAILABLE, CONDITION_REPLICA_FAILURE};
+
+fn sample() -> Result<PodSet> {
+    Ok(serde_yaml::from_str(&std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/samples/app_v1alpha1_podset.yaml"
+    ))?)?)
+}
+
+fn podset(name: &str, replicas: i32) -> PodSet {
+    PodSet::new(name, PodSetSpec { replicas, template: None })
+}
+
+fn condition(ps: &PodSet, type_: &str) -> Option<(String, String, String)> {
+    ps.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Waits until the PodSet has exactly `n` Running pods of its own and its status names them.
+async fn converged(ns: &TestNs, name: &str, n: usize) -> Result<Vec<Pod>> {
+    let api = ns.api::<PodSet>();
+    poll_some(PROMPTLY, &format!("podset {name} to have {n} Running pods named in its status"), || async {
+        let ps = api.get(name).await?;
+        let pods: Vec<Pod> = ns
+            .pods_of(&ps.uid().unwrap())
+            .await?
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        let mut names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+        names.sort();
+        let status = ps.status.clone().unwrap_or_default();
+        let ok = pods.len() == n
+            && pods.iter().all(|p| phase(p) == "Running")
+            && status.pod_names == names
+            && status.available_replicas == n as i32
+            && status.observed_generation == ps.metadata.generation
+            && condition(&ps, CONDITION_AVAILABLE).is_some_and(|c| c.0 == "True");
+        Ok(ok.then_some(pods))
+    })
+    .await
+}
+
+fn kubectl(ns: &TestNs, args: &[&str]) -> Result<String> {
+    let out = std::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", ns.cluster.kubeconfig().display()))
+        .arg(format!("--namespace={}", ns.name))
+        .args(args)
+        .output()?;
+    if !out.status.success() {
+        bail!("kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+#[tokio::test]
+async fn walkthrough_create_scale_and_delete() -> Result<()> {
+    let ns = TestNs::new("walkthrough").await?;
+    let mut operator = ns.start_operator(&["--controllers=podset"]).await?;
+    let pods = ns.api::<Pod>();
+
+    // A pod with the very labels the PodSet's pods get, but not controlled by it.
+    let foreign: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "foreign", "labels": {
+            "app": "podset-sample", "version": "v0.1", "app.kubernetes.io/managed-by": "podset-operator"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}]}
+    }))?;
+    pods.create(&PostParams::default(), &foreign).await?;
+
+    // Create from the sample, as `kubectl create -f config/samples/app_v1alpha1_podset.yaml`.
+    let api = ns.api::<PodSet>();
+    let ps = api.create(&PostParams::default(), &sample()?).await?;
+    assert_eq!(ps.spec.replicas, 3);
+    let created = converged(&ns, "podset-sample", 3).await?;
+    for p in &created {
+        assert!(p.name_any().starts_with("podset-sample-pod"), "{}", p.name_any());
+        let labels = p.labels();
+        assert_eq!(labels.get("app").map(String::as_str), Some("podset-sample"));
+        assert_eq!(labels.get("version").map(String::as_str), Some("v0.1"));
+        let owner = &p.owner_references()[0];
+        assert_eq!(p.owner_references().len(), 1);
+        assert_eq!(owner.api_version, "app.example.com/v1alpha1");
+        assert_eq!(owner.kind, "PodSet");
+        assert_eq!(owner.name, "podset-sample");
+        assert_eq!(owner.uid, ps.uid().unwrap());
+        assert_eq!(owner.controller, Some(true));
+        assert_eq!(owner.block_owner_deletion, Some(true));
+    }
+
+    // Scale up with the walkthrough's JSON patch.
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "replace", "path": "/spec/replicas", "value": 5}
+    ]))?;
+    api.patch("podset-sample", &PatchParams::default(), &Patch::Json::<()>(patch)).await?;
+    let five = converged(&ns, "podset-sample", 5).await?;
+
+    // Scale down to 1 through the scale subresource. Victims follow the ranking: the pod
+    // with the highest pod-deletion-cost survives even though it is not the oldest.
+    let mut newest = five.clone();
+    newest.sort_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0));
+    let keeper = newest.last().unwrap().name_any();
+    pods.patch(
+        &keeper,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+            "controller.kubernetes.io/pod-deletion-cost": "100"}}})),
+    )
+    .await?;
+    // Let the operator's cache see the annotation before the scale-down decides.
+    poll(PROMPTLY, "annotation visible", || async {
+        Ok(pods.get(&keeper).await?.annotations().contains_key("controller.kubernetes.io/pod-deletion-cost"))
+    })
+    .await?;
+    kubectl(&ns, &["scale", "podset/podset-sample", "--replicas=1"])?;
+    let one = converged(&ns, "podset-sample", 1).await?;
+    assert_eq!(one[0].name_any(), keeper, "the highest deletion cost survives the scale-down");
+
+    // A pod deleted by hand is replaced.
+    pods.delete(&keeper, &DeleteParams::default()).await?;
+    let replaced = converged(&ns, "podset-sample", 1).await?;
+    assert_ne!(replaced[0].name_any(), keeper);
+
+    // The foreign look-alike was never counted, changed or deleted.
+    let foreign = pods.get("foreign").await?;
+    assert!(foreign.metadata.deletion_timestamp.is_none());
+    assert!(foreign.owner_references().is_empty());
+    let status = api.get("podset-sample").await?.status.unwrap();
+    assert!(!status.pod_names.contains(&"foreign".to_string()));
+
+    // Events tell the story.
+    let events = ns.api::<Event>().list(&ListParams::default()).await?;
+    let reasons: Vec<_> = events.items.iter().filter_map(|e| e.reason.clone()).collect();
+    assert!(reasons.iter().any(|r| r == "SuccessfulCreate"), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r == "SuccessfulDelete"), "{reasons:?}");
+
+    // Delete the PodSet: the garbage collector removes its pods, not the foreign one.
+    api.delete("podset-sample", &DeleteParams::default()).await?;
+    poll(Duration::from_secs(90), "the PodSet's pods to be garbage-collected", || async {
+        let left = pods.list(&ListParams::default()).await?;
+        Ok(left.items.iter().all(|p| p.name_any() == "foreign"))
+    })
+    .await?;
+    assert!(pods.get_opt("foreign").await?.is_some());
+    operator.assert_healthy();
+    Ok(())
+}
+
+#[tokio::test]
+async fn api_server_refuses_invalid_replicas_and_defaults_to_one() -> Result<()> {
+    let ns = TestNs::new("validation").await?;
+    let ar = ApiResource::erase::<PodSet>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(ns.client.clone(), &ns.name, &ar);
+    let submit = |name: &str, spec: serde_json::Value| {
+        let obj: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+            "metadata": {"name": name}, "spec": spec
+        }))
+        .unwrap();
+        let api = api.clone();
+        async move { api.create(&PostParams::default(), &obj).await }
+    };
+    for (name, replicas, expect) in [
+        ("zero", serde_json::json!(0), "should be greater than or equal to 1"),
+        ("eleven", serde_json::json!(11), "should be less than or equal to 10"),
+        ("abc", serde_json::json!("abc"), "must be of type integer"),
+    ] {
+        match submit(name, serde_json::json!({"replicas": replicas})).await {
+            Err(kube::Error::Api(s)) => {
+                assert_eq!(s.code, 422, "{name}: {s:?}");
+                assert!(s.message.contains("spec.replicas"), "{name}: {}", s.message);
+                assert!(s.message.contains(expect), "{name}: {}", s.message);
+            }
+            other => panic!("{name}: expected 422 Invalid, got {other:?}"),
+        }
+    }
+    let defaulted = submit("defaulted", serde_json::json!({})).await?;
+    assert_eq!(defaulted.data["spec"]["replicas"], 1);
+    // Doc comments are schema descriptions, so kubectl explain documents the fields.
+    let explain = kubectl(&ns, &["explain", "podset.spec.replicas"])?;
+    assert!(explain.contains("1 to 10"), "{explain}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn quota_refusal_is_reported_and_retried_with_backoff() -> Result<()> {
+    let ns = TestNs::new("quota").await?;
+    let quota: ResourceQuota = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "two-pods"}, "spec": {"hard": {"pods": "2"}}
+    }))?;
+    let quotas = ns.api::<ResourceQuota>();
+    quotas.create(&PostParams::default(), &quota).await?;
+    poll(PROMPTLY, "quota status computed", || async {
+        Ok(quotas.get("two-pods").await?.status.and_then(|s| s.hard).is_some())
+    })
+    .await?;
+    let _operator = ns.start_operator(&["--controllers=podset"]).await?;
+    let api = ns.api::<PodSet>();
+    let ps = api.create(&PostParams::default(), &podset("capped", 4)).await?;
+    poll(PROMPTLY, "ReplicaFailure with the quota message", || async {
+        let ps = api.get("capped").await?;
+        Ok(condition(&ps, CONDITION_REPLICA_FAILURE)
+            .is_some_and(|(status, reason, msg)| status == "True" && reason == "FailedCreate" && msg.contains("exceeded quota")))
+    })
+    .await?;
+    assert_eq!(ns.pods_of(&ps.uid().unwrap()).await?.len(), 2, "exactly the quota's worth");
+    let events = ns.api::<Event>();
+    poll(PROMPTLY, "a FailedCreate Warning event", || async {
+        let list = events.list(&ListParams::default()).await?;
+        Ok(list.items.iter().any(|e| e.reason.as_deref() == Some("FailedCreate") && e.type_.as_deref() == Some("Warning")))
+    })
+    .await?;
+    // Retries back off instead of hot-looping: count the create attempts seen over a window
+    // through the Warning events (a repeat becomes an event series with a count).
+    let attempts = |list: &[Event]| -> i32 {
+        list.iter()
+            .filter(|e| e.reason.as_deref() == Some("FailedCreate"))
+            .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+            .sum()
+    };
+    let before = attempts(&events.list(&ListParams::default()).await?.items);
+    let window = tokio::time::Instant::now();
+    tokio::time::sleep_until(window + Duration::from_secs(10)).await; // observation window, not a wait
+    let after = attempts(&events.list(&ListParams::default()).await?.items);
+    assert!(after - before <= 5, "{} failed attempts in 10 s: not backing off", after - before);
+
+    // Lift the quota: the PodSet converges and the failure clears.
+    quotas.delete("two-pods", &DeleteParams::default()).await?;
+    converged(&ns, "capped", 4).await?;
+    poll(Duration::from_secs(90), "ReplicaFailure cleared", || async {
+        Ok(condition(&api.get("capped").await?, CONDITION_REPLICA_FAILURE).is_some_and(|c| c.0 == "False"))
+    })
+    .await?;
+    Ok(())
+}
+
+/// Records the most non-terminating pods ever seen at once per owner UID.
+fn record_max_pods(api: Api<Pod>) -> (Arc<Mutex<HashMap<String, usize>>>, tokio::task::JoinHandle<()>) {
+    let max: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let seen = max.clone();
+    let task = tokio::spawn(async move {
+        let mut live: HashMap<String, BTreeMap<String, bool>> = HashMap::new();
+        let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).touched_objects());
+        while let Some(Ok(pod)) = stream.next().await {
+            let Some(owner) = controller_uid(&pod) else { continue };
+            let alive = pod.metadata.deletion_timestamp.is_none()
+                && matches!(phase(&pod).as_str(), "" | "Pending" | "Running");
+            let set = live.entry(owner.clone()).or_default();
+            set.insert(pod.uid().unwrap(), alive);
+            let n = set.values().filter(|a| **a).count();
+            let mut max = seen.lock().unwrap();
+            let m = max.entry(owner).or_insert(0);
+            *m = (*m).max(n);
+        }
+    });
+    (max, task)
+}
+
+#[tokio::test]
+async fn never_over_creates_across_an_operator_kill() -> Result<()> {
+    let ns = TestNs::new("restart").await?;
+    let (max, recorder) = record_max_pods(ns.api::<Pod>());
+    let api = ns.api::<PodSet>();
+    let mut uids = Vec::new();
+    for i in 0..20 {
+        uids.push(api.create(&PostParams::default(), &podset(&format!("burst-{i}"), 10)).await?.uid().unwrap());
+    }
+    let mut operator = ns.start_operator(&["--controllers=podset"]).await?;
+    let pods = ns.api::<Pod>();
+    poll(PROMPTLY, "the scale-up to be under way", || async {
+        Ok(pods.list(&ListParams::default()).await?.items.len() >= 40)
+    })
+    .await?;
+    operator.kill();
+    operator.restart()?;
+    poll(Duration::from_secs(120), "all 20 PodSets at 10 available", || async {
+        let list = api.list(&ListParams::default()).await?;
+        Ok(list.items.iter().all(|ps| ps.status.as_ref().is_some_and(|s| s.available_replicas == 10)))
+    })
+    .await?;
+    let total = pods.list(&ListParams::default()).await?.items.len();
+    assert_eq!(total, 200, "exactly 20 x 10 pods");
+    recorder.abort();
+    let max = max.lock().unwrap();
+    for uid in &uids {
+        let m = max.get(uid).copied().unwrap_or(0);
+        assert!(m <= 10, "a PodSet had {m} pods at once, over its spec of 10");
+        assert_eq!(m, 10);
+    }
+    operator.assert_healthy();
+    Ok(())
+}
+
+#[tokio::test]
+async fn converged_podsets_cost_no_writes() -> Result<()> {
+    let ns = TestNs::new("idle").await?;
+    let mut operator = ns.start_operator(&["--controllers=podset"]).await?;
+    let api = ns.api::<PodSet>();
+    for i in 0..3 {
+        api.create(&PostParams::default(), &podset(&format!("idle-{i}"), 2)).await?;
+        converged(&ns, &format!("idle-{i}"), 2).await?;
+    }
+    let snapshot = |api: Api<PodSet>, pods: Api<Pod>, events: Api<Event>| async move {
+        let ps: BTreeMap<String, String> = api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(|p| (p.name_any(), p.resource_version().unwrap()))
+            .collect();
+        let pods: BTreeMap<String, String> = pods
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(|p| (p.name_any(), p.resource_version().unwrap()))
+            .collect();
+        let events = events.list(&ListParams::default()).await?.items.len();
+        anyhow::Ok((ps, pods, events))
+    };
+    let before = snapshot(api.clone(), ns.api(), ns.api()).await?;
+    let window = tokio::time::Instant::now();
+    tokio::time::sleep_until(window + Duration::from_secs(15)).await; // observation window, not a wait
+    let after = snapshot(api.clone(), ns.api(), ns.api()).await?;
+    assert_eq!(before.0, after.0, "PodSets changed while idle (status churn)");
+    assert_eq!(before.1, after.1, "pods changed while idle");
+    assert_eq!(before.2, after.2, "events were written while idle");
+    operator.assert_healthy();
+    Ok(())
+}
