@@ -79,7 +79,9 @@ impl CachedPod {
         let ready_condition = status
             .and_then(|s| s.conditions.as_ref())
             .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
-        let container_statuses = status.and_then(|s| s.container_statuses.as_deref()).unwrap_or_default();
+        let container_statuses = status
+            .and_then(|s| s.container_statuses.as_deref())
+            .unwrap_or_default();
         Self {
             name: meta.name.clone().unwrap_or_default(),
             namespace: meta.namespace.clone().unwrap_or_default(),
@@ -281,14 +283,25 @@ fn changes(previous: Option<&CachedPod>, current: Option<&CachedPod>) -> Vec<Tou
     };
     let mut out = Vec::new();
     match (previous, current) {
-        (None, Some(now)) => out.extend(touched(now, if now.terminating { Change::Removed } else { Change::Added })),
+        (None, Some(now)) => out.extend(touched(
+            now,
+            if now.terminating {
+                Change::Removed
+            } else {
+                Change::Added
+            },
+        )),
         (Some(before), None) => out.extend(touched(before, Change::Removed)),
         (Some(before), Some(now)) if before.owner != now.owner => {
             out.extend(touched(before, Change::Removed));
             out.extend(touched(now, Change::Added));
         }
         (Some(before), Some(now)) if before != now => {
-            let change = if now.terminating && !before.terminating { Change::Removed } else { Change::Updated };
+            let change = if now.terminating && !before.terminating {
+                Change::Removed
+            } else {
+                Change::Updated
+            };
             out.extend(touched(now, change));
         }
         _ => {}
@@ -344,7 +357,9 @@ mod tests {
     }
 
     fn changes_of(t: &[Touched]) -> Vec<(String, Change)> {
-        t.iter().map(|t| (t.owner.uid.clone(), t.change.clone())).collect()
+        t.iter()
+            .map(|t| (t.owner.uid.clone(), t.change.clone()))
+            .collect()
     }
 
     #[test]
@@ -354,8 +369,15 @@ mod tests {
         cache.apply(Event::Apply(pod("b", Some("o1"), "Running")));
         cache.apply(Event::Apply(pod("c", Some("o2"), "Running")));
         let orphan = cache.apply(Event::Apply(pod("d", None, "Running")));
-        assert!(orphan.is_empty(), "a pod without a controller touches no owner");
-        let mut names: Vec<_> = cache.owned_by("o1").iter().map(|p| p.name.clone()).collect();
+        assert!(
+            orphan.is_empty(),
+            "a pod without a controller touches no owner"
+        );
+        let mut names: Vec<_> = cache
+            .owned_by("o1")
+            .iter()
+            .map(|p| p.name.clone())
+            .collect();
         names.sort();
         assert_eq!(names, ["pod-a", "pod-b"]);
         assert_eq!(cache.owned_by("o2").len(), 1);
@@ -366,13 +388,30 @@ mod tests {
     #[test]
     fn reports_added_updated_removed() {
         let cache = PodCache::default();
-        assert_eq!(changes_of(&cache.apply(Event::Apply(pod("a", Some("o"), "Pending")))), [("o".into(), Change::Added)]);
-        assert!(cache.apply(Event::Apply(pod("a", Some("o"), "Pending"))).is_empty(), "no change, no touch");
-        assert_eq!(changes_of(&cache.apply(Event::Apply(pod("a", Some("o"), "Running")))), [("o".into(), Change::Updated)]);
+        assert_eq!(
+            changes_of(&cache.apply(Event::Apply(pod("a", Some("o"), "Pending")))),
+            [("o".into(), Change::Added)]
+        );
+        assert!(
+            cache
+                .apply(Event::Apply(pod("a", Some("o"), "Pending")))
+                .is_empty(),
+            "no change, no touch"
+        );
+        assert_eq!(
+            changes_of(&cache.apply(Event::Apply(pod("a", Some("o"), "Running")))),
+            [("o".into(), Change::Updated)]
+        );
         let mut terminating = pod("a", Some("o"), "Running");
         terminating.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
-        assert_eq!(changes_of(&cache.apply(Event::Apply(terminating.clone()))), [("o".into(), Change::Removed)]);
-        assert_eq!(changes_of(&cache.apply(Event::Delete(terminating))), [("o".into(), Change::Removed)]);
+        assert_eq!(
+            changes_of(&cache.apply(Event::Apply(terminating.clone()))),
+            [("o".into(), Change::Removed)]
+        );
+        assert_eq!(
+            changes_of(&cache.apply(Event::Delete(terminating))),
+            [("o".into(), Change::Removed)]
+        );
         assert!(cache.owned_by("o").is_empty());
     }
 
@@ -381,7 +420,10 @@ mod tests {
         let cache = PodCache::default();
         cache.apply(Event::Apply(pod("a", Some("o1"), "Running")));
         let t = cache.apply(Event::Apply(pod("a", Some("o2"), "Running")));
-        assert_eq!(changes_of(&t), [("o1".into(), Change::Removed), ("o2".into(), Change::Added)]);
+        assert_eq!(
+            changes_of(&t),
+            [("o1".into(), Change::Removed), ("o2".into(), Change::Added)]
+        );
         assert!(cache.owned_by("o1").is_empty());
         assert_eq!(cache.owned_by("o2").len(), 1);
     }
@@ -393,23 +435,39 @@ mod tests {
         cache.apply(Event::Init);
         cache.apply(Event::InitApply(pod("a", Some("o"), "Running")));
         cache.apply(Event::InitApply(pod("b", Some("o"), "Running")));
-        assert!(cache.owned_by("o").is_empty(), "nothing visible before InitDone");
+        assert!(
+            cache.owned_by("o").is_empty(),
+            "nothing visible before InitDone"
+        );
         assert_eq!(cache.apply(Event::InitDone).len(), 2);
         assert!(cache.is_ready());
         // A watch gap: b was deleted and c created meanwhile; a is unchanged.
         cache.apply(Event::Init);
         cache.apply(Event::InitApply(pod("a", Some("o"), "Running")));
         cache.apply(Event::InitApply(pod("c", Some("o"), "Pending")));
-        let mut t: Vec<_> = cache.apply(Event::InitDone).into_iter().map(|t| (t.pod_uid, t.change)).collect();
+        let mut t: Vec<_> = cache
+            .apply(Event::InitDone)
+            .into_iter()
+            .map(|t| (t.pod_uid, t.change))
+            .collect();
         t.sort_by(|x, y| x.0.cmp(&y.0));
-        assert_eq!(t, [("b".into(), Change::Removed), ("c".into(), Change::Added)]);
+        assert_eq!(
+            t,
+            [("b".into(), Change::Removed), ("c".into(), Change::Added)]
+        );
         assert_eq!(cache.owned_by("o").len(), 2);
     }
 
     #[test]
     fn reads_what_scale_down_ranking_needs() {
         let mut p = pod("a", Some("o"), "Running");
-        p.metadata.annotations = Some([("controller.kubernetes.io/pod-deletion-cost".to_string(), "-5".to_string())].into());
+        p.metadata.annotations = Some(
+            [(
+                "controller.kubernetes.io/pod-deletion-cost".to_string(),
+                "-5".to_string(),
+            )]
+            .into(),
+        );
         p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
             node_name: Some("n1".into()),
             ..Default::default()

@@ -15,7 +15,12 @@ pub struct Want<'a> {
 
 /// Builds a condition from `want`, keeping `lastTransitionTime` from `previous` when the
 /// status did not flip.
-pub fn condition(previous: &[Condition], want: Want<'_>, generation: Option<i64>, now: Timestamp) -> Condition {
+pub fn condition(
+    previous: &[Condition],
+    want: Want<'_>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
     let status = if want.status { "True" } else { "False" };
     let last_transition_time = previous
         .iter()
@@ -54,7 +59,11 @@ mod tests {
         let first = condition(&[], want(false, "A"), Some(1), t0);
         assert_eq!(first.last_transition_time, Time(t0));
         let same = condition(std::slice::from_ref(&first), want(false, "B"), Some(2), t1);
-        assert_eq!(same.last_transition_time, Time(t0), "reason changed, status did not");
+        assert_eq!(
+            same.last_transition_time,
+            Time(t0),
+            "reason changed, status did not"
+        );
         assert_eq!(same.reason, "B");
         let flipped = condition(&[same], want(true, "B"), Some(2), t1);
         assert_eq!(flipped.last_transition_time, Time(t1));

@@ -39,11 +39,13 @@ pub struct Expectations {
 impl Expectations {
     fn with<R>(&self, owner_uid: &str, now: Instant, f: impl FnOnce(&mut Pending) -> R) -> R {
         let mut owners = self.owners.lock().expect("expectations lock");
-        let pending = owners.entry(owner_uid.to_string()).or_insert_with(|| Pending {
-            creates: 0,
-            deletes: HashSet::new(),
-            since: now,
-        });
+        let pending = owners
+            .entry(owner_uid.to_string())
+            .or_insert_with(|| Pending {
+                creates: 0,
+                deletes: HashSet::new(),
+                since: now,
+            });
         pending.since = now;
         let r = f(pending);
         if pending.creates == 0 && pending.deletes.is_empty() {
@@ -63,8 +65,15 @@ impl Expectations {
     }
 
     /// Records deletes about to be sent.
-    pub fn expect_deletes<'a>(&self, owner_uid: &str, pod_uids: impl IntoIterator<Item = &'a str>, now: Instant) {
-        self.with(owner_uid, now, |p| p.deletes.extend(pod_uids.into_iter().map(str::to_string)));
+    pub fn expect_deletes<'a>(
+        &self,
+        owner_uid: &str,
+        pod_uids: impl IntoIterator<Item = &'a str>,
+        now: Instant,
+    ) {
+        self.with(owner_uid, now, |p| {
+            p.deletes.extend(pod_uids.into_iter().map(str::to_string))
+        });
     }
 
     /// A delete that failed, or found the pod already gone.
@@ -75,7 +84,9 @@ impl Expectations {
     /// Lowers expectations by what a pod watch event shows.
     pub fn observe(&self, touched: &Touched) {
         let mut owners = self.owners.lock().expect("expectations lock");
-        let Some(p) = owners.get_mut(&touched.owner.uid) else { return };
+        let Some(p) = owners.get_mut(&touched.owner.uid) else {
+            return;
+        };
         match touched.change {
             Change::Added => p.creates = p.creates.saturating_sub(1),
             Change::Removed => {
@@ -101,7 +112,10 @@ impl Expectations {
 
     /// Drops an owner's expectations (the owner is gone).
     pub fn forget(&self, owner_uid: &str) {
-        self.owners.lock().expect("expectations lock").remove(owner_uid);
+        self.owners
+            .lock()
+            .expect("expectations lock")
+            .remove(owner_uid);
     }
 }
 
@@ -132,9 +146,15 @@ mod tests {
         assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)));
         e.observe(&touched("o", "p1", Change::Added));
         e.observe(&touched("o", "p1", Change::Updated));
-        assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)), "one of two seen");
+        assert!(
+            matches!(e.readiness("o", t0), Readiness::Waiting(_)),
+            "one of two seen"
+        );
         e.observe(&touched("other", "q", Change::Added));
-        assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)), "another owner's pod");
+        assert!(
+            matches!(e.readiness("o", t0), Readiness::Waiting(_)),
+            "another owner's pod"
+        );
         e.observe(&touched("o", "p2", Change::Added));
         assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
     }
@@ -155,7 +175,10 @@ mod tests {
         let t0 = Instant::now();
         e.expect_deletes("o", ["a", "b"], t0);
         e.observe(&touched("o", "c", Change::Removed));
-        assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)), "not a pod we deleted");
+        assert!(
+            matches!(e.readiness("o", t0), Readiness::Waiting(_)),
+            "not a pod we deleted"
+        );
         e.observe(&touched("o", "a", Change::Removed));
         e.delete_done("o", "b", t0);
         assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
@@ -167,10 +190,15 @@ mod tests {
         let t0 = Instant::now();
         e.expect_creates("o", 1, t0);
         match e.readiness("o", t0 + Duration::from_secs(60)) {
-            Readiness::Waiting(left) => assert_eq!(left, EXPECTATIONS_TTL - Duration::from_secs(60)),
+            Readiness::Waiting(left) => {
+                assert_eq!(left, EXPECTATIONS_TTL - Duration::from_secs(60))
+            }
             r => panic!("expected to wait, got {r:?}"),
         }
-        assert_eq!(e.readiness("o", t0 + EXPECTATIONS_TTL), Readiness::Satisfied);
+        assert_eq!(
+            e.readiness("o", t0 + EXPECTATIONS_TTL),
+            Readiness::Satisfied
+        );
         e.forget("o");
         assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
     }

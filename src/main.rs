@@ -11,7 +11,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 #[derive(Parser)]
-#[command(version, about = "Kubernetes operator for PodSets (app.example.com) and Ats (cnat.programming-kubernetes.info)")]
+#[command(
+    version,
+    about = "Kubernetes operator for PodSets (app.example.com) and Ats (cnat.programming-kubernetes.info)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -38,7 +41,13 @@ struct RunArgs {
     namespace: String,
 
     /// Which controllers to run.
-    #[arg(long, env = "CONTROLLERS", value_enum, value_delimiter = ',', default_value = "podset,at")]
+    #[arg(
+        long,
+        env = "CONTROLLERS",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "podset,at"
+    )]
     controllers: Vec<Which>,
 
     /// Reconciles in flight at once, per controller (0 = unbounded).
@@ -77,7 +86,9 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     telemetry::init(args.log_format, &args.log_level)?;
-    let client = kube::Client::try_default().await.context("connecting to Kubernetes (kubeconfig or in-cluster)")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to Kubernetes (kubeconfig or in-cluster)")?;
     let settings = Settings {
         namespace: Some(args.namespace.clone()).filter(|ns| !ns.is_empty()),
         podset: args.controllers.contains(&Which::Podset),
@@ -85,7 +96,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         concurrency: args.concurrency,
         instance: args.instance.clone(),
     };
-    info!(namespace = settings.namespace.as_deref().unwrap_or("<all>"), podset = settings.podset, at = settings.at, "starting");
+    info!(
+        namespace = settings.namespace.as_deref().unwrap_or("<all>"),
+        podset = settings.podset,
+        at = settings.at,
+        "starting"
+    );
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     controller::run(client, settings, Arc::new(Metrics::default()), shutdown).await?;
@@ -94,7 +110,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 async fn cancel_on_signal(token: CancellationToken) {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}

@@ -31,7 +31,9 @@ impl Default for Metrics {
             reconciles: Family::default(),
             errors: Family::default(),
             duration: Family::new_with_constructor(|| {
-                Histogram::new([0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0])
+                Histogram::new([
+                    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                ])
             }),
         }
     }
@@ -39,14 +41,28 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn register(&self, registry: &mut Registry) {
-        registry.register("reconciliations", "Reconciles started", self.reconciles.clone());
-        registry.register("reconcile_errors", "Reconciles that failed, by error", self.errors.clone());
-        registry.register("reconcile_duration_seconds", "How long reconciles took", self.duration.clone());
+        registry.register(
+            "reconciliations",
+            "Reconciles started",
+            self.reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, by error",
+            self.errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "How long reconciles took",
+            self.duration.clone(),
+        );
     }
 
     /// Counts a reconcile and times it until the returned guard drops.
     pub fn reconcile(&self, controller: &'static str) -> ReconcileTimer<'_> {
-        self.reconciles.get_or_create(&ControllerLabels { controller }).inc();
+        self.reconciles
+            .get_or_create(&ControllerLabels { controller })
+            .inc();
         ReconcileTimer {
             metrics: self,
             controller,
@@ -55,7 +71,9 @@ impl Metrics {
     }
 
     pub fn error(&self, controller: &'static str, error: &'static str) {
-        self.errors.get_or_create(&ErrorLabels { controller, error }).inc();
+        self.errors
+            .get_or_create(&ErrorLabels { controller, error })
+            .inc();
     }
 }
 
@@ -69,7 +87,9 @@ impl Drop for ReconcileTimer<'_> {
     fn drop(&mut self) {
         self.metrics
             .duration
-            .get_or_create(&ControllerLabels { controller: self.controller })
+            .get_or_create(&ControllerLabels {
+                controller: self.controller,
+            })
             .observe(self.start.elapsed().as_secs_f64());
     }
 }

@@ -23,13 +23,25 @@ pub fn rules() -> Vec<PolicyRule> {
     vec![
         // Watched through reflectors (list + watch); nothing reads them one by one.
         rule("app.example.com", &["podsets"], &["list", "watch"]),
-        rule("cnat.programming-kubernetes.info", &["ats"], &["list", "watch"]),
+        rule(
+            "cnat.programming-kubernetes.info",
+            &["ats"],
+            &["list", "watch"],
+        ),
         // Status is written with merge patches.
         rule("app.example.com", &["podsets/status"], &["patch"]),
-        rule("cnat.programming-kubernetes.info", &["ats/status"], &["patch"]),
+        rule(
+            "cnat.programming-kubernetes.info",
+            &["ats/status"],
+            &["patch"],
+        ),
         // blockOwnerDeletion on an ownerReference needs update on the owner's finalizers.
         rule("app.example.com", &["podsets/finalizers"], &["update"]),
-        rule("cnat.programming-kubernetes.info", &["ats/finalizers"], &["update"]),
+        rule(
+            "cnat.programming-kubernetes.info",
+            &["ats/finalizers"],
+            &["update"],
+        ),
         rule("", &["pods"], &["get", "list", "watch", "create", "delete"]),
         // kube's event Recorder turns repeats into PATCHes of an event series.
         rule("events.k8s.io", &["events"], &["create", "patch"]),
@@ -38,7 +50,11 @@ pub fn rules() -> Vec<PolicyRule> {
 
 /// Leader election on a coordination.k8s.io Lease.
 pub fn leader_election_rules() -> Vec<PolicyRule> {
-    vec![rule("coordination.k8s.io", &["leases"], &["get", "create", "patch"])]
+    vec![rule(
+        "coordination.k8s.io",
+        &["leases"],
+        &["get", "create", "patch"],
+    )]
 }
 
 pub fn manager_cluster_role() -> ClusterRole {

@@ -13,7 +13,9 @@ pub enum LogFormat {
 /// `podset_operator=debug,kube=info`.
 pub fn init(format: LogFormat, level: &str) -> anyhow::Result<()> {
     let filter = EnvFilter::try_new(level)?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder
             .json()

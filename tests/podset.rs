@@ -12,10 +12,10 @@ use common::{PROMPTLY, TestNs, controller_uid, phase, poll, poll_some};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::ResourceExt;
 use podset_operator::api::{PodSet, PodSetSpec};
 use podset_operator::plan::podset::{CONDITION_AVAILABLE, CONDITION_REPLICA_FAILURE};
 
@@ -27,7 +27,13 @@ fn sample() -> Result<PodSet> {
 }
 
 fn podset(name: &str, replicas: i32) -> PodSet {
-    PodSet::new(name, PodSetSpec { replicas, template: None })
+    PodSet::new(
+        name,
+        PodSetSpec {
+            replicas,
+            template: None,
+        },
+    )
 }
 
 fn condition(ps: &PodSet, type_: &str) -> Option<(String, String, String)> {
@@ -42,36 +48,46 @@ fn condition(ps: &PodSet, type_: &str) -> Option<(String, String, String)> {
 /// Waits until the PodSet has exactly `n` Running pods of its own and its status names them.
 async fn converged(ns: &TestNs, name: &str, n: usize) -> Result<Vec<Pod>> {
     let api = ns.api::<PodSet>();
-    poll_some(PROMPTLY, &format!("podset {name} to have {n} Running pods named in its status"), || async {
-        let ps = api.get(name).await?;
-        let pods: Vec<Pod> = ns
-            .pods_of(&ps.uid().unwrap())
-            .await?
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect();
-        let mut names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
-        names.sort();
-        let status = ps.status.clone().unwrap_or_default();
-        let ok = pods.len() == n
-            && pods.iter().all(|p| phase(p) == "Running")
-            && status.pod_names == names
-            && status.available_replicas == n as i32
-            && status.observed_generation == ps.metadata.generation
-            && condition(&ps, CONDITION_AVAILABLE).is_some_and(|c| c.0 == "True");
-        Ok(ok.then_some(pods))
-    })
+    poll_some(
+        PROMPTLY,
+        &format!("podset {name} to have {n} Running pods named in its status"),
+        || async {
+            let ps = api.get(name).await?;
+            let pods: Vec<Pod> = ns
+                .pods_of(&ps.uid().unwrap())
+                .await?
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            let mut names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+            names.sort();
+            let status = ps.status.clone().unwrap_or_default();
+            let ok = pods.len() == n
+                && pods.iter().all(|p| phase(p) == "Running")
+                && status.pod_names == names
+                && status.available_replicas == n as i32
+                && status.observed_generation == ps.metadata.generation
+                && condition(&ps, CONDITION_AVAILABLE).is_some_and(|c| c.0 == "True");
+            Ok(ok.then_some(pods))
+        },
+    )
     .await
 }
 
 fn kubectl(ns: &TestNs, args: &[&str]) -> Result<String> {
     let out = std::process::Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", ns.cluster.kubeconfig().display()))
+        .arg(format!(
+            "--kubeconfig={}",
+            ns.cluster.kubeconfig().display()
+        ))
         .arg(format!("--namespace={}", ns.name))
         .args(args)
         .output()?;
     if !out.status.success() {
-        bail!("kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "kubectl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(String::from_utf8(out.stdout)?)
 }
@@ -96,7 +112,11 @@ async fn walkthrough_create_scale_and_delete() -> Result<()> {
     assert_eq!(ps.spec.replicas, 3);
     let created = converged(&ns, "podset-sample", 3).await?;
     for p in &created {
-        assert!(p.name_any().starts_with("podset-sample-pod"), "{}", p.name_any());
+        assert!(
+            p.name_any().starts_with("podset-sample-pod"),
+            "{}",
+            p.name_any()
+        );
         let labels = p.labels();
         assert_eq!(labels.get("app").map(String::as_str), Some("podset-sample"));
         assert_eq!(labels.get("version").map(String::as_str), Some("v0.1"));
@@ -114,7 +134,12 @@ async fn walkthrough_create_scale_and_delete() -> Result<()> {
     let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
         {"op": "replace", "path": "/spec/replicas", "value": 5}
     ]))?;
-    api.patch("podset-sample", &PatchParams::default(), &Patch::Json::<()>(patch)).await?;
+    api.patch(
+        "podset-sample",
+        &PatchParams::default(),
+        &Patch::Json::<()>(patch),
+    )
+    .await?;
     let five = converged(&ns, "podset-sample", 5).await?;
 
     // Scale down to 1 through the scale subresource. Victims follow the ranking: the pod
@@ -131,12 +156,20 @@ async fn walkthrough_create_scale_and_delete() -> Result<()> {
     .await?;
     // Let the operator's cache see the annotation before the scale-down decides.
     poll(PROMPTLY, "annotation visible", || async {
-        Ok(pods.get(&keeper).await?.annotations().contains_key("controller.kubernetes.io/pod-deletion-cost"))
+        Ok(pods
+            .get(&keeper)
+            .await?
+            .annotations()
+            .contains_key("controller.kubernetes.io/pod-deletion-cost"))
     })
     .await?;
     kubectl(&ns, &["scale", "podset/podset-sample", "--replicas=1"])?;
     let one = converged(&ns, "podset-sample", 1).await?;
-    assert_eq!(one[0].name_any(), keeper, "the highest deletion cost survives the scale-down");
+    assert_eq!(
+        one[0].name_any(),
+        keeper,
+        "the highest deletion cost survives the scale-down"
+    );
 
     // A pod deleted by hand is replaced.
     pods.delete(&keeper, &DeleteParams::default()).await?;
@@ -152,16 +185,31 @@ async fn walkthrough_create_scale_and_delete() -> Result<()> {
 
     // Events tell the story.
     let events = ns.api::<Event>().list(&ListParams::default()).await?;
-    let reasons: Vec<_> = events.items.iter().filter_map(|e| e.reason.clone()).collect();
-    assert!(reasons.iter().any(|r| r == "SuccessfulCreate"), "{reasons:?}");
-    assert!(reasons.iter().any(|r| r == "SuccessfulDelete"), "{reasons:?}");
+    let reasons: Vec<_> = events
+        .items
+        .iter()
+        .filter_map(|e| e.reason.clone())
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r == "SuccessfulCreate"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r == "SuccessfulDelete"),
+        "{reasons:?}"
+    );
 
     // Delete the PodSet: the garbage collector removes its pods, not the foreign one.
-    api.delete("podset-sample", &DeleteParams::default()).await?;
-    poll(Duration::from_secs(90), "the PodSet's pods to be garbage-collected", || async {
-        let left = pods.list(&ListParams::default()).await?;
-        Ok(left.items.iter().all(|p| p.name_any() == "foreign"))
-    })
+    api.delete("podset-sample", &DeleteParams::default())
+        .await?;
+    poll(
+        Duration::from_secs(90),
+        "the PodSet's pods to be garbage-collected",
+        || async {
+            let left = pods.list(&ListParams::default()).await?;
+            Ok(left.items.iter().all(|p| p.name_any() == "foreign"))
+        },
+    )
     .await?;
     assert!(pods.get_opt("foreign").await?.is_some());
     operator.assert_healthy();
@@ -183,8 +231,16 @@ async fn api_server_refuses_invalid_replicas_and_defaults_to_one() -> Result<()>
         async move { api.create(&PostParams::default(), &obj).await }
     };
     for (name, replicas, expect) in [
-        ("zero", serde_json::json!(0), "should be greater than or equal to 1"),
-        ("eleven", serde_json::json!(11), "should be less than or equal to 10"),
+        (
+            "zero",
+            serde_json::json!(0),
+            "should be greater than or equal to 1",
+        ),
+        (
+            "eleven",
+            serde_json::json!(11),
+            "should be less than or equal to 10",
+        ),
         ("abc", serde_json::json!("abc"), "must be of type integer"),
     ] {
         match submit(name, serde_json::json!({"replicas": replicas})).await {
@@ -213,23 +269,43 @@ async fn quota_refusal_is_reported_and_retried_with_backoff() -> Result<()> {
     let quotas = ns.api::<ResourceQuota>();
     quotas.create(&PostParams::default(), &quota).await?;
     poll(PROMPTLY, "quota status computed", || async {
-        Ok(quotas.get("two-pods").await?.status.and_then(|s| s.hard).is_some())
+        Ok(quotas
+            .get("two-pods")
+            .await?
+            .status
+            .and_then(|s| s.hard)
+            .is_some())
     })
     .await?;
     let _operator = ns.start_operator(&["--controllers=podset"]).await?;
     let api = ns.api::<PodSet>();
-    let ps = api.create(&PostParams::default(), &podset("capped", 4)).await?;
-    poll(PROMPTLY, "ReplicaFailure with the quota message", || async {
-        let ps = api.get("capped").await?;
-        Ok(condition(&ps, CONDITION_REPLICA_FAILURE)
-            .is_some_and(|(status, reason, msg)| status == "True" && reason == "FailedCreate" && msg.contains("exceeded quota")))
-    })
+    let ps = api
+        .create(&PostParams::default(), &podset("capped", 4))
+        .await?;
+    poll(
+        PROMPTLY,
+        "ReplicaFailure with the quota message",
+        || async {
+            let ps = api.get("capped").await?;
+            Ok(
+                condition(&ps, CONDITION_REPLICA_FAILURE).is_some_and(|(status, reason, msg)| {
+                    status == "True" && reason == "FailedCreate" && msg.contains("exceeded quota")
+                }),
+            )
+        },
+    )
     .await?;
-    assert_eq!(ns.pods_of(&ps.uid().unwrap()).await?.len(), 2, "exactly the quota's worth");
+    assert_eq!(
+        ns.pods_of(&ps.uid().unwrap()).await?.len(),
+        2,
+        "exactly the quota's worth"
+    );
     let events = ns.api::<Event>();
     poll(PROMPTLY, "a FailedCreate Warning event", || async {
         let list = events.list(&ListParams::default()).await?;
-        Ok(list.items.iter().any(|e| e.reason.as_deref() == Some("FailedCreate") && e.type_.as_deref() == Some("Warning")))
+        Ok(list.items.iter().any(|e| {
+            e.reason.as_deref() == Some("FailedCreate") && e.type_.as_deref() == Some("Warning")
+        }))
     })
     .await?;
     // Retries back off instead of hot-looping: count the create attempts seen over a window
@@ -244,27 +320,45 @@ async fn quota_refusal_is_reported_and_retried_with_backoff() -> Result<()> {
     let window = tokio::time::Instant::now();
     tokio::time::sleep_until(window + Duration::from_secs(10)).await; // observation window, not a wait
     let after = attempts(&events.list(&ListParams::default()).await?.items);
-    assert!(after - before <= 5, "{} failed attempts in 10 s: not backing off", after - before);
+    assert!(
+        after - before <= 5,
+        "{} failed attempts in 10 s: not backing off",
+        after - before
+    );
 
     // Lift the quota: the PodSet converges and the failure clears.
     quotas.delete("two-pods", &DeleteParams::default()).await?;
     converged(&ns, "capped", 4).await?;
-    poll(Duration::from_secs(90), "ReplicaFailure cleared", || async {
-        Ok(condition(&api.get("capped").await?, CONDITION_REPLICA_FAILURE).is_some_and(|c| c.0 == "False"))
-    })
+    poll(
+        Duration::from_secs(90),
+        "ReplicaFailure cleared",
+        || async {
+            Ok(
+                condition(&api.get("capped").await?, CONDITION_REPLICA_FAILURE)
+                    .is_some_and(|c| c.0 == "False"),
+            )
+        },
+    )
     .await?;
     Ok(())
 }
 
 /// Records the most non-terminating pods ever seen at once per owner UID.
-fn record_max_pods(api: Api<Pod>) -> (Arc<Mutex<HashMap<String, usize>>>, tokio::task::JoinHandle<()>) {
+fn record_max_pods(
+    api: Api<Pod>,
+) -> (
+    Arc<Mutex<HashMap<String, usize>>>,
+    tokio::task::JoinHandle<()>,
+) {
     let max: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
     let seen = max.clone();
     let task = tokio::spawn(async move {
         let mut live: HashMap<String, BTreeMap<String, bool>> = HashMap::new();
         let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).touched_objects());
         while let Some(Ok(pod)) = stream.next().await {
-            let Some(owner) = controller_uid(&pod) else { continue };
+            let Some(owner) = controller_uid(&pod) else {
+                continue;
+            };
             let alive = pod.metadata.deletion_timestamp.is_none()
                 && matches!(phase(&pod).as_str(), "" | "Pending" | "Running");
             let set = live.entry(owner.clone()).or_default();
@@ -285,7 +379,12 @@ async fn never_over_creates_across_an_operator_kill() -> Result<()> {
     let api = ns.api::<PodSet>();
     let mut uids = Vec::new();
     for i in 0..20 {
-        uids.push(api.create(&PostParams::default(), &podset(&format!("burst-{i}"), 10)).await?.uid().unwrap());
+        uids.push(
+            api.create(&PostParams::default(), &podset(&format!("burst-{i}"), 10))
+                .await?
+                .uid()
+                .unwrap(),
+        );
     }
     let mut operator = ns.start_operator(&["--controllers=podset"]).await?;
     let pods = ns.api::<Pod>();
@@ -295,10 +394,18 @@ async fn never_over_creates_across_an_operator_kill() -> Result<()> {
     .await?;
     operator.kill();
     operator.restart()?;
-    poll(Duration::from_secs(120), "all 20 PodSets at 10 available", || async {
-        let list = api.list(&ListParams::default()).await?;
-        Ok(list.items.iter().all(|ps| ps.status.as_ref().is_some_and(|s| s.available_replicas == 10)))
-    })
+    poll(
+        Duration::from_secs(120),
+        "all 20 PodSets at 10 available",
+        || async {
+            let list = api.list(&ListParams::default()).await?;
+            Ok(list.items.iter().all(|ps| {
+                ps.status
+                    .as_ref()
+                    .is_some_and(|s| s.available_replicas == 10)
+            }))
+        },
+    )
     .await?;
     let total = pods.list(&ListParams::default()).await?.items.len();
     assert_eq!(total, 200, "exactly 20 x 10 pods");
@@ -306,7 +413,10 @@ async fn never_over_creates_across_an_operator_kill() -> Result<()> {
     let max = max.lock().unwrap();
     for uid in &uids {
         let m = max.get(uid).copied().unwrap_or(0);
-        assert!(m <= 10, "a PodSet had {m} pods at once, over its spec of 10");
+        assert!(
+            m <= 10,
+            "a PodSet had {m} pods at once, over its spec of 10"
+        );
         assert_eq!(m, 10);
     }
     operator.assert_healthy();
@@ -319,7 +429,8 @@ async fn converged_podsets_cost_no_writes() -> Result<()> {
     let mut operator = ns.start_operator(&["--controllers=podset"]).await?;
     let api = ns.api::<PodSet>();
     for i in 0..3 {
-        api.create(&PostParams::default(), &podset(&format!("idle-{i}"), 2)).await?;
+        api.create(&PostParams::default(), &podset(&format!("idle-{i}"), 2))
+            .await?;
         converged(&ns, &format!("idle-{i}"), 2).await?;
     }
     let snapshot = |api: Api<PodSet>, pods: Api<Pod>, events: Api<Event>| async move {
@@ -344,7 +455,10 @@ async fn converged_podsets_cost_no_writes() -> Result<()> {
     let window = tokio::time::Instant::now();
     tokio::time::sleep_until(window + Duration::from_secs(15)).await; // observation window, not a wait
     let after = snapshot(api.clone(), ns.api(), ns.api()).await?;
-    assert_eq!(before.0, after.0, "PodSets changed while idle (status churn)");
+    assert_eq!(
+        before.0, after.0,
+        "PodSets changed while idle (status churn)"
+    );
     assert_eq!(before.1, after.1, "pods changed while idle");
     assert_eq!(before.2, after.2, "events were written while idle");
     operator.assert_healthy();

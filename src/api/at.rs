@@ -46,7 +46,9 @@ pub enum AtPhase {
 #[serde(rename_all = "camelCase")]
 pub struct AtStatus {
     /// PENDING, RUNNING or DONE.
+    // The schema of the enum itself: `null` inside an enum is refused by kubectl's validation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "AtPhase")]
     pub phase: Option<AtPhase>,
 
     /// The pod that runs (or ran) the command.

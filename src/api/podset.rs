@@ -61,8 +61,9 @@ pub struct PodSetStatus {
     pub observed_generation: Option<i64>,
 
     /// Label selector of the pods, for the scale subresource (HorizontalPodAutoscaler).
-    #[serde(default)]
-    pub selector: String,
+    // Optional rather than defaulted: a 1.20 apiserver refuses the schema default "".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
 
     /// `Available` (every wanted pod is available) and `ReplicaFailure` (the last pod create
     /// or delete failed, with the API server's message).

@@ -67,7 +67,9 @@ impl Backoff {
     pub fn next(&self, key: &str) -> Duration {
         let mut failures = self.failures.lock().expect("backoff lock");
         let n = failures.entry(key.to_string()).or_insert(0);
-        let delay = Self::BASE.saturating_mul(1u32 << (*n).min(16)).min(Self::MAX);
+        let delay = Self::BASE
+            .saturating_mul(1u32 << (*n).min(16))
+            .min(Self::MAX);
         *n += 1;
         delay
     }
@@ -89,7 +91,12 @@ where
 
 /// Runs the selected controllers until `shutdown` is cancelled, then lets in-flight
 /// reconciles finish.
-pub async fn run(client: Client, settings: Settings, metrics: Arc<Metrics>, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods: Arc::new(PodCache::default()),
@@ -121,7 +128,10 @@ pub async fn run(client: Client, settings: Settings, metrics: Arc<Metrics>, shut
     let mut controllers = Vec::new();
     if settings.podset {
         let (reader, writer) = reflector::store();
-        let trigger = primary_stream(scoped::<PodSet>(client.clone(), settings.namespace.as_deref()), writer);
+        let trigger = primary_stream(
+            scoped::<PodSet>(client.clone(), settings.namespace.as_deref()),
+            writer,
+        );
         let controller = Controller::for_stream(trigger, reader)
             .with_config(ControllerConfig::default().concurrency(settings.concurrency))
             .reconcile_on(podset_rx)
@@ -132,7 +142,10 @@ pub async fn run(client: Client, settings: Settings, metrics: Arc<Metrics>, shut
     }
     if settings.at {
         let (reader, writer) = reflector::store();
-        let trigger = primary_stream(scoped::<At>(client.clone(), settings.namespace.as_deref()), writer);
+        let trigger = primary_stream(
+            scoped::<At>(client.clone(), settings.namespace.as_deref()),
+            writer,
+        );
         let controller = Controller::for_stream(trigger, reader)
             .with_config(ControllerConfig::default().concurrency(settings.concurrency))
             .reconcile_on(at_rx)
@@ -155,7 +168,13 @@ fn primary_stream<K>(
     writer: reflector::store::Writer<K>,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
 {
     watcher(api, watcher::Config::default())
         .default_backoff()
@@ -175,8 +194,14 @@ impl Router {
     fn route(&self, t: &Touched) {
         // A send fails only when that controller is not running; nothing to route then.
         match t.owner.kind.as_str() {
-            "PodSet" => drop(self.podset.unbounded_send(ObjectRef::new(&t.owner.name).within(&t.namespace))),
-            "At" => drop(self.at.unbounded_send(ObjectRef::new(&t.owner.name).within(&t.namespace))),
+            "PodSet" => drop(
+                self.podset
+                    .unbounded_send(ObjectRef::new(&t.owner.name).within(&t.namespace)),
+            ),
+            "At" => drop(
+                self.at
+                    .unbounded_send(ObjectRef::new(&t.owner.name).within(&t.namespace)),
+            ),
             _ => {}
         }
     }
@@ -184,7 +209,8 @@ impl Router {
 
 async fn watch_pods(ctx: Arc<Context>, namespace: Option<String>, router: Router) {
     let api = scoped::<Pod>(ctx.client.clone(), namespace.as_deref());
-    let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
+    let config =
+        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
     let mut events = std::pin::pin!(watcher(api, config).default_backoff());
     while let Some(event) = events.next().await {
         match event {
@@ -204,7 +230,9 @@ fn log_result<K: Resource, E: std::fmt::Display>(
     res: Result<(ObjectRef<K>, Action), kube::runtime::controller::Error<Error, E>>,
 ) {
     match res {
-        Ok((obj, action)) => debug!(controller, namespace = obj.namespace.as_deref(), name = %obj.name, ?action, "reconciled"),
+        Ok((obj, action)) => {
+            debug!(controller, namespace = obj.namespace.as_deref(), name = %obj.name, ?action, "reconciled")
+        }
         Err(kube::runtime::controller::Error::ReconcilerFailed(e, obj)) => {
             warn!(controller, namespace = obj.namespace.as_deref(), name = %obj.name, error = %e, "reconcile failed")
         }
@@ -218,7 +246,14 @@ pub fn retry_after<K: Resource>(obj: &K, ctx: &Context) -> Action {
 }
 
 /// Publishes an event on `obj`; a failure is logged, never fatal to the reconcile.
-pub async fn publish<K: Resource<DynamicType = ()>>(obj: &K, ctx: &Context, type_: EventType, reason: &str, action: &str, note: String) {
+pub async fn publish<K: Resource<DynamicType = ()>>(
+    obj: &K,
+    ctx: &Context,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
     let event = Event {
         type_,
         reason: reason.into(),

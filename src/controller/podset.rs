@@ -92,18 +92,35 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
             }
         }
         if failed > 0 {
-            ctx.expectations.creates_failed(&uid, failed, Instant::now());
+            ctx.expectations
+                .creates_failed(&uid, failed, Instant::now());
             break;
         }
     }
     if !created.is_empty() {
         info!(controller = CONTROLLER, namespace = ps.namespace(), name = ps.name_any(), pods = ?created, "created pods");
-        publish(ps, ctx, EventType::Normal, "SuccessfulCreate", "Create", format!("Created pods: {}", created.join(", "))).await;
+        publish(
+            ps,
+            ctx,
+            EventType::Normal,
+            "SuccessfulCreate",
+            "Create",
+            format!("Created pods: {}", created.join(", ")),
+        )
+        .await;
     }
     let error = error?;
     let message = api_message(&error);
     warn!(controller = CONTROLLER, namespace = ps.namespace(), name = ps.name_any(), error = %message, "creating pods failed");
-    publish(ps, ctx, EventType::Warning, "FailedCreate", "Create", format!("Error creating pods: {message}")).await;
+    publish(
+        ps,
+        ctx,
+        EventType::Warning,
+        "FailedCreate",
+        "Create",
+        format!("Error creating pods: {message}"),
+    )
+    .await;
     Some(Failure {
         reason: "FailedCreate",
         message,
@@ -118,7 +135,8 @@ async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> 
     }
     let uid = ps.uid().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ps.namespace().unwrap_or_default());
-    ctx.expectations.expect_deletes(&uid, victims.iter().map(|p| p.uid.as_str()), Instant::now());
+    ctx.expectations
+        .expect_deletes(&uid, victims.iter().map(|p| p.uid.as_str()), Instant::now());
     let results = join_all(victims.iter().map(|p| {
         let params = DeleteParams {
             preconditions: Some(Preconditions {
@@ -148,11 +166,27 @@ async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> 
     }
     if !deleted.is_empty() {
         info!(controller = CONTROLLER, namespace = ps.namespace(), name = ps.name_any(), pods = ?deleted, "deleted pods");
-        publish(ps, ctx, EventType::Normal, "SuccessfulDelete", "Delete", format!("Deleted pods: {}", deleted.join(", "))).await;
+        publish(
+            ps,
+            ctx,
+            EventType::Normal,
+            "SuccessfulDelete",
+            "Delete",
+            format!("Deleted pods: {}", deleted.join(", ")),
+        )
+        .await;
     }
     let error = error?;
     let message = api_message(&error);
-    publish(ps, ctx, EventType::Warning, "FailedDelete", "Delete", format!("Error deleting pods: {message}")).await;
+    publish(
+        ps,
+        ctx,
+        EventType::Warning,
+        "FailedDelete",
+        "Delete",
+        format!("Error deleting pods: {message}"),
+    )
+    .await;
     Some(Failure {
         reason: "FailedDelete",
         message,
@@ -160,15 +194,24 @@ async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> 
 }
 
 /// Writes the status only when it differs from what the PodSet shows.
-async fn write_status(ps: &PodSet, pods: &[Arc<CachedPod>], outcome: &Outcome, ctx: &Context) -> Result<()> {
+async fn write_status(
+    ps: &PodSet,
+    pods: &[Arc<CachedPod>],
+    outcome: &Outcome,
+    ctx: &Context,
+) -> Result<()> {
     let status = plan::status(ps, pods, outcome, Timestamp::now());
     if ps.status.as_ref() == Some(&status) {
         return Ok(());
     }
     let api: Api<PodSet> = Api::namespaced(ctx.client.clone(), &ps.namespace().unwrap_or_default());
     let patch = serde_json::json!({ "status": status });
-    api.patch_status(&ps.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(Error::StatusWrite)?;
+    api.patch_status(
+        &ps.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(Error::StatusWrite)?;
     Ok(())
 }

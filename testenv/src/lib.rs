@@ -110,7 +110,9 @@ pub fn kube_bin_dir() -> PathBuf {
     }
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache"));
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
+        });
     cache.join("podset-operator/kubernetes-v1.20.2/bin")
 }
 
@@ -123,9 +125,17 @@ pub fn free_port() -> Result<u16> {
 impl Cluster {
     pub async fn start(opts: Options) -> Result<Self> {
         let bin = kube_bin_dir();
-        for b in ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubemark"] {
+        for b in [
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kubemark",
+        ] {
             if !bin.join(b).exists() {
-                bail!("{} is missing: run hack/build-kubernetes.sh (make kubernetes) first", bin.join(b).display());
+                bail!(
+                    "{} is missing: run hack/build-kubernetes.sh (make kubernetes) first",
+                    bin.join(b).display()
+                );
             }
         }
         let root = match &opts.dir {
@@ -134,7 +144,9 @@ impl Cluster {
                 Root::Fixed(dir.clone())
             }
             None => Root::Temp(Some(
-                tempfile::Builder::new().prefix("podset-testenv-").tempdir()?,
+                tempfile::Builder::new()
+                    .prefix("podset-testenv-")
+                    .tempdir()?,
             )),
         };
         let dir = root.path().to_path_buf();
@@ -173,7 +185,9 @@ impl Cluster {
             cluster.start_hollow_node(i)?;
         }
         if opts.controller_manager {
-            cluster.wait_for_service_account("default", "default").await?;
+            cluster
+                .wait_for_service_account("default", "default")
+                .await?;
         }
         if opts.nodes > 0 {
             cluster.wait_for_ready_nodes(opts.nodes).await?;
@@ -204,10 +218,16 @@ impl Cluster {
         // A throwaway cluster keeps etcd on tmpfs: fsync latency, not CPU, bounds the apiserver
         // here. A fixed directory (make cluster-up) keeps its data across restarts.
         let data = match (&self.root, Path::new("/dev/shm").is_dir()) {
-            (Root::Temp(_), true) => tempfile::Builder::new().prefix("podset-testenv-etcd-").tempdir_in("/dev/shm")?.keep(),
+            (Root::Temp(_), true) => tempfile::Builder::new()
+                .prefix("podset-testenv-etcd-")
+                .tempdir_in("/dev/shm")?
+                .keep(),
             _ => self.dir().join("etcd"),
         };
-        std::fs::write(self.dir().join("etcd-data-dir"), data.to_string_lossy().as_bytes())?;
+        std::fs::write(
+            self.dir().join("etcd-data-dir"),
+            data.to_string_lossy().as_bytes(),
+        )?;
         let client_url = format!("http://127.0.0.1:{}", self.etcd_port);
         let peer_url = format!("http://127.0.0.1:{peer}");
         let args = vec![
@@ -239,8 +259,14 @@ impl Cluster {
             format!("--client-ca-file={}", self.pki.ca_cert.display()),
             format!("--token-auth-file={}", d.join("tokens.csv").display()),
             "--authorization-mode=RBAC".into(),
-            format!("--service-account-key-file={}", self.pki.service_account_pub.display()),
-            format!("--service-account-signing-key-file={}", self.pki.service_account_key.display()),
+            format!(
+                "--service-account-key-file={}",
+                self.pki.service_account_pub.display()
+            ),
+            format!(
+                "--service-account-signing-key-file={}",
+                self.pki.service_account_key.display()
+            ),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--allow-privileged=true".into(),
@@ -258,7 +284,9 @@ impl Cluster {
     /// Polls `/readyz` until it answers 200, or fails with the apiserver's log.
     pub async fn wait_for_apiserver(&mut self) -> Result<()> {
         let http = reqwest::Client::builder()
-            .add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(&self.pki.ca_cert)?)?)
+            .add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(
+                &self.pki.ca_cert,
+            )?)?)
             .timeout(Duration::from_secs(2))
             .build()?;
         let url = format!("{}/readyz", self.server_url());
@@ -277,12 +305,20 @@ impl Cluster {
             for name in ["etcd", "kube-apiserver"] {
                 if let Some(p) = self.component_mut(name) {
                     if let Some(status) = p.exited() {
-                        bail!("{name} exited ({status}) during start-up:\n{}", p.log_tail(40));
+                        bail!(
+                            "{name} exited ({status}) during start-up:\n{}",
+                            p.log_tail(40)
+                        );
                     }
                 }
             }
             if Instant::now() > deadline {
-                bail!("kube-apiserver not ready after 90s:\n{}", self.component("kube-apiserver").map(|p| p.log_tail(40)).unwrap_or_default());
+                bail!(
+                    "kube-apiserver not ready after 90s:\n{}",
+                    self.component("kube-apiserver")
+                        .map(|p| p.log_tail(40))
+                        .unwrap_or_default()
+                );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -294,7 +330,10 @@ impl Cluster {
             "--port=0".into(),
             "--secure-port=0".into(),
             "--leader-elect=false".into(),
-            format!("--service-account-private-key-file={}", self.pki.service_account_key.display()),
+            format!(
+                "--service-account-private-key-file={}",
+                self.pki.service_account_key.display()
+            ),
             format!("--root-ca-file={}", self.pki.ca_cert.display()),
             "--use-service-account-credentials=false".into(),
             "--v=1".into(),
@@ -303,7 +342,12 @@ impl Cluster {
             args.push(format!("--controllers={c}"));
         }
         args.extend(opts.controller_manager_args.iter().cloned());
-        let mut p = Process::new("kube-controller-manager", self.bin.join("kube-controller-manager"), args, &self.dir().to_path_buf());
+        let mut p = Process::new(
+            "kube-controller-manager",
+            self.bin.join("kube-controller-manager"),
+            args,
+            &self.dir().to_path_buf(),
+        );
         p.start()?;
         self.components.push(p);
         Ok(())
@@ -317,7 +361,12 @@ impl Cluster {
             "--leader-elect=false".into(),
             "--v=1".into(),
         ];
-        let mut p = Process::new("kube-scheduler", self.bin.join("kube-scheduler"), args, &self.dir().to_path_buf());
+        let mut p = Process::new(
+            "kube-scheduler",
+            self.bin.join("kube-scheduler"),
+            args,
+            &self.dir().to_path_buf(),
+        );
         p.start()?;
         self.components.push(p);
         Ok(())
@@ -333,7 +382,12 @@ impl Cluster {
             format!("--kubelet-read-only-port={}", free_port()?),
             "--v=1".into(),
         ];
-        let mut p = Process::new(&name, self.bin.join("kubemark"), args, &self.dir().to_path_buf());
+        let mut p = Process::new(
+            &name,
+            self.bin.join("kubemark"),
+            args,
+            &self.dir().to_path_buf(),
+        );
         p.start()?;
         self.components.push(p);
         Ok(())
@@ -349,13 +403,17 @@ impl Cluster {
 
     /// Stops a component (SIGTERM, then SIGKILL) so a fault test can restart it.
     pub fn stop(&mut self, name: &str) -> Result<()> {
-        self.component_mut(name).ok_or_else(|| anyhow!("no component {name}"))?.stop();
+        self.component_mut(name)
+            .ok_or_else(|| anyhow!("no component {name}"))?
+            .stop();
         Ok(())
     }
 
     /// Starts a stopped component again with the same flags; waits for the apiserver.
     pub async fn restart(&mut self, name: &str) -> Result<()> {
-        let p = self.component_mut(name).ok_or_else(|| anyhow!("no component {name}"))?;
+        let p = self
+            .component_mut(name)
+            .ok_or_else(|| anyhow!("no component {name}"))?;
         p.stop();
         p.start()?;
         if name == "kube-apiserver" || name == "etcd" {
@@ -416,22 +474,30 @@ impl Cluster {
 
     async fn wait_for_service_account(&self, ns: &str, name: &str) -> Result<()> {
         let sas: Api<ServiceAccount> = Api::namespaced(self.client().await?, ns);
-        poll(Duration::from_secs(60), &format!("serviceaccount {ns}/{name} with a token"), || async {
-            Ok(sas
-                .get_opt(name)
-                .await?
-                .is_some_and(|sa| !sa.secrets.unwrap_or_default().is_empty()))
-        })
+        poll(
+            Duration::from_secs(60),
+            &format!("serviceaccount {ns}/{name} with a token"),
+            || async {
+                Ok(sas
+                    .get_opt(name)
+                    .await?
+                    .is_some_and(|sa| !sa.secrets.unwrap_or_default().is_empty()))
+            },
+        )
         .await
     }
 
     async fn wait_for_ready_nodes(&self, n: usize) -> Result<()> {
         let nodes: Api<Node> = Api::all(self.client().await?);
-        poll(Duration::from_secs(120), &format!("{n} Ready, untainted nodes"), || async {
-            let list = nodes.list(&Default::default()).await?;
-            let ready = list.items.iter().filter(|n| node_schedulable(n)).count();
-            Ok(ready >= n)
-        })
+        poll(
+            Duration::from_secs(120),
+            &format!("{n} Ready, untainted nodes"),
+            || async {
+                let list = nodes.list(&Default::default()).await?;
+                let ready = list.items.iter().filter(|n| node_schedulable(n)).count();
+                Ok(ready >= n)
+            },
+        )
         .await
     }
 
@@ -439,7 +505,14 @@ impl Cluster {
     pub fn logs(&self, lines: usize) -> String {
         self.components
             .iter()
-            .map(|p| format!("----- {} ({}) -----\n{}\n", p.name, p.log.display(), p.log_tail(lines)))
+            .map(|p| {
+                format!(
+                    "----- {} ({}) -----\n{}\n",
+                    p.name,
+                    p.log.display(),
+                    p.log_tail(lines)
+                )
+            })
             .collect()
     }
 }
@@ -465,7 +538,12 @@ impl Drop for Cluster {
         while let Some(mut p) = self.components.pop() {
             p.stop_with(libc::SIGTERM, Duration::from_secs(3));
             if failing {
-                eprintln!("----- {} log ({}) -----\n{}", p.name, p.log.display(), p.log_tail(60));
+                eprintln!(
+                    "----- {} log ({}) -----\n{}",
+                    p.name,
+                    p.log.display(),
+                    p.log_tail(60)
+                );
             }
         }
         if let Ok(data) = std::fs::read_to_string(self.dir().join("etcd-data-dir")) {
@@ -511,7 +589,9 @@ where
             Err(e) => last_err = Some(e),
         }
         if Instant::now() > deadline {
-            let why = last_err.map(|e| format!(" (last error: {e:#})")).unwrap_or_default();
+            let why = last_err
+                .map(|e| format!(" (last error: {e:#})"))
+                .unwrap_or_default();
             bail!("timed out after {timeout:?} waiting for {what}{why}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -541,25 +621,37 @@ pub async fn apply_crds(client: &Client, yaml: &str) -> Result<()> {
     let mut names = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(yaml) {
         let crd = CustomResourceDefinition::deserialize(doc)?;
-        let name = crd.metadata.name.clone().ok_or_else(|| anyhow!("CRD without a name"))?;
-        crds.patch(&name, &PatchParams::apply("podset-operator-install").force(), &Patch::Apply(&crd))
-            .await
-            .with_context(|| format!("applying CRD {name}"))?;
+        let name = crd
+            .metadata
+            .name
+            .clone()
+            .ok_or_else(|| anyhow!("CRD without a name"))?;
+        crds.patch(
+            &name,
+            &PatchParams::apply("podset-operator-install").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .with_context(|| format!("applying CRD {name}"))?;
         names.push(name);
     }
     for name in names {
         let crds = crds.clone();
-        poll(Duration::from_secs(30), &format!("CRD {name} Established"), || {
-            let crds = crds.clone();
-            let name = name.clone();
-            async move {
-                let crd = crds.get(&name).await?;
-                Ok(crd
-                    .status
-                    .and_then(|s| s.conditions)
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True")))
-            }
-        })
+        poll(
+            Duration::from_secs(30),
+            &format!("CRD {name} Established"),
+            || {
+                let crds = crds.clone();
+                let name = name.clone();
+                async move {
+                    let crd = crds.get(&name).await?;
+                    Ok(crd.status.and_then(|s| s.conditions).is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c.type_ == "Established" && c.status == "True")
+                    }))
+                }
+            },
+        )
         .await?;
     }
     Ok(())

@@ -19,7 +19,9 @@ impl Pki {
         std::fs::create_dir_all(dir)?;
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.distinguished_name.push(DnType::CommonName, "podset-testenv-ca");
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "podset-testenv-ca");
         let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
 
         let mut serving = CertificateParams::new(vec![
@@ -28,7 +30,9 @@ impl Pki {
             "kubernetes".to_string(),
             "kubernetes.default.svc".to_string(),
         ])?;
-        serving.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+        serving
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
         let serving_key = KeyPair::generate()?;
         let serving_cert = serving.signed_by(&serving_key, &ca)?;
 

@@ -94,7 +94,10 @@ impl Process {
             .stdout(log.try_clone()?)
             .stderr(log);
         let child = spawn_tied(cmd).map_err(|e| {
-            io::Error::new(e.kind(), format!("starting {} ({}): {e}", self.name, self.program.display()))
+            io::Error::new(
+                e.kind(),
+                format!("starting {} ({}): {e}", self.name, self.program.display()),
+            )
         })?;
         self.child = Some(child);
         Ok(())
@@ -106,12 +109,16 @@ impl Process {
 
     /// Whether the process has exited (and so needs looking at).
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// Sends `signal` and waits up to `grace` for the exit, then SIGKILLs the group.
     pub fn stop_with(&mut self, signal: i32, grace: Duration) {
-        let Some(mut child) = self.child.take() else { return };
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
         let pgid = child.id() as i32;
         // SAFETY: plain syscalls on a process group we created.
         unsafe { libc::kill(-pgid, signal) };

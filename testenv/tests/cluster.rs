@@ -25,12 +25,20 @@ async fn pods_schedule_and_run_on_hollow_nodes() -> Result<()> {
         "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}]}
     }))?;
     pods.create(&PostParams::default(), &pod).await?;
-    poll(Duration::from_secs(60), "pod Running on a hollow node", || async {
-        let p = pods.get("sleeper").await?;
-        let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
-        let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
-        Ok(node.starts_with("hollow-node-") && phase == "Running")
-    })
+    poll(
+        Duration::from_secs(60),
+        "pod Running on a hollow node",
+        || async {
+            let p = pods.get("sleeper").await?;
+            let node = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
+            let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
+            Ok(node.starts_with("hollow-node-") && phase == "Running")
+        },
+    )
     .await
 }
 
@@ -40,10 +48,16 @@ async fn garbage_collector_deletes_dependents() -> Result<()> {
     cluster.create_namespace("gc").await?;
     let cms: Api<ConfigMap> = Api::namespaced(cluster.client().await?, "gc");
     let owner = cms
-        .create(&PostParams::default(), &ConfigMap {
-            metadata: ObjectMeta { name: Some("owner".into()), ..Default::default() },
-            ..Default::default()
-        })
+        .create(
+            &PostParams::default(),
+            &ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some("owner".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
         .await?;
     let dependent = ConfigMap {
         metadata: ObjectMeta {
@@ -61,9 +75,11 @@ async fn garbage_collector_deletes_dependents() -> Result<()> {
     };
     cms.create(&PostParams::default(), &dependent).await?;
     cms.delete("owner", &DeleteParams::default()).await?;
-    poll(Duration::from_secs(90), "the dependent to be garbage-collected", || async {
-        Ok(cms.get_opt("dependent").await?.is_none())
-    })
+    poll(
+        Duration::from_secs(90),
+        "the dependent to be garbage-collected",
+        || async { Ok(cms.get_opt("dependent").await?.is_none()) },
+    )
     .await
 }
 
@@ -73,7 +89,10 @@ async fn rbac_refuses_an_identity_without_permission() -> Result<()> {
     cluster.create_namespace("rbac").await?;
     let sas: Api<ServiceAccount> = Api::namespaced(cluster.client().await?, "rbac");
     let sa = ServiceAccount {
-        metadata: ObjectMeta { name: Some("nobody".into()), ..Default::default() },
+        metadata: ObjectMeta {
+            name: Some("nobody".into()),
+            ..Default::default()
+        },
         ..Default::default()
     };
     sas.create(&PostParams::default(), &sa).await?;
@@ -83,7 +102,11 @@ async fn rbac_refuses_an_identity_without_permission() -> Result<()> {
     match secrets.list(&Default::default()).await {
         Err(kube::Error::Api(s)) => {
             assert_eq!(s.code, 403, "{s:?}");
-            assert!(s.message.contains("system:serviceaccount:rbac:nobody"), "{}", s.message);
+            assert!(
+                s.message.contains("system:serviceaccount:rbac:nobody"),
+                "{}",
+                s.message
+            );
         }
         other => panic!("expected 403 Forbidden, got {other:?}"),
     }

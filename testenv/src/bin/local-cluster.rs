@@ -27,16 +27,30 @@ async fn main() -> Result<()> {
     let dir = std::path::absolute(&args.dir)?;
     let ready_marker = dir.join("ready");
     let _ = std::fs::remove_file(&ready_marker);
-    eprintln!("local-cluster: starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and {} hollow nodes in {}", args.nodes, dir.display());
-    let crds = args.crds.as_ref().map(std::fs::read_to_string).transpose()?;
+    eprintln!(
+        "local-cluster: starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and {} hollow nodes in {}",
+        args.nodes,
+        dir.display()
+    );
+    let crds = args
+        .crds
+        .as_ref()
+        .map(std::fs::read_to_string)
+        .transpose()?;
     let cluster = Cluster::start(Options {
         dir: Some(dir.clone()),
         crds,
         ..Options::default().with_nodes(args.nodes)
     })
     .await?;
-    std::fs::write(&ready_marker, cluster.kubeconfig().to_string_lossy().as_bytes())?;
-    eprintln!("local-cluster: ready; export KUBECONFIG={}", cluster.kubeconfig().display());
+    std::fs::write(
+        &ready_marker,
+        cluster.kubeconfig().to_string_lossy().as_bytes(),
+    )?;
+    eprintln!(
+        "local-cluster: ready; export KUBECONFIG={}",
+        cluster.kubeconfig().display()
+    );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
