@@ -51,6 +51,10 @@ cluster-up: kubernetes build ## Start the local control plane in the background 
 cluster-down: ## Stop the local control plane
 	@bash hack/cluster.sh down
 
+.PHONY: manifests
+manifests: ## Regenerate the CRD and RBAC manifests (config/, charts/) from the Rust code
+	$(CARGO) run -q --bin podset-operator -- manifests --root .
+
 .PHONY: crds
 crds: ## Print the CRDs generated from the Rust types
 	@$(CARGO) run -q --bin podset-operator -- crds

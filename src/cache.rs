@@ -119,6 +119,18 @@ impl CachedPod {
         }
     }
 
+    /// A short name of where the pod is, for metrics.
+    pub fn state(&self) -> &'static str {
+        match (self.terminating, self.phase) {
+            (true, _) => "terminating",
+            (_, Phase::Pending) => "pending",
+            (_, Phase::Running) => "running",
+            (_, Phase::Succeeded) => "succeeded",
+            (_, Phase::Failed) => "failed",
+            (_, Phase::Unknown) => "unknown",
+        }
+    }
+
     /// Counted as available: not terminating, and Pending or Running.
     pub fn is_active(&self) -> bool {
         !self.terminating && matches!(self.phase, Phase::Pending | Phase::Running)
@@ -191,6 +203,12 @@ pub struct PodCache {
     ready: watch::Sender<bool>,
 }
 
+impl std::fmt::Debug for PodCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodCache").field("pods", &self.len()).finish()
+    }
+}
+
 impl Default for PodCache {
     fn default() -> Self {
         Self {
@@ -214,6 +232,17 @@ impl PodCache {
 
     pub fn len(&self) -> usize {
         self.index.read().expect("pod cache lock").len()
+    }
+
+    /// How many pods each owner kind has in each state (for metrics).
+    pub fn counts(&self) -> std::collections::BTreeMap<(String, &'static str), usize> {
+        let index = self.index.read().expect("pod cache lock");
+        let mut counts = std::collections::BTreeMap::new();
+        for pod in index.by_owner.values().flat_map(HashMap::values) {
+            let kind = pod.owner.as_ref().map(|o| o.kind.clone()).unwrap_or_default();
+            *counts.entry((kind, pod.state())).or_insert(0) += 1;
+        }
+        counts
     }
 
     pub fn is_empty(&self) -> bool {

@@ -1,14 +1,21 @@
-//! `podset-operator`: runs the PodSet and At controllers, or prints their CRDs.
+//! `podset-operator`: runs the PodSet and At controllers, or prints their manifests.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
+use podset_operator::cache::PodCache;
 use podset_operator::controller::{self, Settings};
+use podset_operator::health::Health;
+use podset_operator::leader::LeaderElection;
 use podset_operator::metrics::Metrics;
 use podset_operator::telemetry::{self, LogFormat};
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tower::ServiceBuilder;
+use tracing::{error, info, warn};
 
 #[derive(Parser)]
 #[command(
@@ -23,9 +30,15 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the controllers against the kubeconfig's cluster, or in-cluster config.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print every CRD as YAML, for `kubectl apply --server-side -f -`.
     Crds,
+    /// Write the generated CRD and RBAC manifests (config/, charts/) below a directory.
+    Manifests {
+        /// The repository root.
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -54,6 +67,34 @@ struct RunArgs {
     #[arg(long, env = "CONCURRENCY", default_value_t = 16)]
     concurrency: u16,
 
+    /// Address of the /metrics endpoint.
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
+    metrics_bind_address: SocketAddr,
+
+    /// Address of the /livez and /readyz probe endpoints.
+    #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = "0.0.0.0:8081")]
+    health_probe_bind_address: SocketAddr,
+
+    /// Elect a leader among replicas on a Lease; only the leader runs the controllers.
+    #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
+    leader_elect: bool,
+
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "LEADER_ELECTION_ID", default_value = "podset-operator-leader")]
+    leader_election_id: String,
+
+    /// Namespace of the Lease; default: the operator's own (in a pod), else `default`.
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+
+    /// Lease duration in seconds: how soon a standby takes over from a leader that died.
+    #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15)]
+    lease_duration_seconds: u64,
+
+    /// How long, after SIGTERM, in-flight reconciles may take before the process exits.
+    #[arg(long, env = "SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 10)]
+    shutdown_timeout_seconds: u64,
+
     /// Log format: json lines, or text for a terminal.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
     log_format: LogFormat,
@@ -62,7 +103,7 @@ struct RunArgs {
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     log_level: String,
 
-    /// This instance's name in events and leases (the pod name in a cluster).
+    /// This instance's name in events and the Lease (the pod name in a cluster).
     #[arg(long, env = "POD_NAME", default_value_t = default_instance())]
     instance: String,
 }
@@ -73,6 +114,13 @@ fn default_instance() -> String {
         .unwrap_or_else(|_| "podset-operator".into())
 }
 
+/// The namespace of the pod we run in, from the mounted ServiceAccount.
+fn own_namespace() -> Option<String> {
+    std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
@@ -80,15 +128,57 @@ async fn main() -> anyhow::Result<()> {
             print!("{}", podset_operator::api::crds_yaml());
             Ok(())
         }
-        Command::Run(args) => run(args).await,
+        Command::Manifests { root } => {
+            for path in podset_operator::manifests::write(&root)? {
+                println!("wrote {}", path.display());
+            }
+            Ok(())
+        }
+        Command::Run(args) => run(*args).await,
     }
+}
+
+/// A client whose every request is counted in `podset_operator_api_requests_total`.
+async fn client(metrics: Arc<Metrics>) -> anyhow::Result<kube::Client> {
+    let config = kube::Config::infer()
+        .await
+        .context("finding Kubernetes credentials (kubeconfig or in-cluster)")?;
+    let count = ServiceBuilder::new().map_request(move |req: http::Request<kube::client::Body>| {
+        metrics.api_request(req.method().as_str());
+        req
+    });
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&count)
+        .build())
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     telemetry::init(args.log_format, &args.log_level)?;
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to Kubernetes (kubeconfig or in-cluster)")?;
+    let metrics = Arc::new(Metrics::default());
+    let pods = Arc::new(PodCache::default());
+    let health = Arc::new(Health::default());
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+
+    let client = client(metrics.clone()).await?;
+    let registry = metrics.registry(pods.clone());
+    let stop_http = CancellationToken::new();
+    let metrics_addr = podset_operator::http::serve(
+        args.metrics_bind_address,
+        health.clone(),
+        registry,
+        stop_http.clone(),
+    )
+    .await
+    .with_context(|| format!("serving metrics on {}", args.metrics_bind_address))?;
+    let health_addr = podset_operator::http::serve(
+        args.health_probe_bind_address,
+        health.clone(),
+        metrics.registry(pods.clone()),
+        stop_http.clone(),
+    )
+    .await
+    .with_context(|| format!("serving probes on {}", args.health_probe_bind_address))?;
     let settings = Settings {
         namespace: Some(args.namespace.clone()).filter(|ns| !ns.is_empty()),
         podset: args.controllers.contains(&Which::Podset),
@@ -100,12 +190,98 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         namespace = settings.namespace.as_deref().unwrap_or("<all>"),
         podset = settings.podset,
         at = settings.at,
+        %metrics_addr,
+        %health_addr,
+        leader_elect = args.leader_elect,
         "starting"
     );
-    let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
-    controller::run(client, settings, Arc::new(Metrics::default()), shutdown).await?;
-    info!("stopped");
+
+    let result = if args.leader_elect {
+        run_as_leader(&args, client, settings, metrics, pods, health, shutdown).await
+    } else {
+        metrics.leader.set(1);
+        let timeout = Duration::from_secs(args.shutdown_timeout_seconds);
+        run_controllers(client, settings, metrics, pods, health, shutdown, timeout).await
+    };
+    stop_http.cancel();
+    match &result {
+        Ok(()) => info!("stopped"),
+        Err(e) => error!(error = format!("{e:#}"), "stopped with an error"),
+    }
+    result
+}
+
+/// Runs the controllers until `shutdown`, then gives in-flight reconciles `timeout`.
+async fn run_controllers(
+    client: kube::Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    pods: Arc<PodCache>,
+    health: Arc<Health>,
+    shutdown: CancellationToken,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let controllers = controller::run(client, settings, metrics, pods, health, shutdown.clone());
+    let mut controllers = std::pin::pin!(controllers);
+    tokio::select! {
+        result = &mut controllers => return result,
+        _ = shutdown.cancelled() => {}
+    }
+    match tokio::time::timeout(timeout, controllers).await {
+        Ok(result) => result,
+        Err(_) => {
+            warn!(?timeout, "in-flight reconciles did not finish in time; exiting anyway");
+            Ok(())
+        }
+    }
+}
+
+/// Waits for the lease, runs the controllers while holding it, and releases it on shutdown.
+/// Losing the lease ends the process with an error: a fresh start is the safe way back.
+async fn run_as_leader(
+    args: &RunArgs,
+    client: kube::Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    pods: Arc<PodCache>,
+    health: Arc<Health>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let namespace = args
+        .leader_election_namespace
+        .clone()
+        .or_else(own_namespace)
+        .unwrap_or_else(|| "default".into());
+    let election = LeaderElection::new(
+        client.clone(),
+        &namespace,
+        &args.leader_election_id,
+        &args.instance,
+        Duration::from_secs(args.lease_duration_seconds),
+    )
+    .await
+    .context("setting up leader election")?;
+    // A standby is healthy and ready: it is only waiting.
+    health.set_ready(true);
+    info!(lease = %args.leader_election_id, %namespace, "waiting for the leader lease");
+    if !election.acquire(&shutdown).await? {
+        return Ok(());
+    }
+    info!(lease = %args.leader_election_id, "became the leader");
+    metrics.leader.set(1);
+    health.set_ready(false);
+    let leading = shutdown.child_token();
+    let timeout = Duration::from_secs(args.shutdown_timeout_seconds);
+    let controllers = run_controllers(client, settings, metrics.clone(), pods, health, leading.clone(), timeout);
+    let lost = tokio::select! {
+        result = controllers => { result?; false }
+        _ = election.hold() => { leading.cancel(); true }
+    };
+    metrics.leader.set(0);
+    election.release().await;
+    if lost {
+        anyhow::bail!("lost the leader lease; exiting so that a fresh start rejoins the election");
+    }
     Ok(())
 }
 

@@ -48,12 +48,13 @@ pub fn rules() -> Vec<PolicyRule> {
     ]
 }
 
-/// Leader election on a coordination.k8s.io Lease.
+/// Leader election on a coordination.k8s.io Lease: kube-lease-manager gets, creates and
+/// patches it; a standby watches it to take over the moment it is released.
 pub fn leader_election_rules() -> Vec<PolicyRule> {
     vec![rule(
         "coordination.k8s.io",
         &["leases"],
-        &["get", "create", "patch"],
+        &["get", "list", "watch", "create", "patch"],
     )]
 }
 

@@ -29,6 +29,7 @@ use crate::api::{At, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet};
 use crate::cache::{PodCache, Touched};
 use crate::error::Error;
 use crate::expectations::Expectations;
+use crate::health::Health;
 use crate::metrics::Metrics;
 
 /// What to run, and where.
@@ -90,16 +91,19 @@ where
 }
 
 /// Runs the selected controllers until `shutdown` is cancelled, then lets in-flight
-/// reconciles finish.
+/// reconciles finish. `pods` is the (empty) cache the controllers fill; `health` reports
+/// readiness once it synced, and death if a loop ends unasked.
 pub async fn run(
     client: Client,
     settings: Settings,
     metrics: Arc<Metrics>,
+    pods: Arc<PodCache>,
+    health: Arc<Health>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let ctx = Arc::new(Context {
         client: client.clone(),
-        pods: Arc::new(PodCache::default()),
+        pods,
         expectations: Expectations::default(),
         recorder: Recorder::new(
             client.clone(),
@@ -117,13 +121,20 @@ pub async fn run(
         podset: podset_tx,
         at: at_tx,
     };
-    let pod_watch = tokio::spawn(watch_pods(ctx.clone(), settings.namespace.clone(), router));
+    let pod_watch = {
+        let (ctx, health, namespace) = (ctx.clone(), health.clone(), settings.namespace.clone());
+        tokio::spawn(async move {
+            watch_pods(ctx, namespace, router).await;
+            health.set_dead();
+        })
+    };
 
     // Reconciling before the first full pod list would see no pods and create them all again.
     tokio::select! {
         _ = ctx.pods.wait_ready() => info!(pods = ctx.pods.len(), "pod cache synced"),
         _ = shutdown.cancelled() => return Ok(()),
     }
+    health.set_ready(true);
 
     let mut controllers = Vec::new();
     if settings.podset {
@@ -156,6 +167,9 @@ pub async fn run(
     }
     for c in controllers {
         c.await?;
+    }
+    if !shutdown.is_cancelled() {
+        health.set_dead();
     }
     pod_watch.abort();
     info!("controllers stopped");
