@@ -6,9 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{
-    Capabilities, Container, Pod, PodSecurityContext, PodSpec, SeccompProfile, SecurityContext,
-};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
@@ -22,9 +20,6 @@ pub const POD_VERSION: &str = "v0.1";
 /// Finished (Succeeded/Failed) pods kept per PodSet for `kubectl logs`; older ones are deleted
 /// so that replaced pods do not pile up.
 pub const MAX_FINISHED_PODS: usize = 3;
-
-/// Non-root user for the default busybox pod (`nobody`).
-const DEFAULT_RUN_AS_USER: i64 = 65534;
 
 pub const CONDITION_AVAILABLE: &str = "Available";
 pub const CONDITION_REPLICA_FAILURE: &str = "ReplicaFailure";
@@ -177,8 +172,7 @@ pub fn pod_for(ps: &PodSet) -> Pod {
     labels.insert("app".into(), name.clone());
     labels.insert("version".into(), POD_VERSION.into());
     labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY_VALUE.into());
-    let mut owner = ps.controller_owner_ref(&()).expect("a PodSet from the API has a name and uid");
-    owner.block_owner_deletion = Some(true);
+    let owner = super::controller_ref(ps);
     let mut spec = template.spec.unwrap_or_else(default_pod_spec);
     // As a ReplicaSet requires: a PodSet replaces pods that end, so containers restart in place.
     spec.restart_policy = Some("Always".into());
@@ -200,40 +194,14 @@ pub fn pod_for(ps: &PodSet) -> Pod {
 fn default_pod_spec() -> PodSpec {
     PodSpec {
         automount_service_account_token: Some(false),
-        security_context: Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(DEFAULT_RUN_AS_USER),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
+        security_context: Some(super::restricted_pod_security_context()),
         containers: vec![Container {
             name: "busybox".into(),
             image: Some("busybox".into()),
             command: Some(vec!["sleep".into(), "3600".into()]),
-            security_context: Some(restricted_container_security_context()),
+            security_context: Some(super::restricted_container_security_context()),
             ..Default::default()
         }],
-        ..Default::default()
-    }
-}
-
-/// allowPrivilegeEscalation false, all capabilities dropped, non-root, RuntimeDefault seccomp.
-pub fn restricted_container_security_context() -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".into()]),
-            ..Default::default()
-        }),
-        run_as_non_root: Some(true),
-        run_as_user: Some(DEFAULT_RUN_AS_USER),
-        seccomp_profile: Some(SeccompProfile {
-            type_: "RuntimeDefault".into(),
-            ..Default::default()
-        }),
         ..Default::default()
     }
 }
