@@ -1,17 +1,181 @@
-//! The At reconcile (issue 4: being written).
+//! The At reconcile: carry out the plan's step (create the pod, or read it live when the
+//! cache shows none), then write the status if it changed and publish an event per change.
 
 use std::sync::Arc;
 
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use tracing::{debug, info, warn};
 
-use super::{Context, retry_after};
-use crate::api::At;
+use super::{Context, publish, retry_after, timed};
+use crate::api::{At, AtPhase, AtStatus};
+use crate::cache::CachedPod;
 use crate::error::{Error, Result};
+use crate::plan::at::{self as plan, Step};
 
-pub async fn reconcile(_at: Arc<At>, _ctx: Arc<Context>) -> Result<Action> {
-    Ok(Action::await_change())
+const CONTROLLER: &str = "at";
+
+pub async fn reconcile(at: Arc<At>, ctx: Arc<Context>) -> Result<Action> {
+    timed(&ctx, CONTROLLER, reconcile_at(&at, &ctx)).await
 }
 
-pub fn error_policy(at: Arc<At>, _error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(at: Arc<At>, error: &Error, ctx: Arc<Context>) -> Action {
+    warn!(controller = CONTROLLER, namespace = at.namespace(), name = at.name_any(), %error, "reconcile failed");
     retry_after(at.as_ref(), &ctx)
+}
+
+/// What to do after the status is written.
+enum Next {
+    Then(Action),
+    /// Something outside the operator is in the way: try again with a growing delay.
+    Retry,
+}
+
+async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
+    let pod_name = plan::pod_name(at);
+    let cached = ctx
+        .pods
+        .owned_by(&at.uid().unwrap_or_default())
+        .into_iter()
+        .find(|p| p.name == pod_name);
+    let now = Timestamp::now();
+    let (status, next) = match plan::decide(at, cached.as_deref(), now) {
+        Step::Wait(status, left) => {
+            debug!(
+                controller = CONTROLLER,
+                namespace = at.namespace(),
+                name = at.name_any(),
+                phase = "PENDING",
+                ?left,
+                "waiting for the schedule"
+            );
+            (status, Next::Then(Action::requeue(left)))
+        }
+        Step::Record(status) => (status, Next::Then(Action::await_change())),
+        Step::Confirm => {
+            let live = read_pod(at, ctx)
+                .await?
+                .filter(|p| controlled_by(at, p))
+                .map(|p| CachedPod::from_pod(&p));
+            (
+                plan::confirmed(at, live.as_ref(), now),
+                Next::Then(Action::await_change()),
+            )
+        }
+        Step::Start => start(at, ctx, now).await?,
+    };
+    if !write_status(at, &status, ctx).await? {
+        return Ok(retry_after(at, ctx));
+    }
+    Ok(match next {
+        Next::Then(action) => {
+            ctx.backoff.reset(&at.uid().unwrap_or_default());
+            action
+        }
+        Next::Retry => retry_after(at, ctx),
+    })
+}
+
+/// Creates the pod and reports RUNNING. The name is deterministic, so a create that finds the
+/// pod already there means an earlier attempt made it (its status write was lost, or this
+/// operator restarted), unless someone else's pod has the name: then it is left alone.
+async fn start(at: &At, ctx: &Context, now: Timestamp) -> Result<(AtStatus, Next)> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
+    let pod_name = plan::pod_name(at);
+    info!(controller = CONTROLLER, namespace = at.namespace(), name = at.name_any(), phase = "PENDING", command = %at.spec.command, "schedule due: creating pod");
+    let pod = match api.create(&PostParams::default(), &plan::pod_for(at)).await {
+        Ok(pod) => pod,
+        Err(kube::Error::Api(s)) if s.code == 409 => match read_pod(at, ctx).await? {
+            Some(pod) if controlled_by(at, &pod) => pod,
+            Some(_) => {
+                let message = format!(
+                    "pod {pod_name} exists and is not controlled by this At; it is left alone, and the command runs once the name is free"
+                );
+                return Ok((
+                    plan::blocked(at, plan::REASON_POD_NAME_TAKEN, message, now),
+                    Next::Retry,
+                ));
+            }
+            // Deleted between the create and the read: the name may be free now.
+            None => return Ok((at.status.clone().unwrap_or_default(), Next::Retry)),
+        },
+        Err(kube::Error::Api(s)) => {
+            let message = format!("creating pod {pod_name}: {}", s.message);
+            return Ok((
+                plan::blocked(at, plan::REASON_FAILED_CREATE, message, now),
+                Next::Retry,
+            ));
+        }
+        Err(e) => return Err(Error::PodApi(e)),
+    };
+    Ok((
+        plan::progress(at, &CachedPod::from_pod(&pod), now),
+        Next::Then(Action::await_change()),
+    ))
+}
+
+async fn read_pod(at: &At, ctx: &Context) -> Result<Option<Pod>> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
+    api.get_opt(&plan::pod_name(at))
+        .await
+        .map_err(Error::ApiRead)
+}
+
+fn controlled_by(at: &At, pod: &Pod) -> bool {
+    let uid = at.uid();
+    pod.owner_references()
+        .iter()
+        .any(|r| r.controller == Some(true) && Some(&r.uid) == uid.as_ref())
+}
+
+/// Writes `status` if it differs from what `at` shows, then publishes the events of the
+/// change. The patch carries the At's resourceVersion: a read that lagged behind an earlier
+/// write (a DONE, say) must not overwrite it. Returns false on such a conflict.
+async fn write_status(at: &At, status: &AtStatus, ctx: &Context) -> Result<bool> {
+    if at.status.as_ref() == Some(status) {
+        return Ok(true);
+    }
+    let api: Api<At> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
+    let patch = serde_json::json!({
+        "metadata": { "resourceVersion": at.resource_version() },
+        "status": status,
+    });
+    match api
+        .patch_status(
+            &at.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            debug!(
+                controller = CONTROLLER,
+                namespace = at.namespace(),
+                name = at.name_any(),
+                "the At changed since it was read; retrying"
+            );
+            return Ok(false);
+        }
+        Err(e) => return Err(Error::StatusWrite(e)),
+    }
+    let phase = phase_name(status.phase);
+    for note in plan::notes(at.status.as_ref(), status) {
+        info!(controller = CONTROLLER, namespace = at.namespace(), name = at.name_any(), phase, reason = %note.reason, message = %note.note, "status changed");
+        publish(at, ctx, note.type_, &note.reason, note.action, note.note).await;
+    }
+    Ok(true)
+}
+
+fn phase_name(phase: Option<AtPhase>) -> &'static str {
+    match phase {
+        None => "",
+        Some(AtPhase::Pending) => "PENDING",
+        Some(AtPhase::Running) => "RUNNING",
+        Some(AtPhase::Done) => "DONE",
+    }
 }

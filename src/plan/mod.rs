@@ -1,5 +1,6 @@
 //! The functional core: pure decisions, unit-tested without I/O.
 
+pub mod at;
 pub mod podset;
 
 use k8s_openapi::api::core::v1::{

@@ -1,0 +1,738 @@
+//! What an At needs, decided without I/O: when its schedule is due, the next step of its
+//! PENDING -> RUNNING -> DONE life, the status to report, the events telling that story, and
+//! the pod that runs the command.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use jiff::civil::DateTime;
+use jiff::tz::TimeZone;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+
+use crate::api::{At, AtPhase, AtStatus, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::cache::{CachedPod, Phase};
+use crate::conditions::{self, Want};
+
+/// The only shape `spec.schedule` has (the CRD's pattern enforces it).
+const SCHEDULE_FORMAT: &str = "%Y-%m-%dT%H:%M:%SZ";
+
+/// Whether the schedule is valid and the current spec is (or was) the one that runs.
+pub const CONDITION_SCHEDULED: &str = "Scheduled";
+/// How the run went: False while the pod runs, True once DONE.
+pub const CONDITION_COMPLETED: &str = "Completed";
+
+pub const REASON_SCHEDULED: &str = "Scheduled";
+pub const REASON_INVALID_SCHEDULE: &str = "InvalidSchedule";
+pub const REASON_POD_NAME_TAKEN: &str = "PodNameTaken";
+pub const REASON_FAILED_CREATE: &str = "FailedCreate";
+pub const REASON_SPEC_CHANGE_IGNORED: &str = "SpecChangeIgnored";
+pub const REASON_STARTED: &str = "Started";
+pub const REASON_SUCCEEDED: &str = "Succeeded";
+pub const REASON_FAILED: &str = "Failed";
+pub const REASON_POD_VANISHED: &str = "PodVanished";
+
+/// Condition reasons a user has to act on or know went wrong: their events are Warnings.
+const WARNING_REASONS: [&str; 6] = [
+    REASON_INVALID_SCHEDULE,
+    REASON_POD_NAME_TAKEN,
+    REASON_FAILED_CREATE,
+    REASON_SPEC_CHANGE_IGNORED,
+    REASON_FAILED,
+    REASON_POD_VANISHED,
+];
+
+/// Parses `spec.schedule` as a UTC time. The schema's pattern lets through dates that do not
+/// exist (February 30th, hour 25); those are refused here, with jiff's explanation.
+pub fn parse_schedule(schedule: &str) -> Result<Timestamp, String> {
+    DateTime::strptime(SCHEDULE_FORMAT, schedule)
+        .and_then(|dt| dt.to_zoned(TimeZone::UTC))
+        .map(|z| z.timestamp())
+        .map_err(|e| {
+            format!("schedule {schedule:?} is not a valid UTC time (YYYY-MM-DDThh:mm:ssZ): {e}")
+        })
+}
+
+/// How long until `schedule`, or `None` once it is due (a past schedule is due at once).
+pub fn until_due(schedule: Timestamp, now: Timestamp) -> Option<Duration> {
+    Duration::try_from(schedule.duration_since(now))
+        .ok()
+        .filter(|d| !d.is_zero())
+}
+
+/// The deterministic name of an At's pod: a second create can only fail, so nothing ever
+/// runs the command twice, even across operator restarts.
+pub fn pod_name(at: &At) -> String {
+    format!("{}-pod", at.name_any())
+}
+
+/// What an At needs next.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Not due yet: record this (PENDING) status and wake after the duration.
+    Wait(AtStatus, Duration),
+    /// Due: create the pod, then record [`progress`] with it.
+    Start,
+    /// RUNNING, yet the cache shows no pod (it can lag a create): read the pod live, then
+    /// record [`confirmed`].
+    Confirm,
+    /// Record this status; nothing else happens until the At or its pod changes.
+    Record(AtStatus),
+}
+
+/// The next step for `at`, given its pod as the cache shows it.
+pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
+    let previous = at.status.clone().unwrap_or_default();
+    if at.meta().deletion_timestamp.is_some() {
+        // The garbage collector is removing the pod; starting or finishing now means nothing.
+        return Step::Record(previous);
+    }
+    match (previous.phase, pod) {
+        (Some(AtPhase::Done), _) => Step::Record(AtStatus {
+            conditions: after_start_conditions(at, &previous, None, now),
+            ..previous
+        }),
+        // A pod of ours exists, so the command started, whatever phase a lagging read shows.
+        (_, Some(pod)) => Step::Record(progress(at, pod, now)),
+        (Some(AtPhase::Running), None) => Step::Confirm,
+        (None | Some(AtPhase::Pending), None) => match parse_schedule(&at.spec.schedule) {
+            Err(message) => Step::Record(blocked(at, REASON_INVALID_SCHEDULE, message, now)),
+            Ok(due) => match until_due(due, now) {
+                Some(left) => Step::Wait(pending(at, scheduled(at), now), left),
+                None => Step::Start,
+            },
+        },
+    }
+}
+
+/// The status for our pod: RUNNING while it runs, DONE once it Succeeded or Failed.
+pub fn progress(at: &At, pod: &CachedPod, now: Timestamp) -> AtStatus {
+    let previous = at.status.clone().unwrap_or_default();
+    let generation = at.meta().generation;
+    let (completed, done) = match pod.phase {
+        Phase::Succeeded => (finished(REASON_SUCCEEDED, pod), Some(true)),
+        Phase::Failed => (finished(REASON_FAILED, pod), Some(false)),
+        _ => (
+            Want {
+                type_: CONDITION_COMPLETED,
+                status: false,
+                reason: REASON_STARTED,
+                message: format!("pod {} created; waiting for it to finish", pod.name),
+            },
+            None,
+        ),
+    };
+    let completed = conditions::condition(&previous.conditions, completed, generation, now);
+    AtStatus {
+        phase: Some(if done.is_some() {
+            AtPhase::Done
+        } else {
+            AtPhase::Running
+        }),
+        pod_name: Some(pod.name.clone()),
+        start_time: previous
+            .start_time
+            .clone()
+            .or_else(|| pod.created.map(Time))
+            .or(Some(Time(now))),
+        completion_time: done.map(|_| previous.completion_time.clone().unwrap_or(Time(now))),
+        succeeded: done,
+        conditions: after_start_conditions(at, &previous, Some(completed), now),
+    }
+}
+
+/// The status once a live read settled what the cache could not: `live` is the pod if it
+/// exists and this At controls it.
+pub fn confirmed(at: &At, live: Option<&CachedPod>, now: Timestamp) -> AtStatus {
+    if let Some(pod) = live {
+        return progress(at, pod, now);
+    }
+    let previous = at.status.clone().unwrap_or_default();
+    let name = previous.pod_name.clone().unwrap_or_else(|| pod_name(at));
+    let completed = conditions::condition(
+        &previous.conditions,
+        Want {
+            type_: CONDITION_COMPLETED,
+            status: true,
+            reason: REASON_POD_VANISHED,
+            message: format!(
+                "pod {name} disappeared before it finished (deleted?); the command is not run again"
+            ),
+        },
+        at.meta().generation,
+        now,
+    );
+    AtStatus {
+        phase: Some(AtPhase::Done),
+        pod_name: Some(name),
+        completion_time: Some(Time(now)),
+        succeeded: Some(false),
+        conditions: after_start_conditions(at, &previous, Some(completed), now),
+        ..previous
+    }
+}
+
+/// The status of a due At whose pod could not be created: still PENDING, with why.
+pub fn blocked(at: &At, reason: &str, message: String, now: Timestamp) -> AtStatus {
+    let want = Want {
+        type_: CONDITION_SCHEDULED,
+        status: false,
+        reason,
+        message,
+    };
+    pending(at, want, now)
+}
+
+fn scheduled(at: &At) -> Want<'static> {
+    Want {
+        type_: CONDITION_SCHEDULED,
+        status: true,
+        reason: REASON_SCHEDULED,
+        message: format!("the command runs at {}", at.spec.schedule),
+    }
+}
+
+fn pending(at: &At, want: Want<'_>, now: Timestamp) -> AtStatus {
+    let previous = at.status.clone().unwrap_or_default();
+    AtStatus {
+        phase: Some(AtPhase::Pending),
+        conditions: vec![conditions::condition(
+            &previous.conditions,
+            want,
+            at.meta().generation,
+            now,
+        )],
+        ..AtStatus::default()
+    }
+}
+
+/// `Completed` for a pod that ended, with the kubelet's reason, message and exit code.
+fn finished<'a>(reason: &'a str, pod: &CachedPod) -> Want<'a> {
+    let mut message = format!("pod {} {}", pod.name, reason.to_lowercase());
+    for detail in [&pod.reason, &pod.message].into_iter().flatten() {
+        message.push_str(&format!(": {detail}"));
+    }
+    if let Some(code) = pod.exit_code {
+        message.push_str(&format!(" (exit code {code})"));
+    }
+    Want {
+        type_: CONDITION_COMPLETED,
+        status: true,
+        reason,
+        message,
+    }
+}
+
+/// The conditions once the command started. `Scheduled` keeps the generation that ran; a
+/// newer generation means the spec changed afterwards, which an At never acts on, and the
+/// condition says so.
+fn after_start_conditions(
+    at: &At,
+    previous: &AtStatus,
+    completed: Option<Condition>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    let generation = at.meta().generation;
+    let started_before = matches!(previous.phase, Some(AtPhase::Running | AtPhase::Done));
+    let old = conditions::find(&previous.conditions, CONDITION_SCHEDULED);
+    let scheduled = match old {
+        Some(c) if started_before && c.observed_generation >= generation => c.clone(),
+        Some(_) if started_before => conditions::condition(
+            &previous.conditions,
+            Want {
+                type_: CONDITION_SCHEDULED,
+                status: false,
+                reason: REASON_SPEC_CHANGE_IGNORED,
+                message: format!(
+                    "the spec changed (generation {}) after the command started; an At runs once, so the change is ignored",
+                    generation.unwrap_or_default()
+                ),
+            },
+            generation,
+            now,
+        ),
+        _ => conditions::condition(&previous.conditions, scheduled(at), generation, now),
+    };
+    let completed =
+        completed.or_else(|| conditions::find(&previous.conditions, CONDITION_COMPLETED).cloned());
+    std::iter::once(scheduled).chain(completed).collect()
+}
+
+/// An event to publish.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Note {
+    pub type_: EventType,
+    pub reason: String,
+    pub action: &'static str,
+    pub note: String,
+}
+
+/// One event per condition that appeared or changed its status or reason from `old` to
+/// `new`: the conditions follow the phases, so `kubectl describe at` tells the whole story,
+/// and recomputing an unchanged status publishes nothing.
+pub fn notes(old: Option<&AtStatus>, new: &AtStatus) -> Vec<Note> {
+    let before = old.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    new.conditions
+        .iter()
+        .filter(|c| {
+            !conditions::find(before, &c.type_)
+                .is_some_and(|b| b.status == c.status && b.reason == c.reason)
+        })
+        .map(|c| Note {
+            type_: if WARNING_REASONS.contains(&c.reason.as_str()) {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: c.reason.clone(),
+            action: if c.type_ == CONDITION_SCHEDULED {
+                "Schedule"
+            } else {
+                "Run"
+            },
+            note: c.message.clone(),
+        })
+        .collect()
+}
+
+/// The pod that runs the command once: `sh -c`, so shell syntax works, and
+/// `restartPolicy: Never`, so a failing command ends as Failed instead of restarting.
+pub fn pod_for(at: &At) -> Pod {
+    let labels = BTreeMap::from([
+        ("app".to_string(), at.name_any()),
+        (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
+    ]);
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(pod_name(at)),
+            namespace: at.namespace(),
+            labels: Some(labels),
+            owner_references: Some(vec![super::controller_ref(at)]),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".into()),
+            automount_service_account_token: Some(false),
+            security_context: Some(super::restricted_pod_security_context()),
+            containers: vec![Container {
+                name: "busybox".into(),
+                image: Some("busybox".into()),
+                command: Some(vec!["sh".into(), "-c".into(), at.spec.command.clone()]),
+                security_context: Some(super::restricted_container_security_context()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::AtSpec;
+
+    const SCHEDULE: &str = "2019-04-12T10:12:00Z";
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn at_with(status: Option<AtStatus>) -> At {
+        let mut at = At::new(
+            "example-at",
+            AtSpec {
+                schedule: SCHEDULE.into(),
+                command: "echo YAY".into(),
+            },
+        );
+        at.metadata.namespace = Some("ns".into());
+        at.metadata.uid = Some("at-uid".into());
+        at.metadata.generation = Some(1);
+        at.status = status;
+        at
+    }
+
+    fn pod(phase: Phase) -> CachedPod {
+        CachedPod {
+            name: "example-at-pod".into(),
+            namespace: "ns".into(),
+            uid: "pod-uid".into(),
+            owner: None,
+            phase,
+            ready: false,
+            ready_since: None,
+            node_name: None,
+            terminating: false,
+            created: Some(ts("2019-04-12T10:12:01Z")),
+            deletion_cost: 0,
+            restarts: 0,
+            reason: None,
+            message: None,
+            exit_code: None,
+        }
+    }
+
+    fn condition<'a>(s: &'a AtStatus, type_: &str) -> (&'a str, &'a str) {
+        let c =
+            conditions::find(&s.conditions, type_).unwrap_or_else(|| panic!("no {type_} in {s:?}"));
+        (c.status.as_str(), c.reason.as_str())
+    }
+
+    /// The status a step records; any other step fails the test.
+    fn record(step: Step) -> AtStatus {
+        match step {
+            Step::Record(s) | Step::Wait(s, _) => s,
+            other => panic!("expected a status to record, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_utc_schedules_and_refuses_impossible_dates() {
+        assert_eq!(parse_schedule(SCHEDULE).unwrap(), ts(SCHEDULE));
+        assert_eq!(
+            parse_schedule("2024-02-29T23:59:59Z").unwrap(),
+            ts("2024-02-29T23:59:59Z")
+        );
+        for bad in [
+            "2019-02-30T10:00:00Z",
+            "2019-13-01T10:00:00Z",
+            "2019-04-12T25:00:00Z",
+            "2023-02-29T00:00:00Z",
+        ] {
+            let e = parse_schedule(bad).unwrap_err();
+            assert!(e.contains(bad), "{e}");
+        }
+        for unparsable in [
+            "",
+            "tomorrow",
+            "2019-04-12 10:12:00",
+            "2019-04-12T10:12:00+02:00",
+            "2019-04-12T10:12:00.5Z",
+        ] {
+            assert!(parse_schedule(unparsable).is_err(), "{unparsable:?} parsed");
+        }
+    }
+
+    #[test]
+    fn time_until_due() {
+        let due = ts(SCHEDULE);
+        assert_eq!(
+            until_due(due, ts("2019-04-12T10:11:56Z")),
+            Some(Duration::from_secs(4))
+        );
+        let almost = due
+            .checked_sub(jiff::SignedDuration::from_millis(250))
+            .unwrap();
+        assert_eq!(until_due(due, almost), Some(Duration::from_millis(250)));
+        assert_eq!(until_due(due, due), None, "due exactly now");
+        assert_eq!(until_due(due, ts("2019-04-12T10:12:07Z")), None, "overdue");
+        assert_eq!(
+            until_due(due, ts("2030-01-01T00:00:00Z")),
+            None,
+            "long overdue"
+        );
+    }
+
+    #[test]
+    fn new_at_waits_exactly_until_due_then_starts() {
+        let at = at_with(None);
+        match decide(&at, None, ts("2019-04-12T10:11:50Z")) {
+            Step::Wait(status, left) => {
+                assert_eq!(left, Duration::from_secs(10));
+                assert_eq!(status.phase, Some(AtPhase::Pending));
+                assert_eq!(
+                    condition(&status, CONDITION_SCHEDULED),
+                    ("True", REASON_SCHEDULED)
+                );
+                assert!(status.pod_name.is_none());
+            }
+            other => panic!("expected Wait, got {other:?}"),
+        }
+        assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Start);
+        assert_eq!(
+            decide(&at, None, ts("2025-01-01T00:00:00Z")),
+            Step::Start,
+            "a past schedule runs at once"
+        );
+    }
+
+    #[test]
+    fn pending_status_is_stable_while_waiting() {
+        let first = record(decide(&at_with(None), None, ts("2019-04-12T10:11:00Z")));
+        let at = at_with(Some(first.clone()));
+        assert_eq!(record(decide(&at, None, ts("2019-04-12T10:11:30Z"))), first);
+    }
+
+    #[test]
+    fn invalid_date_is_reported_not_retried() {
+        let mut at = at_with(None);
+        at.spec.schedule = "2019-02-30T10:00:00Z".into();
+        let status = record(decide(&at, None, ts(SCHEDULE)));
+        assert_eq!(status.phase, Some(AtPhase::Pending));
+        assert_eq!(
+            condition(&status, CONDITION_SCHEDULED),
+            ("False", REASON_INVALID_SCHEDULE)
+        );
+        let notes = notes(at.status.as_ref(), &status);
+        assert_eq!(notes.len(), 1);
+        assert_eq!(
+            (notes[0].type_, notes[0].reason.as_str()),
+            (EventType::Warning, REASON_INVALID_SCHEDULE)
+        );
+        assert!(
+            notes[0].note.contains("2019-02-30T10:00:00Z"),
+            "{}",
+            notes[0].note
+        );
+        // Unchanged, it is recorded again identically: no new write, no new event.
+        let mut again = at_with(Some(status.clone()));
+        again.spec.schedule = "2019-02-30T10:00:00Z".into();
+        let same = record(decide(&again, None, ts("2019-04-12T11:00:00Z")));
+        assert_eq!(same, status);
+        assert!(super::notes(Some(&status), &same).is_empty());
+    }
+
+    #[test]
+    fn created_pod_means_running_then_done_with_the_outcome() {
+        let at = at_with(Some(record(decide(
+            &at_with(None),
+            None,
+            ts("2019-04-12T10:11:00Z"),
+        ))));
+        let now = ts("2019-04-12T10:12:01Z");
+        let running = progress(&at, &pod(Phase::Pending), now);
+        assert_eq!(running.phase, Some(AtPhase::Running));
+        assert_eq!(running.pod_name.as_deref(), Some("example-at-pod"));
+        assert_eq!(running.start_time, Some(Time(ts("2019-04-12T10:12:01Z"))));
+        assert_eq!(
+            (running.succeeded, running.completion_time.as_ref()),
+            (None, None)
+        );
+        assert_eq!(
+            condition(&running, CONDITION_COMPLETED),
+            ("False", REASON_STARTED)
+        );
+        let notes_running = notes(at.status.as_ref(), &running);
+        assert_eq!(
+            notes_running
+                .iter()
+                .map(|n| n.reason.as_str())
+                .collect::<Vec<_>>(),
+            [REASON_STARTED]
+        );
+
+        let at = at_with(Some(running.clone()));
+        assert_eq!(
+            decide(&at, Some(&pod(Phase::Running)), now),
+            Step::Record(running.clone()),
+            "running: nothing new"
+        );
+
+        let mut ok = pod(Phase::Succeeded);
+        ok.exit_code = Some(0);
+        let done = record(decide(&at, Some(&ok), ts("2019-04-12T10:12:09Z")));
+        assert_eq!(done.phase, Some(AtPhase::Done));
+        assert_eq!(done.succeeded, Some(true));
+        assert_eq!(done.completion_time, Some(Time(ts("2019-04-12T10:12:09Z"))));
+        assert_eq!(done.start_time, running.start_time);
+        assert_eq!(
+            condition(&done, CONDITION_COMPLETED),
+            ("True", REASON_SUCCEEDED)
+        );
+        let n = notes(Some(&running), &done);
+        assert_eq!((n.len(), n[0].type_), (1, EventType::Normal));
+
+        let mut bad = pod(Phase::Failed);
+        bad.reason = Some("Error".into());
+        bad.message = Some("boom".into());
+        bad.exit_code = Some(3);
+        let failed = record(decide(&at, Some(&bad), ts("2019-04-12T10:12:09Z")));
+        assert_eq!(
+            (failed.phase, failed.succeeded),
+            (Some(AtPhase::Done), Some(false))
+        );
+        let c = conditions::find(&failed.conditions, CONDITION_COMPLETED).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", REASON_FAILED)
+        );
+        assert_eq!(
+            c.message,
+            "pod example-at-pod failed: Error: boom (exit code 3)"
+        );
+        let n = notes(Some(&running), &failed);
+        assert_eq!(
+            (n.len(), n[0].type_, n[0].reason.as_str()),
+            (1, EventType::Warning, REASON_FAILED)
+        );
+    }
+
+    #[test]
+    fn a_pod_of_ours_counts_as_started_even_if_the_phase_lags() {
+        // The pod was created but writing RUNNING failed (or the At read is stale).
+        let status = record(decide(
+            &at_with(None),
+            Some(&pod(Phase::Succeeded)),
+            ts("2019-04-12T10:13:00Z"),
+        ));
+        assert_eq!(
+            (status.phase, status.succeeded),
+            (Some(AtPhase::Done), Some(true))
+        );
+        assert_eq!(
+            condition(&status, CONDITION_SCHEDULED),
+            ("True", REASON_SCHEDULED)
+        );
+    }
+
+    #[test]
+    fn missing_pod_while_running_is_confirmed_then_done_as_vanished() {
+        let running = progress(&at_with(None), &pod(Phase::Running), ts(SCHEDULE));
+        let at = at_with(Some(running.clone()));
+        assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Confirm);
+        assert_eq!(
+            confirmed(&at, Some(&pod(Phase::Running)), ts(SCHEDULE)),
+            running,
+            "only the cache lagged"
+        );
+        let gone = confirmed(&at, None, ts("2019-04-12T10:20:00Z"));
+        assert_eq!(
+            (gone.phase, gone.succeeded),
+            (Some(AtPhase::Done), Some(false))
+        );
+        assert_eq!(gone.start_time, running.start_time);
+        assert_eq!(gone.completion_time, Some(Time(ts("2019-04-12T10:20:00Z"))));
+        assert_eq!(
+            condition(&gone, CONDITION_COMPLETED),
+            ("True", REASON_POD_VANISHED)
+        );
+        assert_eq!(notes(Some(&running), &gone)[0].type_, EventType::Warning);
+        // DONE is final: no pod, no rerun.
+        assert_eq!(
+            decide(
+                &at_with(Some(gone.clone())),
+                None,
+                ts("2019-04-12T11:00:00Z")
+            ),
+            Step::Record(gone)
+        );
+    }
+
+    #[test]
+    fn done_is_final_and_says_spec_changes_are_ignored() {
+        let mut ok = pod(Phase::Succeeded);
+        ok.exit_code = Some(0);
+        let done = progress(&at_with(None), &ok, ts(SCHEDULE));
+        let mut at = at_with(Some(done.clone()));
+        assert_eq!(
+            decide(&at, None, ts("2030-01-01T00:00:00Z")),
+            Step::Record(done.clone())
+        );
+        // Someone edits the spec: a new schedule in the future and a new command.
+        at.metadata.generation = Some(2);
+        at.spec.schedule = "2031-01-01T00:00:00Z".into();
+        let edited = record(decide(&at, None, ts("2030-01-01T00:00:00Z")));
+        assert_eq!(
+            (edited.phase, edited.succeeded),
+            (Some(AtPhase::Done), Some(true))
+        );
+        assert_eq!(
+            condition(&edited, CONDITION_SCHEDULED),
+            ("False", REASON_SPEC_CHANGE_IGNORED)
+        );
+        assert_eq!(
+            condition(&edited, CONDITION_COMPLETED),
+            ("True", REASON_SUCCEEDED)
+        );
+        let n = notes(Some(&done), &edited);
+        assert_eq!(
+            (n.len(), n[0].type_, n[0].reason.as_str()),
+            (1, EventType::Warning, REASON_SPEC_CHANGE_IGNORED)
+        );
+        let mut at = at_with(Some(edited.clone()));
+        at.metadata.generation = Some(2);
+        assert_eq!(
+            decide(&at, None, ts("2030-01-02T00:00:00Z")),
+            Step::Record(edited),
+            "stable once said"
+        );
+    }
+
+    #[test]
+    fn blocked_create_stays_pending_and_recovers() {
+        let at = at_with(None);
+        let taken = blocked(
+            &at,
+            REASON_POD_NAME_TAKEN,
+            "pod example-at-pod belongs to someone else".into(),
+            ts(SCHEDULE),
+        );
+        assert_eq!(taken.phase, Some(AtPhase::Pending));
+        assert_eq!(
+            condition(&taken, CONDITION_SCHEDULED),
+            ("False", REASON_POD_NAME_TAKEN)
+        );
+        assert_eq!(notes(None, &taken)[0].type_, EventType::Warning);
+        let at = at_with(Some(taken));
+        assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Start, "retried");
+        let running = progress(&at, &pod(Phase::Pending), ts(SCHEDULE));
+        assert_eq!(
+            condition(&running, CONDITION_SCHEDULED),
+            ("True", REASON_SCHEDULED)
+        );
+    }
+
+    #[test]
+    fn deleting_at_does_nothing() {
+        let mut at = at_with(None);
+        at.metadata.deletion_timestamp = Some(Time(ts(SCHEDULE)));
+        assert_eq!(
+            decide(&at, None, ts("2030-01-01T00:00:00Z")),
+            Step::Record(AtStatus::default())
+        );
+    }
+
+    #[test]
+    fn pod_runs_the_command_once_through_a_shell_restricted() {
+        let mut at = at_with(None);
+        at.spec.command = "echo YAY && exit 3".into();
+        let pod = pod_for(&at);
+        assert_eq!(pod.metadata.name.as_deref(), Some("example-at-pod"));
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("ns"));
+        let labels = pod.metadata.labels.unwrap();
+        assert_eq!(labels.get("app").map(String::as_str), Some("example-at"));
+        assert_eq!(
+            labels.get(MANAGED_BY_LABEL).map(String::as_str),
+            Some(MANAGED_BY_VALUE)
+        );
+        let owner = &pod.metadata.owner_references.unwrap()[0];
+        assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("At", "at-uid"));
+        assert_eq!(
+            (owner.controller, owner.block_owner_deletion),
+            (Some(true), Some(true))
+        );
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        let psc = spec.security_context.unwrap();
+        assert_eq!(psc.run_as_non_root, Some(true));
+        assert!(psc.run_as_user.is_some_and(|u| u != 0));
+        let c = &spec.containers[0];
+        assert_eq!(c.image.as_deref(), Some("busybox"));
+        assert_eq!(
+            c.command.as_deref().unwrap(),
+            ["sh", "-c", "echo YAY && exit 3"]
+        );
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            sc.capabilities.as_ref().unwrap().drop.as_deref().unwrap(),
+            ["ALL"]
+        );
+        assert_eq!(sc.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
+    }
+}
