@@ -29,6 +29,17 @@ pub async fn cluster() -> Result<Arc<Cluster>> {
     .await
 }
 
+/// The control plane shared by this test binary, with neither scheduler nor nodes: pods stay
+/// unscheduled, and a test plays the kubelet by writing their status (At runs must finish,
+/// which hollow nodes never do).
+pub async fn cluster_without_nodes() -> Result<Arc<Cluster>> {
+    testenv::shared(|| Options {
+        crds: Some(podset_operator::api::crds_yaml()),
+        ..Options::default()
+    })
+    .await
+}
+
 /// A namespace of one test, with the operator's ServiceAccount bound to the manager rules.
 pub struct TestNs {
     pub cluster: Arc<Cluster>,
@@ -40,7 +51,11 @@ static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 impl TestNs {
     pub async fn new(prefix: &str) -> Result<Self> {
-        let cluster = cluster().await?;
+        Self::new_in(cluster().await?, prefix).await
+    }
+
+    /// A namespace in `cluster` (this test binary's choice of shared cluster).
+    pub async fn new_in(cluster: Arc<Cluster>, prefix: &str) -> Result<Self> {
         let name = format!("{prefix}-{}-{}", std::process::id() % 10_000, COUNTER.fetch_add(1, Ordering::SeqCst));
         cluster.create_namespace(&name).await?;
         let client = cluster.client().await?;

@@ -1,0 +1,596 @@
+//! The At (cnat) operator end to end, on a real control plane without scheduler or nodes:
+//! pods stay unscheduled and the test plays the kubelet, moving them through Running to
+//! Succeeded or Failed by writing `pods/status`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use common::{PROMPTLY, TestNs, cluster_without_nodes, poll, poll_some};
+use futures::TryStreamExt;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use podset_operator::api::{At, AtPhase, AtSpec, AtStatus};
+use podset_operator::plan::at::{
+    CONDITION_COMPLETED, CONDITION_SCHEDULED, REASON_FAILED, REASON_INVALID_SCHEDULE,
+    REASON_POD_NAME_TAKEN, REASON_POD_VANISHED, REASON_SCHEDULED, REASON_SPEC_CHANGE_IGNORED,
+    REASON_STARTED, REASON_SUCCEEDED,
+};
+
+/// How late RUNNING may be observed after the schedule (the issue: within a second).
+const PUNCTUALITY: Duration = Duration::from_secs(1);
+
+async fn test_ns(prefix: &str) -> Result<TestNs> {
+    TestNs::new_in(cluster_without_nodes().await?, prefix).await
+}
+
+fn at(name: &str, schedule: &str, command: &str) -> At {
+    At::new(
+        name,
+        AtSpec {
+            schedule: schedule.into(),
+            command: command.into(),
+        },
+    )
+}
+
+fn sample() -> Result<At> {
+    Ok(serde_yaml::from_str(&std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/samples/cnat_v1alpha1_at.yaml"
+    ))?)?)
+}
+
+/// A schedule `secs` to `secs + 1` seconds ahead, on a whole second as the format demands.
+fn schedule_in(secs: i64) -> (String, Timestamp) {
+    let due = Timestamp::from_second(Timestamp::now().as_second() + secs + 1).unwrap();
+    (due.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(), due)
+}
+
+fn status(at: &At) -> AtStatus {
+    at.status.clone().unwrap_or_default()
+}
+
+/// (status, reason, message) of a condition.
+fn condition(at: &At, type_: &str) -> Option<(String, String, String)> {
+    status(at)
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status, c.reason, c.message))
+}
+
+async fn wait_for(ns: &TestNs, name: &str, what: &str, check: impl Fn(&At) -> bool) -> Result<At> {
+    let api = ns.api::<At>();
+    poll_some(PROMPTLY, &format!("at {name}: {what}"), || async {
+        let at = api.get(name).await?;
+        Ok(check(&at).then_some(at))
+    })
+    .await
+}
+
+async fn wait_phase(ns: &TestNs, name: &str, phase: AtPhase) -> Result<At> {
+    wait_for(ns, name, &format!("phase {phase:?}"), |at| {
+        status(at).phase == Some(phase)
+    })
+    .await
+}
+
+/// Watches the namespace's Ats and returns, for each of `names`, when it was first seen
+/// RUNNING (or DONE) and whether it was ever seen PENDING before.
+async fn watch_starts(
+    api: Api<At>,
+    names: Vec<String>,
+) -> Result<HashMap<String, (Timestamp, bool)>> {
+    let mut pending_seen = HashMap::new();
+    let mut started = HashMap::new();
+    let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
+    let watching = async {
+        while let Some(at) = stream.try_next().await? {
+            let name = at.name_any();
+            match status(&at).phase {
+                Some(AtPhase::Pending) => {
+                    pending_seen.insert(name, true);
+                }
+                Some(AtPhase::Running | AtPhase::Done) if names.contains(&name) => {
+                    let was_pending = pending_seen.get(&name).copied().unwrap_or(false);
+                    started
+                        .entry(name)
+                        .or_insert((Timestamp::now(), was_pending));
+                    if started.len() == names.len() {
+                        return Ok(());
+                    }
+                }
+                _ => {}
+            }
+        }
+        bail!("the At watch ended")
+    };
+    match tokio::time::timeout(PROMPTLY, watching).await {
+        Ok(result) => result?,
+        Err(_) => bail!(
+            "only {} of {} Ats started: {:?}",
+            started.len(),
+            names.len(),
+            started.keys()
+        ),
+    }
+    Ok(started)
+}
+
+/// Plays the kubelet: the pod's phase, and for a finished pod its container's exit code.
+async fn set_pod_phase(ns: &TestNs, pod: &str, phase: &str, exit_code: Option<i32>) -> Result<()> {
+    let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let state = match exit_code {
+        None => serde_json::json!({"running": {"startedAt": now}}),
+        Some(code) => serde_json::json!({"terminated": {
+            "exitCode": code,
+            "reason": if code == 0 { "Completed" } else { "Error" },
+            "startedAt": now, "finishedAt": now}}),
+    };
+    let patch = serde_json::json!({"status": {
+        "phase": phase,
+        "containerStatuses": [{
+            "name": "busybox", "image": "busybox", "imageID": "", "restartCount": 0,
+            "ready": exit_code.is_none(), "state": state,
+        }],
+    }});
+    ns.api::<Pod>()
+        .patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// The At's pods, which must be exactly one, named `<at>-pod`.
+async fn only_pod(ns: &TestNs, at: &At) -> Result<Pod> {
+    let mut pods = ns.pods_of(&at.uid().unwrap()).await?;
+    if pods.len() != 1 {
+        bail!(
+            "at {} has {} pods: {:?}",
+            at.name_any(),
+            pods.len(),
+            pods.iter().map(|p| p.name_any()).collect::<Vec<_>>()
+        );
+    }
+    let pod = pods.remove(0);
+    assert_eq!(pod.name_any(), format!("{}-pod", at.name_any()));
+    Ok(pod)
+}
+
+/// (type, reason) of the events about `name`.
+async fn events_about(ns: &TestNs, name: &str) -> Result<Vec<(String, String)>> {
+    let events = ns.api::<Event>().list(&ListParams::default()).await?;
+    Ok(events
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default()))
+        .collect())
+}
+
+async fn wait_event(ns: &TestNs, name: &str, type_: &str, reason: &str) -> Result<()> {
+    poll(
+        PROMPTLY,
+        &format!("{type_} event {reason} about {name}"),
+        || async {
+            Ok(events_about(ns, name)
+                .await?
+                .iter()
+                .any(|(t, r)| t == type_ && r == reason))
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn runs_once_at_its_schedule_then_done_with_success() -> Result<()> {
+    let ns = test_ns("at-success").await?;
+    let mut operator = ns.start_operator(&["--controllers=at"]).await?;
+    let api = ns.api::<At>();
+    let (schedule, due) = schedule_in(4);
+    let starts = tokio::spawn(watch_starts(api.clone(), vec!["hello".into()]));
+    let created = api
+        .create(
+            &PostParams::default(),
+            &at("hello", &schedule, "echo YAY; echo done"),
+        )
+        .await?;
+
+    // PENDING, with no pod, until the schedule.
+    let pending = wait_phase(&ns, "hello", AtPhase::Pending).await?;
+    assert_eq!(
+        condition(&pending, CONDITION_SCHEDULED).map(|c| (c.0, c.1)),
+        Some(("True".into(), REASON_SCHEDULED.into()))
+    );
+    assert!(
+        ns.pods_of(&created.uid().unwrap()).await?.is_empty(),
+        "a pod before the schedule"
+    );
+
+    // RUNNING within a second of the schedule, never before it.
+    let (seen, was_pending) = starts.await??["hello"];
+    let lateness = seen.duration_since(due);
+    eprintln!("hello: RUNNING observed {lateness:#} after its schedule {schedule}");
+    assert!(was_pending, "the At was never seen PENDING");
+    assert!(
+        lateness >= SignedDuration::ZERO,
+        "started {lateness:#} early"
+    );
+    assert!(
+        lateness < SignedDuration::try_from(PUNCTUALITY)?,
+        "started {lateness:#} late"
+    );
+
+    let running = wait_phase(&ns, "hello", AtPhase::Running).await?;
+    let pod = only_pod(&ns, &running).await?;
+    let st = status(&running);
+    assert_eq!(st.pod_name.as_deref(), Some("hello-pod"));
+    let start = st.start_time.expect("startTime").0;
+    assert!(
+        start >= due && start.duration_since(due) <= SignedDuration::from_secs(1),
+        "startTime {start} vs {due}"
+    );
+    assert_eq!(
+        condition(&running, CONDITION_COMPLETED).map(|c| c.1),
+        Some(REASON_STARTED.into())
+    );
+
+    // The pod: one shell command, run once, restricted, controlled by the At.
+    let spec = pod.spec.clone().unwrap();
+    assert_eq!(
+        spec.containers[0].command.as_deref().unwrap(),
+        ["sh", "-c", "echo YAY; echo done"]
+    );
+    assert_eq!(spec.containers[0].image.as_deref(), Some("busybox"));
+    assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+    assert_eq!(spec.automount_service_account_token, Some(false));
+    assert_eq!(pod.labels().get("app").map(String::as_str), Some("hello"));
+    let owner = &pod.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("At", created.uid().unwrap().as_str())
+    );
+    assert_eq!(
+        (owner.controller, owner.block_owner_deletion),
+        (Some(true), Some(true))
+    );
+
+    set_pod_phase(&ns, "hello-pod", "Running", None).await?;
+    set_pod_phase(&ns, "hello-pod", "Succeeded", Some(0)).await?;
+    let done = wait_phase(&ns, "hello", AtPhase::Done).await?;
+    let st = status(&done);
+    assert_eq!(st.succeeded, Some(true));
+    assert!(st.completion_time.is_some_and(|t| t.0 >= start));
+    let completed = condition(&done, CONDITION_COMPLETED).unwrap();
+    assert_eq!(
+        (completed.0.as_str(), completed.1.as_str()),
+        ("True", REASON_SUCCEEDED)
+    );
+    assert!(completed.2.contains("exit code 0"), "{}", completed.2);
+    for reason in [REASON_SCHEDULED, REASON_STARTED, REASON_SUCCEEDED] {
+        wait_event(&ns, "hello", "Normal", reason).await?;
+    }
+    assert!(
+        events_about(&ns, "hello")
+            .await?
+            .iter()
+            .all(|(t, _)| t == "Normal")
+    );
+
+    // DONE is final: a new schedule and command are ignored, and the status says so.
+    api.patch(
+        "hello",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"schedule": "2019-04-12T10:12:00Z", "command": "echo AGAIN"}})),
+    )
+    .await?;
+    let ignored = wait_for(&ns, "hello", "spec change ignored", |at| {
+        condition(at, CONDITION_SCHEDULED).is_some_and(|c| c.1 == REASON_SPEC_CHANGE_IGNORED)
+    })
+    .await?;
+    assert_eq!(
+        (status(&ignored).phase, status(&ignored).succeeded),
+        (Some(AtPhase::Done), Some(true))
+    );
+    wait_event(&ns, "hello", "Warning", REASON_SPEC_CHANGE_IGNORED).await?;
+    assert_eq!(
+        only_pod(&ns, &ignored).await?.uid(),
+        pod.uid(),
+        "the command ran again"
+    );
+
+    // Deleting the At garbage-collects its pod.
+    api.delete("hello", &DeleteParams::default()).await?;
+    let pods = ns.api::<Pod>();
+    poll(
+        Duration::from_secs(90),
+        "hello-pod to be garbage-collected",
+        || async { Ok(pods.get_opt("hello-pod").await?.is_none()) },
+    )
+    .await?;
+    operator.assert_healthy();
+    Ok(())
+}
+
+#[tokio::test]
+async fn failed_and_vanished_pods_end_done_with_failure() -> Result<()> {
+    let ns = test_ns("at-failure").await?;
+    let mut operator = ns.start_operator(&["--controllers=at"]).await?;
+    let api = ns.api::<At>();
+    // Schedules in the past run at once.
+    api.create(
+        &PostParams::default(),
+        &at("fails", "2019-04-12T10:12:00Z", "exit 3"),
+    )
+    .await?;
+    api.create(
+        &PostParams::default(),
+        &at("vanishes", "2020-01-01T00:00:00Z", "sleep 3600"),
+    )
+    .await?;
+    let fails = wait_phase(&ns, "fails", AtPhase::Running).await?;
+    let vanishes = wait_phase(&ns, "vanishes", AtPhase::Running).await?;
+    only_pod(&ns, &fails).await?;
+    only_pod(&ns, &vanishes).await?;
+
+    set_pod_phase(&ns, "fails-pod", "Failed", Some(3)).await?;
+    let done = wait_phase(&ns, "fails", AtPhase::Done).await?;
+    assert_eq!(status(&done).succeeded, Some(false));
+    let completed = condition(&done, CONDITION_COMPLETED).unwrap();
+    assert_eq!(
+        (completed.0.as_str(), completed.1.as_str()),
+        ("True", REASON_FAILED)
+    );
+    assert!(completed.2.contains("exit code 3"), "{}", completed.2);
+    wait_event(&ns, "fails", "Warning", REASON_FAILED).await?;
+    // restartPolicy Never: the failed pod stays as it is, for `kubectl logs`.
+    assert_eq!(
+        only_pod(&ns, &done)
+            .await?
+            .spec
+            .unwrap()
+            .restart_policy
+            .as_deref(),
+        Some("Never")
+    );
+
+    // A pod deleted while RUNNING is not recreated: the At ends DONE with a failure.
+    ns.api::<Pod>()
+        .delete("vanishes-pod", &DeleteParams::default())
+        .await?;
+    let gone = wait_phase(&ns, "vanishes", AtPhase::Done).await?;
+    assert_eq!(status(&gone).succeeded, Some(false));
+    assert_eq!(
+        condition(&gone, CONDITION_COMPLETED).map(|c| c.1),
+        Some(REASON_POD_VANISHED.into())
+    );
+    wait_event(&ns, "vanishes", "Warning", REASON_POD_VANISHED).await?;
+    assert!(
+        ns.pods_of(&gone.uid().unwrap()).await?.is_empty(),
+        "the command was run again"
+    );
+    operator.assert_healthy();
+    Ok(())
+}
+
+#[tokio::test]
+async fn operator_restart_while_running_keeps_one_pod() -> Result<()> {
+    let ns = test_ns("at-restart").await?;
+    let mut operator = ns.start_operator(&["--controllers=at"]).await?;
+    let api = ns.api::<At>();
+    // The book's sample: `echo YAY`, scheduled in 2019, so it runs at once.
+    api.create(&PostParams::default(), &sample()?).await?;
+    let running = wait_phase(&ns, "example-at", AtPhase::Running).await?;
+    let pod = only_pod(&ns, &running).await?;
+    assert_eq!(
+        pod.spec.clone().unwrap().containers[0]
+            .command
+            .as_deref()
+            .unwrap(),
+        ["sh", "-c", "echo YAY"]
+    );
+
+    operator.kill();
+    // Created (and due) while the operator is down: it runs as soon as the operator is back.
+    api.create(
+        &PostParams::default(),
+        &at("while-down", "2019-04-12T10:12:00Z", "true"),
+    )
+    .await?;
+    operator.restart()?;
+
+    let later = wait_phase(&ns, "while-down", AtPhase::Running).await?;
+    only_pod(&ns, &later).await?;
+    let still = api.get("example-at").await?;
+    assert_eq!(
+        status(&still),
+        status(&running),
+        "the restarted operator rewrote a RUNNING status"
+    );
+    assert_eq!(only_pod(&ns, &still).await?.uid(), pod.uid());
+
+    set_pod_phase(&ns, "example-at-pod", "Succeeded", Some(0)).await?;
+    let done = wait_phase(&ns, "example-at", AtPhase::Done).await?;
+    assert_eq!(status(&done).succeeded, Some(true));
+    assert_eq!(only_pod(&ns, &done).await?.uid(), pod.uid());
+    operator.assert_healthy();
+    Ok(())
+}
+
+#[tokio::test]
+async fn many_ats_due_in_the_same_second_each_get_one_pod() -> Result<()> {
+    const N: usize = 20;
+    let ns = test_ns("at-many").await?;
+    let mut operator = ns.start_operator(&["--controllers=at"]).await?;
+    let api = ns.api::<At>();
+    let (schedule, due) = schedule_in(5);
+    let names: Vec<String> = (0..N).map(|i| format!("at-{i:02}")).collect();
+    let starts = tokio::spawn(watch_starts(api.clone(), names.clone()));
+    for name in &names {
+        api.create(
+            &PostParams::default(),
+            &at(name, &schedule, &format!("echo {name}")),
+        )
+        .await?;
+    }
+    let starts = starts.await??;
+    let latest = starts
+        .values()
+        .map(|(t, _)| t.duration_since(due))
+        .max()
+        .unwrap();
+    let earliest = starts
+        .values()
+        .map(|(t, _)| t.duration_since(due))
+        .min()
+        .unwrap();
+    eprintln!(
+        "{N} Ats due at {schedule}: RUNNING observed between {earliest:#} and {latest:#} after it"
+    );
+    assert!(
+        earliest >= SignedDuration::ZERO,
+        "an At started {earliest:#} early"
+    );
+    assert!(
+        latest < SignedDuration::try_from(PUNCTUALITY)?,
+        "an At started {latest:#} late"
+    );
+    for name in &names {
+        let at = wait_phase(&ns, name, AtPhase::Running).await?;
+        let pod = only_pod(&ns, &at).await?;
+        assert_eq!(
+            pod.spec.unwrap().containers[0].command.as_deref().unwrap(),
+            ["sh", "-c", &format!("echo {name}")]
+        );
+    }
+    let all = ns.api::<Pod>().list(&ListParams::default()).await?;
+    assert_eq!(
+        all.items.len(),
+        N,
+        "pods: {:?}",
+        all.items.iter().map(|p| p.name_any()).collect::<Vec<_>>()
+    );
+    operator.assert_healthy();
+    Ok(())
+}
+
+#[tokio::test]
+async fn invalid_date_is_reported_without_retries_and_a_fix_runs_it() -> Result<()> {
+    let ns = test_ns("at-invalid").await?;
+    let mut operator = ns.start_operator(&["--controllers=at"]).await?;
+    let api = ns.api::<At>();
+
+    // The wrong shape never gets past the API server.
+    match api
+        .create(
+            &PostParams::default(),
+            &at("shape", "tomorrow at noon", "true"),
+        )
+        .await
+    {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 422, "{s:?}"),
+        other => panic!("expected 422 Invalid, got {other:?}"),
+    }
+    let empty = api
+        .create(
+            &PostParams::default(),
+            &at("empty", "2019-04-12T10:12:00Z", ""),
+        )
+        .await;
+    assert!(
+        matches!(empty, Err(kube::Error::Api(ref s)) if s.code == 422),
+        "{empty:?}"
+    );
+
+    // The right shape, but no such day.
+    api.create(
+        &PostParams::default(),
+        &at("feb30", "2019-02-30T10:00:00Z", "echo never"),
+    )
+    .await?;
+    let invalid = wait_for(&ns, "feb30", "InvalidSchedule", |at| {
+        condition(at, CONDITION_SCHEDULED)
+            .is_some_and(|c| c.0 == "False" && c.1 == REASON_INVALID_SCHEDULE)
+    })
+    .await?;
+    assert_eq!(status(&invalid).phase, Some(AtPhase::Pending));
+    assert!(
+        condition(&invalid, CONDITION_SCHEDULED)
+            .unwrap()
+            .2
+            .contains("2019-02-30T10:00:00Z")
+    );
+    wait_event(&ns, "feb30", "Warning", REASON_INVALID_SCHEDULE).await?;
+    assert!(ns.pods_of(&invalid.uid().unwrap()).await?.is_empty());
+
+    // Not an error to retry: the reconcile succeeded, and nothing was written again.
+    operator.assert_healthy();
+    assert!(
+        !operator.log().contains("reconcile failed"),
+        "{}",
+        operator.log()
+    );
+    assert_eq!(
+        api.get("feb30").await?.resource_version(),
+        invalid.resource_version()
+    );
+
+    // A spec edit (a new generation) is what brings it back.
+    api.patch(
+        "feb30",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"schedule": "2019-02-28T10:00:00Z"}})),
+    )
+    .await?;
+    let running = wait_phase(&ns, "feb30", AtPhase::Running).await?;
+    only_pod(&ns, &running).await?;
+    assert_eq!(
+        condition(&running, CONDITION_SCHEDULED).map(|c| c.1),
+        Some(REASON_SCHEDULED.into())
+    );
+    operator.assert_healthy();
+    Ok(())
+}
+
+#[tokio::test]
+async fn someone_elses_pod_with_the_name_is_left_alone() -> Result<()> {
+    let ns = test_ns("at-taken").await?;
+    let mut operator = ns.start_operator(&["--controllers=at"]).await?;
+    let pods = ns.api::<Pod>();
+    let foreign: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "taken-pod", "labels": {"app.kubernetes.io/managed-by": "podset-operator"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}]}
+    }))?;
+    let foreign = pods.create(&PostParams::default(), &foreign).await?;
+
+    let api = ns.api::<At>();
+    api.create(
+        &PostParams::default(),
+        &at("taken", "2019-04-12T10:12:00Z", "echo mine"),
+    )
+    .await?;
+    let blocked = wait_for(&ns, "taken", "PodNameTaken", |at| {
+        condition(at, CONDITION_SCHEDULED).is_some_and(|c| c.1 == REASON_POD_NAME_TAKEN)
+    })
+    .await?;
+    assert_eq!(status(&blocked).phase, Some(AtPhase::Pending));
+    wait_event(&ns, "taken", "Warning", REASON_POD_NAME_TAKEN).await?;
+    let untouched = pods.get("taken-pod").await?;
+    assert_eq!(untouched.uid(), foreign.uid());
+    assert!(untouched.owner_references().is_empty());
+    assert!(untouched.metadata.deletion_timestamp.is_none());
+
+    // Once the name is free, the retry (with backoff) runs the command.
+    pods.delete("taken-pod", &DeleteParams::default()).await?;
+    let running = wait_phase(&ns, "taken", AtPhase::Running).await?;
+    let mine = only_pod(&ns, &running).await?;
+    assert_ne!(mine.uid(), foreign.uid());
+    operator.assert_healthy();
+    Ok(())
+}
