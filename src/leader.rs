@@ -55,8 +55,10 @@ impl LeaderElection {
                         return Ok(true);
                     }
                 }
-                // Abandon the sleep inside `changed()`: the lease is free now.
-                Some(()) = released.next() => {}
+                // The lease is free: abandon the sleep inside `changed()`. Its cached state
+                // still names the old holder until expiry; `release()` by a non-holder
+                // changes nothing on the server but re-reads the Lease.
+                Some(()) = released.next() => self.manager.release().await?,
                 _ = shutdown.cancelled() => return Ok(false),
             }
         }
@@ -88,7 +90,10 @@ fn released(leases: Api<Lease>, name: String) -> impl Stream<Item = ()> {
         .applied_objects()
         .filter_map(|lease| async move {
             let lease = lease.ok()?;
-            let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+            let holder = lease
+                .spec
+                .and_then(|s| s.holder_identity)
+                .unwrap_or_default();
             holder.is_empty().then_some(())
         })
 }

@@ -3,75 +3,24 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use common::{PROMPTLY, TestNs, controller_uid, phase, poll, poll_some};
-use futures::StreamExt;
+use common::{PROMPTLY, TestNs, condition, converged, podset, poll, record_max_pods};
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
-use kube::runtime::{WatchStreamExt, watcher};
-use podset_operator::api::{PodSet, PodSetSpec};
-use podset_operator::plan::podset::{CONDITION_AVAILABLE, CONDITION_REPLICA_FAILURE};
+use podset_operator::api::PodSet;
+use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
 
 fn sample() -> Result<PodSet> {
     Ok(serde_yaml::from_str(&std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/config/samples/app_v1alpha1_podset.yaml"
     ))?)?)
-}
-
-fn podset(name: &str, replicas: i32) -> PodSet {
-    PodSet::new(
-        name,
-        PodSetSpec {
-            replicas,
-            template: None,
-        },
-    )
-}
-
-fn condition(ps: &PodSet, type_: &str) -> Option<(String, String, String)> {
-    ps.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
-/// Waits until the PodSet has exactly `n` Running pods of its own and its status names them.
-async fn converged(ns: &TestNs, name: &str, n: usize) -> Result<Vec<Pod>> {
-    let api = ns.api::<PodSet>();
-    poll_some(
-        PROMPTLY,
-        &format!("podset {name} to have {n} Running pods named in its status"),
-        || async {
-            let ps = api.get(name).await?;
-            let pods: Vec<Pod> = ns
-                .pods_of(&ps.uid().unwrap())
-                .await?
-                .into_iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-                .collect();
-            let mut names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
-            names.sort();
-            let status = ps.status.clone().unwrap_or_default();
-            let ok = pods.len() == n
-                && pods.iter().all(|p| phase(p) == "Running")
-                && status.pod_names == names
-                && status.available_replicas == n as i32
-                && status.observed_generation == ps.metadata.generation
-                && condition(&ps, CONDITION_AVAILABLE).is_some_and(|c| c.0 == "True");
-            Ok(ok.then_some(pods))
-        },
-    )
-    .await
 }
 
 fn kubectl(ns: &TestNs, args: &[&str]) -> Result<String> {
@@ -341,35 +290,6 @@ async fn quota_refusal_is_reported_and_retried_with_backoff() -> Result<()> {
     )
     .await?;
     Ok(())
-}
-
-/// Records the most non-terminating pods ever seen at once per owner UID.
-fn record_max_pods(
-    api: Api<Pod>,
-) -> (
-    Arc<Mutex<HashMap<String, usize>>>,
-    tokio::task::JoinHandle<()>,
-) {
-    let max: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
-    let seen = max.clone();
-    let task = tokio::spawn(async move {
-        let mut live: HashMap<String, BTreeMap<String, bool>> = HashMap::new();
-        let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).touched_objects());
-        while let Some(Ok(pod)) = stream.next().await {
-            let Some(owner) = controller_uid(&pod) else {
-                continue;
-            };
-            let alive = pod.metadata.deletion_timestamp.is_none()
-                && matches!(phase(&pod).as_str(), "" | "Pending" | "Running");
-            let set = live.entry(owner.clone()).or_default();
-            set.insert(pod.uid().unwrap(), alive);
-            let n = set.values().filter(|a| **a).count();
-            let mut max = seen.lock().unwrap();
-            let m = max.entry(owner).or_insert(0);
-            *m = (*m).max(n);
-        }
-    });
-    (max, task)
 }
 
 #[tokio::test]

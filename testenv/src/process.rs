@@ -114,28 +114,38 @@ impl Process {
             .and_then(|c| c.try_wait().ok().flatten())
     }
 
-    /// Sends `signal` and waits up to `grace` for the exit, then SIGKILLs the group.
-    pub fn stop_with(&mut self, signal: i32, grace: Duration) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
+    /// Sends `signal` and waits up to `grace` for the exit, then SIGKILLs the group. Returns
+    /// the exit status if the process exited within `grace` by itself.
+    pub fn stop_with(&mut self, signal: i32, grace: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
         let pgid = child.id() as i32;
         // SAFETY: plain syscalls on a process group we created.
         unsafe { libc::kill(-pgid, signal) };
         let deadline = Instant::now() + grace;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                unsafe { libc::kill(-pgid, libc::SIGKILL) };
-                return;
+        let status = loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                break Some(status);
+            }
+            if Instant::now() >= deadline {
+                break None;
             }
             std::thread::sleep(Duration::from_millis(20));
-        }
+        };
+        // Anything else in the group (and the child itself, if it ignored `signal`).
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        let _ = child.wait();
+        if status.is_none() {
+            let _ = child.wait();
+        }
+        status
     }
 
     pub fn stop(&mut self) {
         self.stop_with(libc::SIGTERM, Duration::from_secs(5));
+    }
+
+    /// Whether the process is running (started and not yet exited).
+    pub fn running(&mut self) -> bool {
+        self.child.is_some() && self.exited().is_none()
     }
 
     /// The last `lines` lines of the log, for failure reports.

@@ -3,15 +3,20 @@
 //! exactly the generated RBAC rules.
 #![allow(dead_code)] // each test binary uses its own part of the harness
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding, RoleRef, Subject};
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use podset_operator::api::{PodSet, PodSetSpec};
+use podset_operator::plan::podset::CONDITION_AVAILABLE;
 use podset_operator::rbac;
 use testenv::{Cluster, Options, Process};
 
@@ -56,10 +61,18 @@ impl TestNs {
 
     /// A namespace in `cluster` (this test binary's choice of shared cluster).
     pub async fn new_in(cluster: Arc<Cluster>, prefix: &str) -> Result<Self> {
-        let name = format!("{prefix}-{}-{}", std::process::id() % 10_000, COUNTER.fetch_add(1, Ordering::SeqCst));
+        let name = format!(
+            "{prefix}-{}-{}",
+            std::process::id() % 10_000,
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
         cluster.create_namespace(&name).await?;
         let client = cluster.client().await?;
-        let ns = Self { cluster, name, client };
+        let ns = Self {
+            cluster,
+            name,
+            client,
+        };
         ns.grant_operator_rbac().await?;
         Ok(ns)
     }
@@ -76,16 +89,23 @@ impl TestNs {
         let ssa = PatchParams::apply("podset-operator-tests").force();
         let roles: Api<ClusterRole> = Api::all(self.client.clone());
         roles
-            .patch(rbac::MANAGER_ROLE, &ssa, &Patch::Apply(rbac::manager_cluster_role()))
+            .patch(
+                rbac::MANAGER_ROLE,
+                &ssa,
+                &Patch::Apply(rbac::manager_cluster_role()),
+            )
             .await?;
         self.api::<ServiceAccount>()
-            .create(&PostParams::default(), &ServiceAccount {
-                metadata: ObjectMeta {
-                    name: Some(OPERATOR_SA.into()),
+            .create(
+                &PostParams::default(),
+                &ServiceAccount {
+                    metadata: ObjectMeta {
+                        name: Some(OPERATOR_SA.into()),
+                        ..Default::default()
+                    },
                     ..Default::default()
                 },
-                ..Default::default()
-            })
+            )
             .await?;
         let binding = RoleBinding {
             metadata: ObjectMeta {
@@ -104,21 +124,60 @@ impl TestNs {
                 ..Default::default()
             }]),
         };
-        self.api::<RoleBinding>().create(&PostParams::default(), &binding).await?;
+        self.api::<RoleBinding>()
+            .create(&PostParams::default(), &binding)
+            .await?;
+        Ok(())
+    }
+
+    /// Lets the operator's account hold the leader Lease in this namespace.
+    pub async fn grant_leader_election(&self) -> Result<()> {
+        let role = rbac::leader_election_role();
+        self.api::<Role>()
+            .create(&PostParams::default(), &role)
+            .await?;
+        let binding = RoleBinding {
+            metadata: ObjectMeta {
+                name: Some(rbac::LEADER_ELECTION_ROLE.into()),
+                ..Default::default()
+            },
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "Role".into(),
+                name: rbac::LEADER_ELECTION_ROLE.into(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: OPERATOR_SA.into(),
+                namespace: Some(self.name.clone()),
+                ..Default::default()
+            }]),
+        };
+        self.api::<RoleBinding>()
+            .create(&PostParams::default(), &binding)
+            .await?;
         Ok(())
     }
 
     /// Starts the operator binary watching this namespace, as its ServiceAccount.
     pub async fn start_operator(&self, extra_args: &[&str]) -> Result<Operator> {
-        let kubeconfig = self.cluster.service_account_kubeconfig(&self.name, OPERATOR_SA).await?;
+        let kubeconfig = self
+            .cluster
+            .service_account_kubeconfig(&self.name, OPERATOR_SA)
+            .await?;
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let metrics_port = testenv::free_port()?;
+        let health_port = testenv::free_port()?;
+        // "podset-testenv-" marks test processes for the leftover check.
+        let instance = format!("podset-testenv-op-{}-{n}", self.name);
         let mut args: Vec<String> = vec![
             "run".into(),
             format!("--namespace={}", self.name),
             "--log-format=json".into(),
             "--log-level=info,podset_operator=debug".into(),
-            // "podset-testenv-" marks test processes for the leftover check.
-            format!("--instance=podset-testenv-op-{}-{n}", self.name),
+            format!("--instance={instance}"),
+            format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
+            format!("--health-probe-bind-address=127.0.0.1:{health_port}"),
         ];
         args.extend(extra_args.iter().map(|s| s.to_string()));
         let mut process = Process::new(
@@ -129,7 +188,12 @@ impl TestNs {
         )
         .env("KUBECONFIG", &kubeconfig.to_string_lossy());
         process.start()?;
-        Ok(Operator { process })
+        Ok(Operator {
+            process,
+            instance,
+            metrics_port,
+            health_port,
+        })
     }
 
     /// Pods in this namespace whose controller is the object with `owner_uid`.
@@ -151,22 +215,31 @@ pub fn controller_uid(p: &Pod) -> Option<String> {
 }
 
 pub fn phase(p: &Pod) -> String {
-    p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default()
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default()
 }
 
 /// The operator process. Killed when dropped; its log is printed if the test is failing.
 pub struct Operator {
     pub process: Process,
+    /// Its name in events and in the leader Lease.
+    pub instance: String,
+    pub metrics_port: u16,
+    pub health_port: u16,
 }
 
 impl Operator {
     pub fn kill(&mut self) {
-        self.process.stop_with(libc::SIGKILL, Duration::from_secs(5));
+        self.process
+            .stop_with(libc::SIGKILL, Duration::from_secs(5));
     }
 
-    /// SIGTERM, and the exit status within `grace`.
-    pub fn terminate(&mut self) {
-        self.process.stop_with(libc::SIGTERM, Duration::from_secs(15));
+    /// SIGTERM; the exit status if the operator exited on its own within 15 s.
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        self.process
+            .stop_with(libc::SIGTERM, Duration::from_secs(15))
     }
 
     pub fn restart(&mut self) -> Result<()> {
@@ -179,18 +252,109 @@ impl Operator {
 
     /// Fails if the operator exited or panicked.
     pub fn assert_healthy(&mut self) {
-        assert!(self.process.exited().is_none(), "operator exited:\n{}", self.process.log_tail(50));
-        assert!(!self.log().contains("panicked"), "operator panicked:\n{}", self.process.log_tail(50));
+        assert!(
+            self.process.exited().is_none(),
+            "operator exited:\n{}",
+            self.process.log_tail(50)
+        );
+        assert!(
+            !self.log().contains("panicked"),
+            "operator panicked:\n{}",
+            self.process.log_tail(50)
+        );
     }
 }
 
 impl Drop for Operator {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("----- {} log -----\n{}", self.process.name, self.process.log_tail(80));
+            eprintln!(
+                "----- {} log -----\n{}",
+                self.process.name,
+                self.process.log_tail(80)
+            );
         }
     }
 }
 
 /// Short deadline for things the operator should do promptly.
 pub const PROMPTLY: Duration = Duration::from_secs(60);
+
+// PodSet helpers shared by the PodSet, lifecycle and fault tests.
+
+pub fn podset(name: &str, replicas: i32) -> PodSet {
+    PodSet::new(
+        name,
+        PodSetSpec {
+            replicas,
+            template: None,
+        },
+    )
+}
+
+pub fn condition(ps: &PodSet, type_: &str) -> Option<(String, String, String)> {
+    ps.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Waits until the PodSet has exactly `n` Running pods of its own and its status names them.
+pub async fn converged(ns: &TestNs, name: &str, n: usize) -> Result<Vec<Pod>> {
+    let api = ns.api::<PodSet>();
+    poll_some(
+        PROMPTLY,
+        &format!("podset {name} to have {n} Running pods named in its status"),
+        || async {
+            let ps = api.get(name).await?;
+            let pods: Vec<Pod> = ns
+                .pods_of(&ps.uid().unwrap())
+                .await?
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            let mut names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+            names.sort();
+            let status = ps.status.clone().unwrap_or_default();
+            let ok = pods.len() == n
+                && pods.iter().all(|p| phase(p) == "Running")
+                && status.pod_names == names
+                && status.available_replicas == n as i32
+                && status.observed_generation == ps.metadata.generation
+                && condition(&ps, CONDITION_AVAILABLE).is_some_and(|c| c.0 == "True");
+            Ok(ok.then_some(pods))
+        },
+    )
+    .await
+}
+
+/// Records the most non-terminating pods ever seen at once per owner UID.
+pub fn record_max_pods(
+    api: Api<Pod>,
+) -> (
+    Arc<Mutex<HashMap<String, usize>>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let max: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let seen = max.clone();
+    let task = tokio::spawn(async move {
+        let mut live: HashMap<String, BTreeMap<String, bool>> = HashMap::new();
+        let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).touched_objects());
+        while let Some(Ok(pod)) = stream.next().await {
+            let Some(owner) = controller_uid(&pod) else {
+                continue;
+            };
+            let alive = pod.metadata.deletion_timestamp.is_none()
+                && matches!(phase(&pod).as_str(), "" | "Pending" | "Running");
+            let set = live.entry(owner.clone()).or_default();
+            set.insert(pod.uid().unwrap(), alive);
+            let n = set.values().filter(|a| **a).count();
+            let mut max = seen.lock().unwrap();
+            let m = max.entry(owner).or_insert(0);
+            *m = (*m).max(n);
+        }
+    });
+    (max, task)
+}

@@ -1,0 +1,245 @@
+//! The operator as a production process: probes, Prometheus metrics, graceful shutdown and
+//! leader election, each run as the operator binary under its own ServiceAccount.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, anyhow};
+use common::{Operator, PROMPTLY, TestNs, converged, podset, poll, poll_some, record_max_pods};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use podset_operator::api::PodSet;
+
+const LEASE: &str = "podset-operator-leader";
+
+async fn get(port: u16, path: &str) -> Result<(u16, String)> {
+    let resp = reqwest::get(format!("http://127.0.0.1:{port}{path}")).await?;
+    Ok((resp.status().as_u16(), resp.text().await?))
+}
+
+/// Prometheus text as `series -> value`, the series spelled `name{k="v",...}` as exposed.
+fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+async fn scrape(op: &Operator) -> Result<BTreeMap<String, f64>> {
+    let (code, body) = get(op.metrics_port, "/metrics").await?;
+    anyhow::ensure!(code == 200, "/metrics answered {code}");
+    Ok(parse_metrics(&body))
+}
+
+fn leader_args(ns: &TestNs, lease_seconds: u64) -> Vec<String> {
+    vec![
+        "--controllers=podset".into(),
+        "--leader-elect".into(),
+        format!("--leader-election-namespace={}", ns.name),
+        format!("--lease-duration-seconds={lease_seconds}"),
+    ]
+}
+
+async fn start(ns: &TestNs, args: &[String]) -> Result<Operator> {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ns.start_operator(&args).await
+}
+
+async fn lease_holder(ns: &TestNs) -> Result<String> {
+    let lease = ns.api::<Lease>().get_opt(LEASE).await?;
+    Ok(lease
+        .and_then(|l| l.spec?.holder_identity)
+        .unwrap_or_default())
+}
+
+async fn wait_for_holder(ns: &TestNs, candidates: &[&Operator]) -> Result<String> {
+    poll_some(PROMPTLY, "a leader", || async {
+        let holder = lease_holder(ns).await?;
+        Ok(candidates
+            .iter()
+            .any(|o| o.instance == holder)
+            .then_some(holder))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn probes_and_metrics_report_the_truth() -> Result<()> {
+    let ns = TestNs::new("observe").await?;
+    let mut op = ns.start_operator(&["--controllers=podset"]).await?;
+    poll(PROMPTLY, "/readyz 200 once the caches synced", || async {
+        Ok(get(op.health_port, "/readyz")
+            .await
+            .is_ok_and(|(code, _)| code == 200))
+    })
+    .await?;
+    assert_eq!(get(op.health_port, "/livez").await?.0, 200);
+
+    ns.api::<PodSet>()
+        .create(&PostParams::default(), &podset("metered", 2))
+        .await?;
+    converged(&ns, "metered", 2).await?;
+    let metrics = poll_some(
+        PROMPTLY,
+        "managed_pods to show 2 running PodSet pods",
+        || async {
+            let m = scrape(&op).await?;
+            let running =
+                m.get(r#"podset_operator_managed_pods{owner_kind="PodSet",state="running"}"#);
+            Ok((running == Some(&2.0)).then_some(m))
+        },
+    )
+    .await?;
+    let value = |series: &str| {
+        metrics
+            .get(series)
+            .copied()
+            .ok_or_else(|| anyhow!("no {series} in {metrics:#?}"))
+    };
+    assert_eq!(
+        value(&format!(
+            r#"podset_operator_build_info{{version="{}"}}"#,
+            env!("CARGO_PKG_VERSION")
+        ))?,
+        1.0
+    );
+    assert_eq!(value("podset_operator_leader")?, 1.0);
+    assert!(value(r#"podset_operator_reconciliations_total{controller="podset"}"#)? >= 1.0);
+    assert!(
+        value(r#"podset_operator_reconcile_duration_seconds_count{controller="podset"}"#)? >= 1.0
+    );
+    // Two pod creates, a status write and an event at least; list/watch GETs.
+    assert!(value(r#"podset_operator_api_requests_total{verb="POST"}"#)? >= 2.0);
+    assert!(value(r#"podset_operator_api_requests_total{verb="PATCH"}"#)? >= 1.0);
+    assert!(value(r#"podset_operator_api_requests_total{verb="GET"}"#)? >= 2.0);
+    op.assert_healthy();
+    Ok(())
+}
+
+#[tokio::test]
+async fn sigterm_releases_the_lease_and_the_standby_takes_over_at_once() -> Result<()> {
+    let ns = TestNs::new("handover").await?;
+    ns.grant_leader_election().await?;
+    let args = leader_args(&ns, 15);
+    let mut first = start(&ns, &args).await?;
+    assert_eq!(wait_for_holder(&ns, &[&first]).await?, first.instance);
+    let mut second = start(&ns, &args).await?;
+
+    // The standby is ready (healthy, only waiting) but not leading.
+    poll(PROMPTLY, "the standby's /readyz", || async {
+        Ok(get(second.health_port, "/readyz")
+            .await
+            .is_ok_and(|(code, _)| code == 200))
+    })
+    .await?;
+    assert_eq!(
+        scrape(&second).await?.get("podset_operator_leader"),
+        Some(&0.0)
+    );
+
+    ns.api::<PodSet>()
+        .create(&PostParams::default(), &podset("handed-over", 2))
+        .await?;
+    converged(&ns, "handed-over", 2).await?;
+
+    let sigterm = Instant::now();
+    let status = first
+        .terminate()
+        .ok_or_else(|| anyhow!("the leader did not exit within 15 s of SIGTERM"))?;
+    assert!(status.success(), "exit status after SIGTERM: {status}");
+    let log = first.log();
+    assert!(log.contains("released the leader lease"), "{log}");
+    poll(PROMPTLY, "the standby to hold the lease", || async {
+        Ok(lease_holder(&ns).await? == second.instance)
+    })
+    .await?;
+    let takeover = sigterm.elapsed();
+    println!("takeover after the leader's SIGTERM: {takeover:?} (lease duration 15 s)");
+    // Waiting for the lease to expire would take well over 10 s.
+    assert!(
+        takeover < Duration::from_secs(5),
+        "takeover took {takeover:?}: the lease was not released"
+    );
+
+    // The new leader works.
+    ns.api::<PodSet>()
+        .patch(
+            "handed-over",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": 4}})),
+        )
+        .await?;
+    converged(&ns, "handed-over", 4).await?;
+    second.assert_healthy();
+    Ok(())
+}
+
+#[tokio::test]
+async fn standby_finishes_the_scale_up_when_the_leader_is_killed() -> Result<()> {
+    let ns = TestNs::new("failover").await?;
+    ns.grant_leader_election().await?;
+    let lease_seconds = 8;
+    let args = leader_args(&ns, lease_seconds);
+    let mut a = start(&ns, &args).await?;
+    let mut b = start(&ns, &args).await?;
+    let holder = wait_for_holder(&ns, &[&a, &b]).await?;
+    let (leader, standby) = if holder == a.instance {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+
+    let (max, recorder) = record_max_pods(ns.api::<Pod>());
+    let api = ns.api::<PodSet>();
+    let mut uids = Vec::new();
+    for i in 0..10 {
+        uids.push(
+            api.create(&PostParams::default(), &podset(&format!("fo-{i}"), 10))
+                .await?
+                .uid()
+                .unwrap(),
+        );
+    }
+    let pods: Api<Pod> = ns.api();
+    poll(PROMPTLY, "the scale-up to be under way", || async {
+        Ok(pods.list(&ListParams::default()).await?.items.len() >= 20)
+    })
+    .await?;
+    leader.kill();
+    let killed = Instant::now();
+    poll(
+        Duration::from_secs(90),
+        "all 10 PodSets at 10 available",
+        || async {
+            let list = api.list(&ListParams::default()).await?;
+            Ok(list.items.len() == 10
+                && list.items.iter().all(|ps| {
+                    ps.status
+                        .as_ref()
+                        .is_some_and(|s| s.available_replicas == 10)
+                }))
+        },
+    )
+    .await?;
+    println!(
+        "converged {:?} after SIGKILL of the leader (lease duration {lease_seconds} s)",
+        killed.elapsed()
+    );
+    assert_eq!(lease_holder(&ns).await?, standby.instance);
+    assert_eq!(pods.list(&ListParams::default()).await?.items.len(), 100);
+    recorder.abort();
+    let max = max.lock().unwrap();
+    for uid in &uids {
+        let m = max.get(uid).copied().unwrap_or(0);
+        assert!(m <= 10, "a PodSet had {m} pods at once across the failover");
+    }
+    standby.assert_healthy();
+    Ok(())
+}
