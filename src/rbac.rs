@@ -42,6 +42,9 @@ pub fn rules() -> Vec<PolicyRule> {
             &["ats/finalizers"],
             &["update"],
         ),
+        // list + watch feed the shared pod cache; get is the At controller's live read of its
+        // pod (a missing pod before declaring it vanished, an existing one after a 409);
+        // delete is PodSet's scale-down only.
         rule("", &["pods"], &["get", "list", "watch", "create", "delete"]),
         // kube's event Recorder turns repeats into PATCHes of an event series.
         rule("events.k8s.io", &["events"], &["create", "patch"]),
