@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use common::{PROMPTLY, TestNs, cluster_without_nodes, poll, poll_some};
+use common::{Operator, PROMPTLY, TestNs, cluster_without_nodes, poll, poll_some};
 use futures::TryStreamExt;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
@@ -26,8 +26,12 @@ use podset_operator::plan::at::{
 /// How late RUNNING may be observed after the schedule (the issue: within a second).
 const PUNCTUALITY: Duration = Duration::from_secs(1);
 
-async fn test_ns(prefix: &str) -> Result<TestNs> {
-    TestNs::new_in(cluster_without_nodes().await?, prefix).await
+/// A namespace on the node-less cluster, with the At controller running in it.
+async fn setup(prefix: &str) -> Result<(TestNs, Operator, Api<At>)> {
+    let ns = TestNs::new_in(cluster_without_nodes().await?, prefix).await?;
+    let operator = ns.start_operator(&["--controllers=at"]).await?;
+    let api = ns.api::<At>();
+    Ok((ns, operator, api))
 }
 
 fn at(name: &str, schedule: &str, command: &str) -> At {
@@ -190,9 +194,7 @@ async fn wait_event(ns: &TestNs, name: &str, type_: &str, reason: &str) -> Resul
 
 #[tokio::test]
 async fn runs_once_at_its_schedule_then_done_with_success() -> Result<()> {
-    let ns = test_ns("at-success").await?;
-    let mut operator = ns.start_operator(&["--controllers=at"]).await?;
-    let api = ns.api::<At>();
+    let (ns, mut operator, api) = setup("at-success").await?;
     let (schedule, due) = schedule_in(4);
     let starts = tokio::spawn(watch_starts(api.clone(), vec!["hello".into()]));
     let created = api
@@ -320,9 +322,7 @@ async fn runs_once_at_its_schedule_then_done_with_success() -> Result<()> {
 
 #[tokio::test]
 async fn failed_and_vanished_pods_end_done_with_failure() -> Result<()> {
-    let ns = test_ns("at-failure").await?;
-    let mut operator = ns.start_operator(&["--controllers=at"]).await?;
-    let api = ns.api::<At>();
+    let (ns, mut operator, api) = setup("at-failure").await?;
     // Schedules in the past run at once.
     api.create(
         &PostParams::default(),
@@ -381,9 +381,7 @@ async fn failed_and_vanished_pods_end_done_with_failure() -> Result<()> {
 
 #[tokio::test]
 async fn operator_restart_while_running_keeps_one_pod() -> Result<()> {
-    let ns = test_ns("at-restart").await?;
-    let mut operator = ns.start_operator(&["--controllers=at"]).await?;
-    let api = ns.api::<At>();
+    let (ns, mut operator, api) = setup("at-restart").await?;
     // The book's sample: `echo YAY`, scheduled in 2019, so it runs at once.
     api.create(&PostParams::default(), &sample()?).await?;
     let running = wait_phase(&ns, "example-at", AtPhase::Running).await?;
@@ -426,9 +424,7 @@ async fn operator_restart_while_running_keeps_one_pod() -> Result<()> {
 #[tokio::test]
 async fn many_ats_due_in_the_same_second_each_get_one_pod() -> Result<()> {
     const N: usize = 20;
-    let ns = test_ns("at-many").await?;
-    let mut operator = ns.start_operator(&["--controllers=at"]).await?;
-    let api = ns.api::<At>();
+    let (ns, mut operator, api) = setup("at-many").await?;
     let (schedule, due) = schedule_in(5);
     let names: Vec<String> = (0..N).map(|i| format!("at-{i:02}")).collect();
     let starts = tokio::spawn(watch_starts(api.clone(), names.clone()));
@@ -482,9 +478,7 @@ async fn many_ats_due_in_the_same_second_each_get_one_pod() -> Result<()> {
 
 #[tokio::test]
 async fn invalid_date_is_reported_without_retries_and_a_fix_runs_it() -> Result<()> {
-    let ns = test_ns("at-invalid").await?;
-    let mut operator = ns.start_operator(&["--controllers=at"]).await?;
-    let api = ns.api::<At>();
+    let (ns, mut operator, api) = setup("at-invalid").await?;
 
     // The wrong shape never gets past the API server.
     match api
@@ -560,8 +554,7 @@ async fn invalid_date_is_reported_without_retries_and_a_fix_runs_it() -> Result<
 
 #[tokio::test]
 async fn someone_elses_pod_with_the_name_is_left_alone() -> Result<()> {
-    let ns = test_ns("at-taken").await?;
-    let mut operator = ns.start_operator(&["--controllers=at"]).await?;
+    let (ns, mut operator, api) = setup("at-taken").await?;
     let pods = ns.api::<Pod>();
     let foreign: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "taken-pod", "labels": {"app.kubernetes.io/managed-by": "podset-operator"}},
@@ -569,7 +562,6 @@ async fn someone_elses_pod_with_the_name_is_left_alone() -> Result<()> {
     }))?;
     let foreign = pods.create(&PostParams::default(), &foreign).await?;
 
-    let api = ns.api::<At>();
     api.create(
         &PostParams::default(),
         &at("taken", "2019-04-12T10:12:00Z", "echo mine"),
