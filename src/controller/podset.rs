@@ -34,17 +34,23 @@ pub fn error_policy(ps: Arc<PodSet>, error: &Error, ctx: Arc<Context>) -> Action
 async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
     let uid = ps.uid().unwrap_or_default();
     let pods = ctx.pods.owned_by(&uid);
-    let (outcome, waiting) = if ps.meta().deletion_timestamp.is_some() {
+    let deleting = ps.meta().deletion_timestamp.is_some();
+    let outcome = match ctx.expectations.readiness(&uid, Instant::now()) {
         // Being deleted: the garbage collector removes the pods; creating more would race it.
-        (Outcome::NotActed, None)
-    } else {
-        match ctx.expectations.readiness(&uid, Instant::now()) {
-            Readiness::Satisfied => (manage(ps, &pods, ctx).await, None),
-            Readiness::Waiting(left) => (Outcome::NotActed, Some(left)),
-        }
+        Readiness::Satisfied if !deleting => manage(ps, &pods, ctx).await,
+        _ => Outcome::NotActed,
     };
-    write_status(ps, &pods, &outcome, ctx).await?;
-    Ok(match (&outcome, waiting) {
+    // While our own creates or deletes are still on their way to the watch, a status would
+    // describe a moment already over: it is written once the watch has shown them all (one
+    // write per scale-up instead of one per pod). A failure is reported at once.
+    let pending = match ctx.expectations.readiness(&uid, Instant::now()) {
+        Readiness::Satisfied => None,
+        Readiness::Waiting(left) => Some(left),
+    };
+    if pending.is_none() || matches!(outcome, Outcome::Failed(_)) {
+        write_status(ps, &pods, &outcome, ctx).await?;
+    }
+    Ok(match (&outcome, pending) {
         (Outcome::Failed(_), _) => retry_after(ps, ctx),
         (_, Some(left)) => Action::requeue(left),
         _ => {
