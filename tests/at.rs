@@ -502,6 +502,18 @@ async fn invalid_date_is_reported_without_retries_and_a_fix_runs_it() -> Result<
         "{empty:?}"
     );
 
+    // Far in the future: PENDING, and the operator survives the wait.
+    api.create(
+        &PostParams::default(),
+        &at("far", "3000-01-01T00:00:00Z", "echo later"),
+    )
+    .await?;
+    let far = wait_phase(&ns, "far", AtPhase::Pending).await?;
+    assert_eq!(
+        condition(&far, CONDITION_SCHEDULED).map(|c| c.1),
+        Some(REASON_SCHEDULED.into())
+    );
+
     // The right shape, but no such day.
     api.create(
         &PostParams::default(),

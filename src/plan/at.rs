@@ -20,6 +20,11 @@ use crate::conditions::{self, Want};
 /// The only shape `spec.schedule` has (the CRD's pattern enforces it).
 const SCHEDULE_FORMAT: &str = "%Y-%m-%dT%H:%M:%SZ";
 
+/// The longest single wait. The controller's delay queue panics beyond about two years, and a
+/// far schedule is better rechecked now and then than trusted to one monotonic timer across
+/// wall-clock adjustments; an hourly look costs nothing.
+pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+
 /// Whether the schedule is valid and the current spec is (or was) the one that runs.
 pub const CONDITION_SCHEDULED: &str = "Scheduled";
 /// How the run went: False while the pod runs, True once DONE.
@@ -101,7 +106,7 @@ pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
         (None | Some(AtPhase::Pending), None) => match parse_schedule(&at.spec.schedule) {
             Err(message) => Step::Record(blocked(at, REASON_INVALID_SCHEDULE, message, now)),
             Ok(due) => match until_due(due, now) {
-                Some(left) => Step::Wait(pending(at, scheduled(at), now), left),
+                Some(left) => Step::Wait(pending(at, scheduled(at), now), left.min(MAX_WAIT)),
                 None => Step::Start,
             },
         },
@@ -439,6 +444,14 @@ mod tests {
 
     #[test]
     fn new_at_waits_exactly_until_due_then_starts() {
+        let mut far = at_with(None);
+        far.spec.schedule = "3000-01-01T00:00:00Z".into();
+        match decide(&far, None, ts(SCHEDULE)) {
+            Step::Wait(status, left) => {
+                assert_eq!((status.phase, left), (Some(AtPhase::Pending), MAX_WAIT))
+            }
+            other => panic!("expected Wait, got {other:?}"),
+        }
         let at = at_with(None);
         match decide(&at, None, ts("2019-04-12T10:11:50Z")) {
             Step::Wait(status, left) => {
