@@ -1,0 +1,54 @@
+{{/* The chart name. */}}
+{{- define "podset-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's object name prefix. */}}
+{{- define "podset-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "podset-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "podset-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "podset-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "podset-operator.labels" -}}
+helm.sh/chart: {{ include "podset-operator.chart" . }}
+{{ include "podset-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "podset-operator.serviceAccountName" -}}
+{{- include "podset-operator.fullname" . }}
+{{- end }}
+
+{{- define "podset-operator.leaseName" -}}
+{{- default (printf "%s-leader" (include "podset-operator.fullname" .)) .Values.leaderElection.leaseName }}
+{{- end }}
+
+{{/*
+The RBAC rules, generated from the Rust code by `make manifests` into files/: never retyped
+here. A missing file fails the render rather than granting nothing silently.
+*/}}
+{{- define "podset-operator.generatedRules" -}}
+{{- $rules := .context.Files.Get .file }}
+{{- if not (contains "apiGroups" $rules) }}
+{{- fail (printf "%s is missing or empty: run `make manifests`" .file) }}
+{{- end }}
+{{- $rules }}
+{{- end }}
