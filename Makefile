@@ -8,6 +8,9 @@ CLUSTER_DIR ?= $(CURDIR)/.local/cluster
 CLUSTER_NODES ?= 3
 KUBECONFIG_LOCAL := $(CLUSTER_DIR)/kubeconfig
 BIN := target/debug/podset-operator
+IMG ?= podset-operator:0.1.0
+HELM_VENV := $(CURDIR)/.local/helm-venv
+HELM_SDK_VERSION := 0.2.2
 CARGO ?= cargo
 say = @printf '\033[1m[make %s]\033[0m %s\n' "$@" "$(1)"
 
@@ -29,7 +32,7 @@ build: deps ## Build the operator and the local-cluster tool
 	$(CARGO) build --workspace --bins
 
 .PHONY: test
-test: kubernetes ## Build everything and run every test (unit, end to end on a real local control plane)
+test: kubernetes helm-sdk ## Build everything and run every test (unit, end to end on a real local control plane)
 	$(call say,cargo build --workspace --all-targets)
 	$(CARGO) build --workspace --all-targets
 	$(call say,checking formatting and lints)
@@ -38,6 +41,9 @@ test: kubernetes ## Build everything and run every test (unit, end to end on a r
 	$(call say,running tests: unit tests, then end-to-end tests that each start a real control plane)
 	$(CARGO) test --workspace --no-fail-fast -- --test-threads=$${TEST_THREADS:-2}
 	@bash hack/check-no-leftovers.sh
+	$(call say,building the container image's static binary (hack/build-static.sh) and checking it)
+	@bash hack/build-static.sh
+	@bash hack/check-static.sh
 
 .PHONY: run
 run: kubernetes build ## Run the operator: against the kubeconfig's cluster, else a local control plane
@@ -66,3 +72,29 @@ install: build ## Install the CRDs into the kubeconfig's cluster (server-side ap
 .PHONY: uninstall
 uninstall: build ## Remove the CRDs (and with them every PodSet and At)
 	$(BIN) crds | kubectl delete --ignore-not-found -f -
+
+.PHONY: helm-sdk
+helm-sdk: ## Install real Helm v4 for the tests: PyPI helm-python-sdk in .local/helm-venv
+	@bash hack/helm-sdk.sh "$(HELM_VENV)" "$(HELM_SDK_VERSION)"
+
+.PHONY: deploy
+deploy: ## Install CRDs, namespace, RBAC and the Deployment into the kubeconfig's cluster (kustomize)
+	kubectl apply --server-side -k config/default
+
+.PHONY: undeploy
+undeploy: ## Remove what `make deploy` installed, CRDs (and with them every PodSet and At) included
+	kubectl delete --ignore-not-found -k config/default
+
+.PHONY: static
+static: ## Build the static release binary the image ships (target/static/podset-operator) and check it
+	@bash hack/build-static.sh
+	@bash hack/check-static.sh
+
+.PHONY: docker-build
+docker-build: ## Build the container image $(IMG) (needs a running Docker engine)
+	docker build -t $(IMG) .
+
+.PHONY: helm-lint
+helm-lint: helm-sdk ## Lint the Helm chart with real Helm (both watch scopes)
+	$(HELM_VENV)/bin/python hack/helm.py lint charts/podset-operator --strict
+	$(HELM_VENV)/bin/python hack/helm.py lint charts/podset-operator --strict --set-string watchNamespace=example
