@@ -205,7 +205,9 @@ pub struct PodCache {
 
 impl std::fmt::Debug for PodCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PodCache").field("pods", &self.len()).finish()
+        f.debug_struct("PodCache")
+            .field("pods", &self.len())
+            .finish()
     }
 }
 
@@ -239,7 +241,11 @@ impl PodCache {
         let index = self.index.read().expect("pod cache lock");
         let mut counts = std::collections::BTreeMap::new();
         for pod in index.by_owner.values().flat_map(HashMap::values) {
-            let kind = pod.owner.as_ref().map(|o| o.kind.clone()).unwrap_or_default();
+            let kind = pod
+                .owner
+                .as_ref()
+                .map(|o| o.kind.clone())
+                .unwrap_or_default();
             *counts.entry((kind, pod.state())).or_insert(0) += 1;
         }
         counts

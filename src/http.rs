@@ -45,7 +45,11 @@ pub async fn serve(
 }
 
 fn probe(ok: bool) -> (StatusCode, &'static str) {
-    if ok { (StatusCode::OK, "ok\n") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ok\n") }
+    if ok {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ok\n")
+    }
 }
 
 async fn livez(State(s): State<Arc<Shared>>) -> impl IntoResponse {
@@ -61,7 +65,10 @@ async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
     match prometheus_client::encoding::text::encode(&mut body, &s.registry) {
         Ok(()) => (
             StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
             body,
         )
             .into_response(),

@@ -72,7 +72,11 @@ struct RunArgs {
     metrics_bind_address: SocketAddr,
 
     /// Address of the /livez and /readyz probe endpoints.
-    #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = "0.0.0.0:8081")]
+    #[arg(
+        long,
+        env = "HEALTH_PROBE_BIND_ADDRESS",
+        default_value = "0.0.0.0:8081"
+    )]
     health_probe_bind_address: SocketAddr,
 
     /// Elect a leader among replicas on a Lease; only the leader runs the controllers.
@@ -80,7 +84,11 @@ struct RunArgs {
     leader_elect: bool,
 
     /// Name of the leader-election Lease.
-    #[arg(long, env = "LEADER_ELECTION_ID", default_value = "podset-operator-leader")]
+    #[arg(
+        long,
+        env = "LEADER_ELECTION_ID",
+        default_value = "podset-operator-leader"
+    )]
     leader_election_id: String,
 
     /// Namespace of the Lease; default: the operator's own (in a pod), else `default`.
@@ -230,7 +238,10 @@ async fn run_controllers(
     match tokio::time::timeout(timeout, controllers).await {
         Ok(result) => result,
         Err(_) => {
-            warn!(?timeout, "in-flight reconciles did not finish in time; exiting anyway");
+            warn!(
+                ?timeout,
+                "in-flight reconciles did not finish in time; exiting anyway"
+            );
             Ok(())
         }
     }
@@ -272,7 +283,15 @@ async fn run_as_leader(
     health.set_ready(false);
     let leading = shutdown.child_token();
     let timeout = Duration::from_secs(args.shutdown_timeout_seconds);
-    let controllers = run_controllers(client, settings, metrics.clone(), pods, health, leading.clone(), timeout);
+    let controllers = run_controllers(
+        client,
+        settings,
+        metrics.clone(),
+        pods,
+        health,
+        leading.clone(),
+        timeout,
+    );
     let lost = tokio::select! {
         result = controllers => { result?; false }
         _ = election.hold() => { leading.cancel(); true }

@@ -58,7 +58,9 @@ impl Default for Metrics {
             reconciles: Family::default(),
             errors: Family::default(),
             duration: Family::new_with_constructor(|| {
-                Histogram::new([0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0])
+                Histogram::new([
+                    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                ])
             }),
             api_requests: Family::default(),
             leader: Gauge::default(),
@@ -70,8 +72,16 @@ impl Metrics {
     /// A registry (prefix `podset_operator_`) with every metric, and the pods of `cache`.
     pub fn registry(&self, cache: Arc<PodCache>) -> Registry {
         let mut registry = Registry::with_prefix("podset_operator");
-        registry.register("reconciliations", "Reconciles started", self.reconciles.clone());
-        registry.register("reconcile_errors", "Reconciles that failed, by error", self.errors.clone());
+        registry.register(
+            "reconciliations",
+            "Reconciles started",
+            self.reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, by error",
+            self.errors.clone(),
+        );
         registry.register(
             "reconcile_duration_seconds",
             "How long reconciles took",
@@ -82,9 +92,17 @@ impl Metrics {
             "Requests sent to the Kubernetes API, by HTTP method",
             self.api_requests.clone(),
         );
-        registry.register("leader", "1 while this instance is the leader", self.leader.clone());
+        registry.register(
+            "leader",
+            "1 while this instance is the leader",
+            self.leader.clone(),
+        );
         let build = Family::<BuildLabels, Gauge>::default();
-        build.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION") }).set(1);
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
         registry.register("build_info", "The operator's version", build);
         registry.register_collector(Box::new(ManagedPods(cache)));
         registry
@@ -92,7 +110,9 @@ impl Metrics {
 
     /// Counts a reconcile and times it until the returned guard drops.
     pub fn reconcile(&self, controller: &'static str) -> ReconcileTimer<'_> {
-        self.reconciles.get_or_create(&ControllerLabels { controller }).inc();
+        self.reconciles
+            .get_or_create(&ControllerLabels { controller })
+            .inc();
         ReconcileTimer {
             metrics: self,
             controller,
@@ -101,11 +121,17 @@ impl Metrics {
     }
 
     pub fn error(&self, controller: &'static str, error: &'static str) {
-        self.errors.get_or_create(&ErrorLabels { controller, error }).inc();
+        self.errors
+            .get_or_create(&ErrorLabels { controller, error })
+            .inc();
     }
 
     pub fn api_request(&self, verb: &str) {
-        self.api_requests.get_or_create(&RequestLabels { verb: verb.to_string() }).inc();
+        self.api_requests
+            .get_or_create(&RequestLabels {
+                verb: verb.to_string(),
+            })
+            .inc();
     }
 }
 
@@ -119,7 +145,9 @@ impl Drop for ReconcileTimer<'_> {
     fn drop(&mut self) {
         self.metrics
             .duration
-            .get_or_create(&ControllerLabels { controller: self.controller })
+            .get_or_create(&ControllerLabels {
+                controller: self.controller,
+            })
             .observe(self.start.elapsed().as_secs_f64());
     }
 }

@@ -71,7 +71,11 @@ fn deletion_rank(p: &CachedPod) -> impl Ord + use<'_> {
 
 /// Finished pods beyond [`MAX_FINISHED_PODS`], oldest first.
 pub fn finished_excess(pods: &[Arc<CachedPod>]) -> Vec<Arc<CachedPod>> {
-    let mut finished: Vec<_> = pods.iter().filter(|p| p.phase.finished() && !p.terminating).cloned().collect();
+    let mut finished: Vec<_> = pods
+        .iter()
+        .filter(|p| p.phase.finished() && !p.terminating)
+        .cloned()
+        .collect();
     finished.sort_by_key(|p| (Reverse(p.created), p.name.clone()));
     finished.split_off(finished.len().min(MAX_FINISHED_PODS))
 }
@@ -112,9 +116,18 @@ pub fn selector(name: &str) -> String {
 }
 
 /// The status for the pods observed, keeping condition timestamps that did not change.
-pub fn status(ps: &PodSet, pods: &[Arc<CachedPod>], outcome: &Outcome, now: Timestamp) -> PodSetStatus {
+pub fn status(
+    ps: &PodSet,
+    pods: &[Arc<CachedPod>],
+    outcome: &Outcome,
+    now: Timestamp,
+) -> PodSetStatus {
     let previous = ps.status.clone().unwrap_or_default();
-    let mut pod_names: Vec<String> = pods.iter().filter(|p| p.is_active()).map(|p| p.name.clone()).collect();
+    let mut pod_names: Vec<String> = pods
+        .iter()
+        .filter(|p| p.is_active())
+        .map(|p| p.name.clone())
+        .collect();
     pod_names.sort();
     let available = i32::try_from(pod_names.len()).unwrap_or(i32::MAX);
     let generation = ps.meta().generation;
@@ -122,7 +135,11 @@ pub fn status(ps: &PodSet, pods: &[Arc<CachedPod>], outcome: &Outcome, now: Time
     let available_condition = Want {
         type_: CONDITION_AVAILABLE,
         status: available >= replicas,
-        reason: if available >= replicas { "AllReplicasAvailable" } else { "ReplicasMissing" },
+        reason: if available >= replicas {
+            "AllReplicasAvailable"
+        } else {
+            "ReplicasMissing"
+        },
         message: format!("{available} of {replicas} pods available"),
     };
     let failure_condition = match outcome {
@@ -135,9 +152,19 @@ pub fn status(ps: &PodSet, pods: &[Arc<CachedPod>], outcome: &Outcome, now: Time
         Outcome::Succeeded => Some(no_failure()),
         Outcome::NotActed => None,
     };
-    let mut conds = vec![conditions::condition(&previous.conditions, available_condition, generation, now)];
+    let mut conds = vec![conditions::condition(
+        &previous.conditions,
+        available_condition,
+        generation,
+        now,
+    )];
     match failure_condition {
-        Some(want) => conds.push(conditions::condition(&previous.conditions, want, generation, now)),
+        Some(want) => conds.push(conditions::condition(
+            &previous.conditions,
+            want,
+            generation,
+            now,
+        )),
         None => conds.push(
             conditions::find(&previous.conditions, CONDITION_REPLICA_FAILURE)
                 .cloned()
@@ -148,7 +175,7 @@ pub fn status(ps: &PodSet, pods: &[Arc<CachedPod>], outcome: &Outcome, now: Time
         pod_names,
         available_replicas: available,
         observed_generation: generation,
-        selector: selector(&ps.name_any()),
+        selector: Some(selector(&ps.name_any())),
         conditions: conds,
     }
 }
@@ -246,7 +273,13 @@ mod tests {
     }
 
     fn podset(replicas: i32) -> PodSet {
-        let mut ps = PodSet::new("web", PodSetSpec { replicas, template: None });
+        let mut ps = PodSet::new(
+            "web",
+            PodSetSpec {
+                replicas,
+                template: None,
+            },
+        );
         ps.metadata.namespace = Some("ns".into());
         ps.metadata.uid = Some("ps-uid".into());
         ps.metadata.generation = Some(3);
@@ -267,7 +300,11 @@ mod tests {
         assert_eq!(plan(5, &pods), Plan::Create(3));
         assert_eq!(plan(2, &pods), Plan::Steady);
         match plan(1, &pods) {
-            Plan::Delete(v) => assert_eq!(names(&v), ["p"], "the Pending pod goes before the Running one"),
+            Plan::Delete(v) => assert_eq!(
+                names(&v),
+                ["p"],
+                "the Pending pod goes before the Running one"
+            ),
             other => panic!("expected a delete, got {other:?}"),
         }
         assert_eq!(plan(3, &[]), Plan::Create(3));
@@ -296,7 +333,16 @@ mod tests {
         precious.deletion_cost = 10;
         let old = pod("old");
         let all = vec![
-            old, precious, newer, restarted, recently_ready, cheap, not_ready, unknown, pending, unscheduled,
+            old,
+            precious,
+            newer,
+            restarted,
+            recently_ready,
+            cheap,
+            not_ready,
+            unknown,
+            pending,
+            unscheduled,
         ];
         let ranked = victims(arcs(all.clone()), all.len());
         assert_eq!(
@@ -331,7 +377,11 @@ mod tests {
         let mut pods = Vec::new();
         for (i, name) in ["f1", "f2", "f3", "f4", "f5"].iter().enumerate() {
             let mut p = pod(name);
-            p.phase = if i % 2 == 0 { Phase::Failed } else { Phase::Succeeded };
+            p.phase = if i % 2 == 0 {
+                Phase::Failed
+            } else {
+                Phase::Succeeded
+            };
             p.created = at(i as i64);
             pods.push(p);
         }
@@ -351,9 +401,12 @@ mod tests {
         assert_eq!(s.pod_names, ["a", "b"]);
         assert_eq!(s.available_replicas, 2);
         assert_eq!(s.observed_generation, Some(3));
-        assert_eq!(s.selector, "app=web,version=v0.1");
+        assert_eq!(s.selector.as_deref(), Some("app=web,version=v0.1"));
         let available = conditions::find(&s.conditions, CONDITION_AVAILABLE).unwrap();
-        assert_eq!((available.status.as_str(), available.reason.as_str()), ("False", "ReplicasMissing"));
+        assert_eq!(
+            (available.status.as_str(), available.reason.as_str()),
+            ("False", "ReplicasMissing")
+        );
         assert_eq!(available.message, "2 of 3 pods available");
         let failure = conditions::find(&s.conditions, CONDITION_REPLICA_FAILURE).unwrap();
         assert_eq!(failure.status, "False");
@@ -363,7 +416,12 @@ mod tests {
     fn status_is_stable_when_nothing_changed() {
         let mut ps = podset(2);
         let pods = arcs(vec![pod("a"), pod("b")]);
-        let first = status(&ps, &pods, &Outcome::Succeeded, Timestamp::from_second(1_000).unwrap());
+        let first = status(
+            &ps,
+            &pods,
+            &Outcome::Succeeded,
+            Timestamp::from_second(1_000).unwrap(),
+        );
         ps.status = Some(first.clone());
         let later = Timestamp::from_second(9_000).unwrap();
         assert_eq!(status(&ps, &pods, &Outcome::Succeeded, later), first);
@@ -379,14 +437,27 @@ mod tests {
         };
         let t = Timestamp::from_second(1_000).unwrap();
         let failed = status(&ps, &[], &Outcome::Failed(failure), t);
-        let cond = conditions::find(&failed.conditions, CONDITION_REPLICA_FAILURE).unwrap().clone();
-        assert_eq!((cond.status.as_str(), cond.reason.as_str()), ("True", "FailedCreate"));
+        let cond = conditions::find(&failed.conditions, CONDITION_REPLICA_FAILURE)
+            .unwrap()
+            .clone();
+        assert_eq!(
+            (cond.status.as_str(), cond.reason.as_str()),
+            ("True", "FailedCreate")
+        );
         assert!(cond.message.contains("exceeded quota"));
         ps.status = Some(failed);
         let waiting = status(&ps, &[], &Outcome::NotActed, t);
-        assert_eq!(conditions::find(&waiting.conditions, CONDITION_REPLICA_FAILURE), Some(&cond));
+        assert_eq!(
+            conditions::find(&waiting.conditions, CONDITION_REPLICA_FAILURE),
+            Some(&cond)
+        );
         let recovered = status(&ps, &[], &Outcome::Succeeded, t);
-        assert_eq!(conditions::find(&recovered.conditions, CONDITION_REPLICA_FAILURE).unwrap().status, "False");
+        assert_eq!(
+            conditions::find(&recovered.conditions, CONDITION_REPLICA_FAILURE)
+                .unwrap()
+                .status,
+            "False"
+        );
     }
 
     #[test]
@@ -403,16 +474,28 @@ mod tests {
             (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
             ("PodSet", "web", "ps-uid")
         );
-        assert_eq!((owner.controller, owner.block_owner_deletion), (Some(true), Some(true)));
+        assert_eq!(
+            (owner.controller, owner.block_owner_deletion),
+            (Some(true), Some(true))
+        );
         let spec = p.spec.unwrap();
         let c = &spec.containers[0];
-        assert_eq!((c.name.as_str(), c.image.as_deref()), ("busybox", Some("busybox")));
+        assert_eq!(
+            (c.name.as_str(), c.image.as_deref()),
+            ("busybox", Some("busybox"))
+        );
         assert_eq!(c.command.as_deref().unwrap(), ["sleep", "3600"]);
         let sc = c.security_context.as_ref().unwrap();
         assert_eq!(sc.allow_privilege_escalation, Some(false));
-        assert_eq!(sc.capabilities.as_ref().unwrap().drop.as_deref().unwrap(), ["ALL"]);
+        assert_eq!(
+            sc.capabilities.as_ref().unwrap().drop.as_deref().unwrap(),
+            ["ALL"]
+        );
         assert_eq!(sc.run_as_non_root, Some(true));
-        assert!(sc.run_as_user.is_some_and(|u| u != 0), "busybox needs a non-root uid to start");
+        assert!(
+            sc.run_as_user.is_some_and(|u| u != 0),
+            "busybox needs a non-root uid to start"
+        );
         assert_eq!(sc.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
         assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
     }
@@ -429,7 +512,10 @@ mod tests {
         ps.spec.template = Some(template);
         let p = pod_for(&ps);
         let labels = p.metadata.labels.unwrap();
-        assert_eq!((labels["tier"].as_str(), labels["app"].as_str()), ("web", "web"));
+        assert_eq!(
+            (labels["tier"].as_str(), labels["app"].as_str()),
+            ("web", "web")
+        );
         assert_eq!(p.metadata.annotations.unwrap()["a"], "b");
         assert_eq!(p.metadata.name, None);
         let spec = p.spec.unwrap();

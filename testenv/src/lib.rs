@@ -303,13 +303,13 @@ impl Cluster {
                 return Ok(());
             }
             for name in ["etcd", "kube-apiserver"] {
-                if let Some(p) = self.component_mut(name) {
-                    if let Some(status) = p.exited() {
-                        bail!(
-                            "{name} exited ({status}) during start-up:\n{}",
-                            p.log_tail(40)
-                        );
-                    }
+                if let Some(p) = self.component_mut(name)
+                    && let Some(status) = p.exited()
+                {
+                    bail!(
+                        "{name} exited ({status}) during start-up:\n{}",
+                        p.log_tail(40)
+                    );
                 }
             }
             if Instant::now() > deadline {
@@ -346,7 +346,7 @@ impl Cluster {
             "kube-controller-manager",
             self.bin.join("kube-controller-manager"),
             args,
-            &self.dir().to_path_buf(),
+            self.dir(),
         );
         p.start()?;
         self.components.push(p);
@@ -365,7 +365,7 @@ impl Cluster {
             "kube-scheduler",
             self.bin.join("kube-scheduler"),
             args,
-            &self.dir().to_path_buf(),
+            self.dir(),
         );
         p.start()?;
         self.components.push(p);
@@ -382,12 +382,7 @@ impl Cluster {
             format!("--kubelet-read-only-port={}", free_port()?),
             "--v=1".into(),
         ];
-        let mut p = Process::new(
-            &name,
-            self.bin.join("kubemark"),
-            args,
-            &self.dir().to_path_buf(),
-        );
+        let mut p = Process::new(&name, self.bin.join("kubemark"), args, self.dir());
         p.start()?;
         self.components.push(p);
         Ok(())
@@ -546,10 +541,10 @@ impl Drop for Cluster {
                 );
             }
         }
-        if let Ok(data) = std::fs::read_to_string(self.dir().join("etcd-data-dir")) {
-            if data.starts_with("/dev/shm/podset-testenv-etcd-") {
-                let _ = std::fs::remove_dir_all(data.trim());
-            }
+        if let Ok(data) = std::fs::read_to_string(self.dir().join("etcd-data-dir"))
+            && data.starts_with("/dev/shm/podset-testenv-etcd-")
+        {
+            let _ = std::fs::remove_dir_all(data.trim());
         }
         if let Root::Temp(t) = &mut self.root {
             let t = t.take().expect("temp dir present");
