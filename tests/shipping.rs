@@ -14,15 +14,6 @@ use anyhow::{Context as _, Result, bail, ensure};
 use serde_json::{Value, json};
 use testenv::{Cluster, Options, poll};
 
-const RELEASE_NS_OBJECTS: &[&str] = &[
-    "deployment",
-    "serviceaccount",
-    "role",
-    "rolebinding",
-    "poddisruptionbudget",
-    "service",
-];
-
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -566,18 +557,95 @@ async fn wait_no_pods(kc: &Path, ns: &str, selector: &str) -> Result<()> {
     .await
 }
 
-fn release_objects(fullname: &str) -> Vec<String> {
-    RELEASE_NS_OBJECTS
-        .iter()
-        .map(|kind| {
-            let name = match *kind {
-                "role" | "rolebinding" => format!("{fullname}-leader-election"),
-                "service" => format!("{fullname}-metrics"),
-                _ => fullname.to_string(),
-            };
-            format!("{kind}/{name}")
-        })
-        .collect()
+/// Both CRDs of the operator Established.
+async fn wait_crds_established(kc: &Path) -> Result<()> {
+    for crd in [
+        "podsets.app.example.com",
+        "ats.cnat.programming-kubernetes.info",
+    ] {
+        let crd = format!("crd/{crd}");
+        kubectl(
+            kc,
+            &["wait", "--for=condition=Established", "--timeout=60s", &crd],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// A Helm release installed with real Helm into its own namespace.
+struct Release {
+    kc: PathBuf,
+    name: &'static str,
+    ns: String,
+    fullname: String,
+    selector: String,
+}
+
+impl Release {
+    /// Installs the chart with `values` (hack/helm.py flags) and waits for the release's
+    /// objects, the chart's CRDs, and both replicas scheduled and Running on hollow nodes.
+    async fn install(cluster: &Cluster, name: &'static str, values: &[&str]) -> Result<Self> {
+        let ns = unique(name);
+        cluster.create_namespace(&ns).await?;
+        let release = Self {
+            kc: cluster.kubeconfig().to_path_buf(),
+            name,
+            fullname: format!("{name}-podset-operator"),
+            selector: format!("app.kubernetes.io/instance={name}"),
+            ns,
+        };
+        let chart = chart().display().to_string();
+        let mut args = vec!["install", chart.as_str()];
+        args.extend_from_slice(values);
+        helm(&release.with_target(&args)).await?;
+        wait_objects(&release.kc, &release.ns, &release.objects(), true).await?;
+        wait_crds_established(&release.kc).await?;
+        wait_pods_scheduled(&release.kc, &release.ns, &release.selector).await?;
+        Ok(release)
+    }
+
+    fn with_target<'a>(&'a self, args: &[&'a str]) -> Vec<&'a str> {
+        let mut full = args.to_vec();
+        let kc = self.kc.to_str().expect("utf-8 kubeconfig path");
+        full.extend_from_slice(&[
+            "--name",
+            self.name,
+            "--namespace",
+            &self.ns,
+            "--kubeconfig",
+            kc,
+        ]);
+        full
+    }
+
+    /// The release's objects in its namespace, as `kind/name`.
+    fn objects(&self) -> Vec<String> {
+        let f = &self.fullname;
+        vec![
+            format!("deployment/{f}"),
+            format!("serviceaccount/{f}"),
+            format!("role/{f}-leader-election"),
+            format!("rolebinding/{f}-leader-election"),
+            format!("poddisruptionbudget/{f}"),
+            format!("service/{f}-metrics"),
+        ]
+    }
+
+    fn service_account(&self) -> (&str, &str) {
+        (&self.ns, &self.fullname)
+    }
+
+    /// `helm uninstall`, then every object of the release gone: its own, `elsewhere`
+    /// (namespace, objects), and the Deployment's pods.
+    async fn uninstall(&self, elsewhere: &[(&str, Vec<String>)]) -> Result<()> {
+        helm(&self.with_target(&["uninstall"])).await?;
+        wait_objects(&self.kc, &self.ns, &self.objects(), false).await?;
+        for (ns, objects) in elsewhere {
+            wait_objects(&self.kc, ns, objects, false).await?;
+        }
+        wait_no_pods(&self.kc, &self.ns, &self.selector).await
+    }
 }
 
 #[tokio::test]
@@ -585,59 +653,23 @@ async fn helm_install_cluster_wide_then_uninstall() -> Result<()> {
     let _crds = CRDS.read().await;
     let cluster = cluster().await?;
     let kc = cluster.kubeconfig();
-    let ns = unique("helm-cw");
     let other = unique("helm-cw-other");
-    cluster.create_namespace(&ns).await?;
     cluster.create_namespace(&other).await?;
-    let release = "ps-cw";
-    let fullname = format!("{release}-podset-operator");
-    let kcs = kc.display().to_string();
-    let chart = chart().display().to_string();
-    helm(&[
-        "install",
-        &chart,
-        "--name",
-        release,
-        "--namespace",
-        &ns,
-        "--kubeconfig",
-        &kcs,
-    ])
-    .await?;
-
-    let objects = release_objects(&fullname);
-    wait_objects(kc, &ns, &objects, true).await?;
+    let release = Release::install(&cluster, "ps-cw", &[]).await?;
+    let (ns, fullname) = (&release.ns, &release.fullname);
     let cluster_objects = vec![
         format!("clusterrole/{fullname}-manager"),
         format!("clusterrolebinding/{fullname}-manager"),
     ];
     wait_objects(kc, "", &cluster_objects, true).await?;
-    // The chart's CRDs (crds/) were installed.
-    for crd in [
-        "podsets.app.example.com",
-        "ats.cnat.programming-kubernetes.info",
-    ] {
-        kubectl(
-            kc,
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                &format!("crd/{crd}"),
-            ],
-        )
-        .await?;
-    }
-    let selector = format!("app.kubernetes.io/instance={release}");
-    wait_pods_scheduled(kc, &ns, &selector).await?;
 
     // RBAC: the manager rules in every namespace, leases in its own, nothing more.
-    let sa = (ns.as_str(), fullname.as_str());
+    let sa = release.service_account();
     for watched in [ns.as_str(), other.as_str()] {
         assert_manager_rights(kc, sa, watched).await?;
     }
     assert_can(kc, sa, "list", "pods", &["--all-namespaces"]).await?;
-    assert_can(kc, sa, "create", "leases.coordination.k8s.io", &["-n", &ns]).await?;
+    assert_can(kc, sa, "create", "leases.coordination.k8s.io", &["-n", ns]).await?;
     assert_cannot(
         kc,
         sa,
@@ -646,21 +678,9 @@ async fn helm_install_cluster_wide_then_uninstall() -> Result<()> {
         &["-n", &other],
     )
     .await?;
-    assert_least_privilege(kc, sa, &[&ns, &other]).await?;
+    assert_least_privilege(kc, sa, &[ns, &other]).await?;
 
-    helm(&[
-        "uninstall",
-        "--name",
-        release,
-        "--namespace",
-        &ns,
-        "--kubeconfig",
-        &kcs,
-    ])
-    .await?;
-    wait_objects(kc, &ns, &objects, false).await?;
-    wait_objects(kc, "", &cluster_objects, false).await?;
-    wait_no_pods(kc, &ns, &selector).await?;
+    release.uninstall(&[("", cluster_objects)]).await?;
     assert_cannot(kc, sa, "create", "pods", &["-n", &other]).await?;
     Ok(())
 }
@@ -670,33 +690,14 @@ async fn helm_install_single_namespace_then_uninstall() -> Result<()> {
     let _crds = CRDS.read().await;
     let cluster = cluster().await?;
     let kc = cluster.kubeconfig();
-    let ns = unique("helm-ns");
     let watched = unique("helm-ns-watched");
     let other = unique("helm-ns-other");
-    for n in [&ns, &watched, &other] {
+    for n in [&watched, &other] {
         cluster.create_namespace(n).await?;
     }
-    let release = "ps-ns";
-    let fullname = format!("{release}-podset-operator");
-    let kcs = kc.display().to_string();
-    let chart = chart().display().to_string();
     let watch = format!("watchNamespace={watched}");
-    helm(&[
-        "install",
-        &chart,
-        "--name",
-        release,
-        "--namespace",
-        &ns,
-        "--kubeconfig",
-        &kcs,
-        "--set-string",
-        &watch,
-    ])
-    .await?;
-
-    let objects = release_objects(&fullname);
-    wait_objects(kc, &ns, &objects, true).await?;
+    let release = Release::install(&cluster, "ps-ns", &["--set-string", &watch]).await?;
+    let (ns, fullname) = (&release.ns, &release.fullname);
     let watched_objects = vec![
         format!("role/{fullname}-manager"),
         format!("rolebinding/{fullname}-manager"),
@@ -708,27 +709,20 @@ async fn helm_install_single_namespace_then_uninstall() -> Result<()> {
     )
     .await?;
     assert!(
-        !out.contains(&fullname),
+        !out.contains(fullname.as_str()),
         "a namespaced install made cluster-wide RBAC:\n{out}"
     );
-    let deploy: Value = serde_json::from_str(
-        &kubectl(
-            kc,
-            &["get", "deployment", &fullname, "-n", &ns, "-o", "json"],
-        )
-        .await?,
-    )?;
+    let deploy = kubectl(kc, &["get", "deployment", fullname, "-n", ns, "-o", "json"]).await?;
+    let deploy: Value = serde_json::from_str(&deploy)?;
     assert_eq!(
         env_value(&deploy, "WATCH_NAMESPACE"),
         Some(watched.as_str())
     );
-    let selector = format!("app.kubernetes.io/instance={release}");
-    wait_pods_scheduled(kc, &ns, &selector).await?;
 
     // RBAC: the manager rules in the watched namespace only.
-    let sa = (ns.as_str(), fullname.as_str());
+    let sa = release.service_account();
     assert_manager_rights(kc, sa, &watched).await?;
-    assert_can(kc, sa, "create", "leases.coordination.k8s.io", &["-n", &ns]).await?;
+    assert_can(kc, sa, "create", "leases.coordination.k8s.io", &["-n", ns]).await?;
     for elsewhere in [ns.as_str(), other.as_str()] {
         let scope = ["-n", elsewhere];
         assert_cannot(kc, sa, "create", "pods", &scope).await?;
@@ -745,22 +739,9 @@ async fn helm_install_single_namespace_then_uninstall() -> Result<()> {
         &["-n", &watched],
     )
     .await?;
-    assert_least_privilege(kc, sa, &[&ns, &watched, &other]).await?;
+    assert_least_privilege(kc, sa, &[ns, &watched, &other]).await?;
 
-    helm(&[
-        "uninstall",
-        "--name",
-        release,
-        "--namespace",
-        &ns,
-        "--kubeconfig",
-        &kcs,
-    ])
-    .await?;
-    wait_objects(kc, &ns, &objects, false).await?;
-    wait_objects(kc, &watched, &watched_objects, false).await?;
-    wait_no_pods(kc, &ns, &selector).await?;
-    Ok(())
+    release.uninstall(&[(&watched, watched_objects)]).await
 }
 
 /// `kubectl apply --server-side -k config/default`, as `make deploy` runs it. Kubernetes 1.20
@@ -775,21 +756,7 @@ async fn kustomize_deploy_installs_everything_then_undeploy() -> Result<()> {
     let ns = "podset-operator-system";
     kubectl(kc, &["apply", "--server-side", "-k", "config/k8s-1.20"]).await?;
 
-    for crd in [
-        "podsets.app.example.com",
-        "ats.cnat.programming-kubernetes.info",
-    ] {
-        kubectl(
-            kc,
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                &format!("crd/{crd}"),
-            ],
-        )
-        .await?;
-    }
+    wait_crds_established(kc).await?;
     let objects: Vec<String> = [
         "serviceaccount/podset-operator",
         "role/podset-operator-leader-election",
