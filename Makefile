@@ -40,10 +40,23 @@ test: kubernetes helm-sdk ## Build everything and run every test (unit, end to e
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(call say,running tests: unit tests, then end-to-end tests that each start a real control plane)
 	$(CARGO) test --workspace --no-fail-fast -- --test-threads=$${TEST_THREADS:-2}
+	$(call say,benchmark harness smoke run: tiny sizes, checks the harness and its invariants, not speed)
+	target/debug/podset-bench --smoke --operator target/debug/podset-operator --csv target/bench/smoke.csv
 	@bash hack/check-no-leftovers.sh
 	$(call say,building the container image's static binary (hack/build-static.sh) and checking it)
 	@bash hack/build-static.sh
 	@bash hack/check-static.sh
+
+.PHONY: bench
+bench: kubernetes ## Benchmarks vs the ReplicaSet controller and the API floor (release build; ~30 min)
+	$(call say,cargo build --release (operator and benchmark harness))
+	$(CARGO) build --release -p podset-operator -p podset-bench
+	target/release/podset-bench --operator target/release/podset-operator --runs $${BENCH_RUNS:-3} --csv target/bench/results.csv
+
+.PHONY: soak
+soak: kubernetes ## Soak test: 20 minutes of random scaling and pod deletions, RSS trend reported
+	$(CARGO) build --release -p podset-operator -p podset-bench
+	target/release/podset-bench soak --minutes $${SOAK_MINUTES:-20} --operator target/release/podset-operator
 
 .PHONY: run
 run: kubernetes build ## Run the operator: against the kubeconfig's cluster, else a local control plane

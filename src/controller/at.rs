@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
-use super::{Context, publish, retry_after, timed};
+use super::{Context, publish, retry_after, status_patch_params, timed};
 use crate::api::{At, AtPhase, AtStatus};
 use crate::cache::CachedPod;
 use crate::error::{Error, Result};
@@ -146,7 +146,7 @@ async fn write_status(at: &At, status: &AtStatus, ctx: &Context) -> Result<bool>
     match api
         .patch_status(
             &at.name_any(),
-            &PatchParams::default(),
+            &status_patch_params(),
             &Patch::Merge(&patch),
         )
         .await

@@ -134,14 +134,17 @@ pub async fn run(
         _ = ctx.pods.wait_ready() => info!(pods = ctx.pods.len(), "pod cache synced"),
         _ = shutdown.cancelled() => return Ok(()),
     }
-    health.set_ready(true);
 
     let mut controllers = Vec::new();
+    let mut stores = Vec::new();
     if settings.podset {
         let (reader, writer) = reflector::store();
+        let (synced, ready) = tokio::sync::watch::channel(false);
+        stores.push(ready);
         let trigger = primary_stream(
             scoped::<PodSet>(client.clone(), settings.namespace.as_deref()),
             writer,
+            synced,
         );
         let controller = Controller::for_stream(trigger, reader)
             .with_config(ControllerConfig::default().concurrency(settings.concurrency))
@@ -153,9 +156,12 @@ pub async fn run(
     }
     if settings.at {
         let (reader, writer) = reflector::store();
+        let (synced, ready) = tokio::sync::watch::channel(false);
+        stores.push(ready);
         let trigger = primary_stream(
             scoped::<At>(client.clone(), settings.namespace.as_deref()),
             writer,
+            synced,
         );
         let controller = Controller::for_stream(trigger, reader)
             .with_config(ControllerConfig::default().concurrency(settings.concurrency))
@@ -165,6 +171,13 @@ pub async fn run(
             .for_each(|res| async move { log_result("at", res) });
         controllers.push(tokio::spawn(controller));
     }
+    // Ready once every cache holds its first full list: objects created earlier are seen.
+    // (Not `Store::wait_until_ready`: it wakes only one waiter, and the Controller is one.)
+    for mut ready in stores {
+        let _ = ready.wait_for(|synced| *synced).await;
+    }
+    health.set_ready(true);
+    info!("caches synced; ready");
     for c in controllers {
         c.await?;
     }
@@ -177,9 +190,11 @@ pub async fn run(
 }
 
 /// The primary objects, reflected into `writer`, triggering only on spec (generation) changes.
+/// `synced` turns true once the first full list is in the store.
 fn primary_stream<K>(
     api: Api<K>,
     writer: reflector::store::Writer<K>,
+    synced: tokio::sync::watch::Sender<bool>,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
     K: Resource<DynamicType = ()>
@@ -194,6 +209,11 @@ where
         .default_backoff()
         .modify(|o: &mut K| o.managed_fields_mut().clear())
         .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(watcher::Event::InitDone) = event {
+                synced.send_replace(true);
+            }
+        })
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default())
 }
@@ -257,6 +277,15 @@ fn log_result<K: Resource, E: std::fmt::Display>(
 /// The delay after a failed reconcile, growing per object.
 pub fn retry_after<K: Resource>(obj: &K, ctx: &Context) -> Action {
     Action::requeue(ctx.backoff.next(&obj.uid().unwrap_or_default()))
+}
+
+/// Status writes name the operator as their field manager (`kubectl get -o yaml
+/// --show-managed-fields` shows who wrote what).
+pub fn status_patch_params() -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some("podset-operator".into()),
+        ..Default::default()
+    }
 }
 
 /// Publishes an event on `obj`; a failure is logged, never fatal to the reconcile.

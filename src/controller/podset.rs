@@ -7,13 +7,13 @@ use std::time::Instant;
 use futures::future::join_all;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::{Context, api_message, publish, retry_after, timed};
+use super::{Context, api_message, publish, retry_after, status_patch_params, timed};
 use crate::api::PodSet;
 use crate::cache::CachedPod;
 use crate::error::{Error, Result};
@@ -214,7 +214,7 @@ async fn write_status(
     let patch = serde_json::json!({ "status": status });
     api.patch_status(
         &ps.name_any(),
-        &PatchParams::default(),
+        &status_patch_params(),
         &Patch::Merge(&patch),
     )
     .await
