@@ -330,7 +330,9 @@ pub async fn converged(ns: &TestNs, name: &str, n: usize) -> Result<Vec<Pod>> {
     .await
 }
 
-/// Records the most non-terminating pods ever seen at once per owner UID.
+/// Records the most non-terminating pods ever seen at once per owner UID. The watch rides out
+/// API server restarts (a pod deleted during such a gap still counts, so the maximum can
+/// only be overstated, never hidden).
 pub fn record_max_pods(
     api: Api<Pod>,
 ) -> (
@@ -341,8 +343,13 @@ pub fn record_max_pods(
     let seen = max.clone();
     let task = tokio::spawn(async move {
         let mut live: HashMap<String, BTreeMap<String, bool>> = HashMap::new();
-        let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).touched_objects());
-        while let Some(Ok(pod)) = stream.next().await {
+        let mut stream = std::pin::pin!(
+            watcher(api, watcher::Config::default())
+                .default_backoff()
+                .touched_objects()
+        );
+        while let Some(event) = stream.next().await {
+            let Ok(pod) = event else { continue };
             let Some(owner) = controller_uid(&pod) else {
                 continue;
             };
