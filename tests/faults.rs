@@ -983,7 +983,7 @@ async fn handled(ns: &TestNs, c: &Case) -> Result<String> {
                 };
                 match seen {
                     Some(seen) if !warned => {
-                        bail!("{seen}; but no FailedCreate Warning event about it")
+                        bail!("no FailedCreate Warning event, though the status says {seen}")
                     }
                     seen => Ok(seen),
                 }
@@ -1023,7 +1023,7 @@ async fn handled(ns: &TestNs, c: &Case) -> Result<String> {
                         };
                         let seen = format!("Scheduled=False {}: {}", cond.reason, cond.message);
                         if c.event && !warning(ns, &c.name, reason).await? {
-                            bail!("{seen}; but no {reason} Warning event about it");
+                            bail!("no {reason} Warning event, though the status says {seen}");
                         }
                         Some(seen)
                     }
