@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
-use podset_operator::cache::PodCache;
-use podset_operator::controller::{self, Settings};
-use podset_operator::health::Health;
+use podset_operator::controller::{self, Settings, Shared};
 use podset_operator::leader::LeaderElection;
 use podset_operator::metrics::Metrics;
 use podset_operator::telemetry::{self, LogFormat};
@@ -162,31 +160,23 @@ async fn client(metrics: Arc<Metrics>) -> anyhow::Result<kube::Client> {
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     telemetry::init(args.log_format, &args.log_level)?;
-    let metrics = Arc::new(Metrics::default());
-    let pods = Arc::new(PodCache::default());
-    let health = Arc::new(Health::default());
+    let shared = Shared::default();
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
 
-    let client = client(metrics.clone()).await?;
-    let registry = metrics.registry(pods.clone());
+    let client = client(shared.metrics.clone()).await?;
     let stop_http = CancellationToken::new();
-    let metrics_addr = podset_operator::http::serve(
-        args.metrics_bind_address,
-        health.clone(),
-        registry,
-        stop_http.clone(),
-    )
-    .await
-    .with_context(|| format!("serving metrics on {}", args.metrics_bind_address))?;
-    let health_addr = podset_operator::http::serve(
-        args.health_probe_bind_address,
-        health.clone(),
-        metrics.registry(pods.clone()),
-        stop_http.clone(),
-    )
-    .await
-    .with_context(|| format!("serving probes on {}", args.health_probe_bind_address))?;
+    let mut bound = Vec::new();
+    for addr in [args.metrics_bind_address, args.health_probe_bind_address] {
+        let registry = shared.metrics.registry(shared.pods.clone());
+        let served =
+            podset_operator::http::serve(addr, shared.health.clone(), registry, stop_http.clone());
+        bound.push(
+            served
+                .await
+                .with_context(|| format!("serving metrics and probes on {addr}"))?,
+        );
+    }
     let settings = Settings {
         namespace: Some(args.namespace.clone()).filter(|ns| !ns.is_empty()),
         podset: args.controllers.contains(&Which::Podset),
@@ -198,18 +188,18 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         namespace = settings.namespace.as_deref().unwrap_or("<all>"),
         podset = settings.podset,
         at = settings.at,
-        %metrics_addr,
-        %health_addr,
+        metrics_addr = %bound[0],
+        health_addr = %bound[1],
         leader_elect = args.leader_elect,
         "starting"
     );
 
+    let timeout = Duration::from_secs(args.shutdown_timeout_seconds);
     let result = if args.leader_elect {
-        run_as_leader(&args, client, settings, metrics, pods, health, shutdown).await
+        run_as_leader(&args, client, settings, shared, shutdown).await
     } else {
-        metrics.leader.set(1);
-        let timeout = Duration::from_secs(args.shutdown_timeout_seconds);
-        run_controllers(client, settings, metrics, pods, health, shutdown, timeout).await
+        shared.metrics.leader.set(1);
+        run_controllers(client, settings, shared, shutdown, timeout).await
     };
     stop_http.cancel();
     match &result {
@@ -223,13 +213,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 async fn run_controllers(
     client: kube::Client,
     settings: Settings,
-    metrics: Arc<Metrics>,
-    pods: Arc<PodCache>,
-    health: Arc<Health>,
+    shared: Shared,
     shutdown: CancellationToken,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let controllers = controller::run(client, settings, metrics, pods, health, shutdown.clone());
+    let controllers = controller::run(client, settings, shared, shutdown.clone());
     let mut controllers = std::pin::pin!(controllers);
     tokio::select! {
         result = &mut controllers => return result,
@@ -253,9 +241,7 @@ async fn run_as_leader(
     args: &RunArgs,
     client: kube::Client,
     settings: Settings,
-    metrics: Arc<Metrics>,
-    pods: Arc<PodCache>,
-    health: Arc<Health>,
+    shared: Shared,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let namespace = args
@@ -273,25 +259,18 @@ async fn run_as_leader(
     .await
     .context("setting up leader election")?;
     // A standby is healthy and ready: it is only waiting.
-    health.set_ready(true);
+    shared.health.set_ready(true);
     info!(lease = %args.leader_election_id, %namespace, "waiting for the leader lease");
     if !election.acquire(&shutdown).await? {
         return Ok(());
     }
     info!(lease = %args.leader_election_id, "became the leader");
-    metrics.leader.set(1);
-    health.set_ready(false);
+    shared.metrics.leader.set(1);
+    shared.health.set_ready(false);
     let leading = shutdown.child_token();
     let timeout = Duration::from_secs(args.shutdown_timeout_seconds);
-    let controllers = run_controllers(
-        client,
-        settings,
-        metrics.clone(),
-        pods,
-        health,
-        leading.clone(),
-        timeout,
-    );
+    let metrics = shared.metrics.clone();
+    let controllers = run_controllers(client, settings, shared, leading.clone(), timeout);
     let lost = tokio::select! {
         result = controllers => { result?; false }
         _ = election.hold() => { leading.cancel(); true }

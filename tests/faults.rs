@@ -22,9 +22,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use podset_operator::api::{At, AtPhase, PodSet};
-use podset_operator::plan::at::{
-    CONDITION_SCHEDULED, REASON_FAILED_CREATE, REASON_INVALID_SCHEDULE,
-};
+use podset_operator::plan::at::{CONDITION_SCHEDULED, REASON_INVALID_SCHEDULE};
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
 use serde_json::{Value, json};
 use testenv::{Cluster, Options};
@@ -649,24 +647,20 @@ fn cases() -> Vec<Case> {
                 "containers": [{"name": "c", "image": "busybox"}]}})),
             Available(1),
         ),
-        // An Event is named `<object>.<hex>`: none can exist for a 253-character object (as
-        // with client-go); the condition has to tell.
-        Case {
-            event: false,
-            ..case(
-                "name of 253 chars",
-                Kind::PodSet,
-                &long(253),
-                json!({"spec": {}}),
-                ReplicaFailure("must be no more than 63 characters"),
-            )
-        },
+        // A name is also the value of the pods' `app` label: the schema caps it at 63.
         case(
-            "name of 230 chars",
+            "name of 253 chars",
             Kind::PodSet,
-            &long(230),
+            &long(253),
             json!({"spec": {}}),
-            ReplicaFailure("must be no more than 63 characters"),
+            Refused(422, "at most 63 chars"),
+        ),
+        case(
+            "name of 64 chars",
+            Kind::PodSet,
+            &long(64),
+            json!({"spec": {}}),
+            Refused(422, "at most 63 chars"),
         ),
         case(
             "name of 254 chars",
@@ -886,22 +880,19 @@ fn cases() -> Vec<Case> {
                 "status": {"phase": "DONE", "succeeded": true}}),
             Running,
         ),
-        Case {
-            event: false,
-            ..case(
-                "name of 253 chars",
-                Kind::At,
-                &long(253).replace('a', "b"),
-                json!({"spec": when("2019-04-12T10:12:00Z")}),
-                Blocked(REASON_FAILED_CREATE, "must be no more than"),
-            )
-        },
+        case(
+            "name of 253 chars",
+            Kind::At,
+            &long(253).replace('a', "b"),
+            json!({"spec": when("2019-04-12T10:12:00Z")}),
+            Refused(422, "at most 63 chars"),
+        ),
         case(
             "name of 100 chars",
             Kind::At,
             &long(100).replace('a', "c"),
             json!({"spec": when("2019-04-12T10:12:00Z")}),
-            Blocked(REASON_FAILED_CREATE, "must be no more than 63 characters"),
+            Refused(422, "at most 63 chars"),
         ),
         case(
             "name of 254 chars",

@@ -3,6 +3,9 @@
 pub mod at;
 pub mod podset;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps,
+};
 use kube::CustomResourceExt;
 
 pub use at::{At, AtPhase, AtSpec, AtStatus};
@@ -13,9 +16,42 @@ pub use podset::{PodSet, PodSetSpec, PodSetStatus};
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "podset-operator";
 
+/// Longest name a PodSet or At may have: the name is also the value of its pods' `app`
+/// label, and a label value has at most 63 characters.
+pub const MAX_NAME_LENGTH: i64 = 63;
+
+/// The CRD of `K`, refusing names its pods' `app` label could not carry. Without this the
+/// API server would accept a PodSet whose pods can never be created.
+pub fn crd<K: CustomResourceExt>() -> CustomResourceDefinition {
+    let mut crd = K::crd();
+    let name = JSONSchemaProps {
+        type_: Some("string".into()),
+        max_length: Some(MAX_NAME_LENGTH),
+        ..Default::default()
+    };
+    let metadata = JSONSchemaProps {
+        type_: Some("object".into()),
+        properties: Some([("name".to_string(), name)].into()),
+        ..Default::default()
+    };
+    for version in &mut crd.spec.versions {
+        if let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            schema
+                .properties
+                .get_or_insert_default()
+                .insert("metadata".into(), metadata.clone());
+        }
+    }
+    crd
+}
+
 /// Every CRD, as one multi-document YAML stream (`podset-operator crds`).
 pub fn crds_yaml() -> String {
-    [PodSet::crd(), At::crd()]
+    [crd::<PodSet>(), crd::<At>()]
         .iter()
         .map(|crd| serde_yaml::to_string(crd).expect("CRDs serialize"))
         .collect::<Vec<_>>()

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::channel::mpsc::{UnboundedSender, unbounded};
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
@@ -43,6 +43,15 @@ pub struct Settings {
     pub concurrency: u16,
     /// The `reportingInstance` of events (the pod name, in a cluster).
     pub instance: String,
+}
+
+/// What the controllers share with the probe and metrics endpoints.
+#[derive(Clone, Default)]
+pub struct Shared {
+    pub metrics: Arc<Metrics>,
+    /// Empty until the controllers fill it.
+    pub pods: Arc<PodCache>,
+    pub health: Arc<Health>,
 }
 
 /// Shared by every reconcile.
@@ -91,16 +100,19 @@ where
 }
 
 /// Runs the selected controllers until `shutdown` is cancelled, then lets in-flight
-/// reconciles finish. `pods` is the (empty) cache the controllers fill; `health` reports
-/// readiness once it synced, and death if a loop ends unasked.
+/// reconciles finish. Health turns ready once the caches synced, and dead if a loop ends
+/// unasked.
 pub async fn run(
     client: Client,
     settings: Settings,
-    metrics: Arc<Metrics>,
-    pods: Arc<PodCache>,
-    health: Arc<Health>,
+    shared: Shared,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let Shared {
+        metrics,
+        pods,
+        health,
+    } = shared;
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods,
@@ -137,39 +149,22 @@ pub async fn run(
 
     let mut controllers = Vec::new();
     let mut stores = Vec::new();
+    let launch = Launch {
+        client: &client,
+        settings: &settings,
+        ctx: &ctx,
+        shutdown: &shutdown,
+    };
     if settings.podset {
-        let (reader, writer) = reflector::store();
-        let (synced, ready) = tokio::sync::watch::channel(false);
+        let (task, ready) =
+            launch.spawn("podset", podset_rx, podset::reconcile, podset::error_policy);
+        controllers.push(task);
         stores.push(ready);
-        let trigger = primary_stream(
-            scoped::<PodSet>(client.clone(), settings.namespace.as_deref()),
-            writer,
-            synced,
-        );
-        let controller = Controller::for_stream(trigger, reader)
-            .with_config(ControllerConfig::default().concurrency(settings.concurrency))
-            .reconcile_on(podset_rx)
-            .graceful_shutdown_on(shutdown.clone().cancelled_owned())
-            .run(podset::reconcile, podset::error_policy, ctx.clone())
-            .for_each(|res| async move { log_result("podset", res) });
-        controllers.push(tokio::spawn(controller));
     }
     if settings.at {
-        let (reader, writer) = reflector::store();
-        let (synced, ready) = tokio::sync::watch::channel(false);
+        let (task, ready) = launch.spawn("at", at_rx, at::reconcile, at::error_policy);
+        controllers.push(task);
         stores.push(ready);
-        let trigger = primary_stream(
-            scoped::<At>(client.clone(), settings.namespace.as_deref()),
-            writer,
-            synced,
-        );
-        let controller = Controller::for_stream(trigger, reader)
-            .with_config(ControllerConfig::default().concurrency(settings.concurrency))
-            .reconcile_on(at_rx)
-            .graceful_shutdown_on(shutdown.clone().cancelled_owned())
-            .run(at::reconcile, at::error_policy, ctx.clone())
-            .for_each(|res| async move { log_result("at", res) });
-        controllers.push(tokio::spawn(controller));
     }
     // Ready once every cache holds its first full list: objects created earlier are seen.
     // (Not `Store::wait_until_ready`: it wakes only one waiter, and the Controller is one.)
@@ -187,6 +182,50 @@ pub async fn run(
     pod_watch.abort();
     info!("controllers stopped");
     Ok(())
+}
+
+/// What every controller is started with.
+struct Launch<'a> {
+    client: &'a Client,
+    settings: &'a Settings,
+    ctx: &'a Arc<Context>,
+    shutdown: &'a CancellationToken,
+}
+
+impl Launch<'_> {
+    /// Spawns the controller of `K`, triggered by its own watch (spec changes) and by
+    /// `owned` (its pods changed). The receiver turns true once its cache is synced.
+    fn spawn<K, Fut>(
+        &self,
+        name: &'static str,
+        owned: UnboundedReceiver<ObjectRef<K>>,
+        reconcile: fn(Arc<K>, Arc<Context>) -> Fut,
+        error_policy: fn(Arc<K>, &Error, Arc<Context>) -> Action,
+    ) -> (
+        tokio::task::JoinHandle<()>,
+        tokio::sync::watch::Receiver<bool>,
+    )
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+        Fut: Future<Output = crate::error::Result<Action>> + Send + 'static,
+    {
+        let (reader, writer) = reflector::store();
+        let (synced, ready) = tokio::sync::watch::channel(false);
+        let api = scoped::<K>(self.client.clone(), self.settings.namespace.as_deref());
+        let controller = Controller::for_stream(primary_stream(api, writer, synced), reader)
+            .with_config(ControllerConfig::default().concurrency(self.settings.concurrency))
+            .reconcile_on(owned)
+            .graceful_shutdown_on(self.shutdown.clone().cancelled_owned())
+            .run(reconcile, error_policy, self.ctx.clone())
+            .for_each(move |res| async move { log_result(name, res) });
+        (tokio::spawn(controller), ready)
+    }
 }
 
 /// The primary objects, reflected into `writer`, triggering only on spec (generation) changes.
@@ -300,13 +339,29 @@ pub async fn publish<K: Resource<DynamicType = ()>>(
     let event = Event {
         type_,
         reason: reason.into(),
-        note: Some(note),
+        note: Some(truncate_note(note)),
         action: action.into(),
         secondary: None,
     };
     if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
         warn!(error = %e, reason, "could not publish event");
     }
+}
+
+/// The API server refuses an event note over 1024 bytes, and an API error message (a pod
+/// template with many invalid fields, say) can be longer: cut it, at a character boundary.
+fn truncate_note(mut note: String) -> String {
+    const MAX: usize = 1024;
+    const ELLIPSIS: &str = "...";
+    if note.len() > MAX {
+        let mut end = MAX - ELLIPSIS.len();
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str(ELLIPSIS);
+    }
+    note
 }
 
 /// The API server's own words for a failed call (a quota message, say).
@@ -329,4 +384,32 @@ pub async fn timed<F: Future<Output = crate::error::Result<Action>>>(
         ctx.metrics.error(controller, e.metric_label());
     }
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_notes_fit_the_api_limit() {
+        assert_eq!(truncate_note("short".into()), "short");
+        let long = "é".repeat(1000); // 2000 bytes, 2 per character
+        let cut = truncate_note(long);
+        assert!(cut.len() <= 1024, "{}", cut.len());
+        assert!(cut.ends_with("..."));
+        assert!(cut.starts_with("éé"));
+        let exact = "a".repeat(1024);
+        assert_eq!(truncate_note(exact.clone()), exact);
+    }
+
+    #[test]
+    fn backoff_doubles_to_a_cap_and_resets() {
+        let b = Backoff::default();
+        let delays: Vec<u64> = (0..12).map(|_| b.next("x").as_secs()).collect();
+        assert_eq!(&delays[..5], [1, 2, 4, 8, 16]);
+        assert_eq!(*delays.last().unwrap(), 300);
+        assert_eq!(b.next("y").as_secs(), 1, "per object");
+        b.reset("x");
+        assert_eq!(b.next("x").as_secs(), 1);
+    }
 }

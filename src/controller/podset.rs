@@ -103,34 +103,7 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
             break;
         }
     }
-    if !created.is_empty() {
-        info!(controller = CONTROLLER, namespace = ps.namespace(), name = ps.name_any(), pods = ?created, "created pods");
-        publish(
-            ps,
-            ctx,
-            EventType::Normal,
-            "SuccessfulCreate",
-            "Create",
-            format!("Created pods: {}", created.join(", ")),
-        )
-        .await;
-    }
-    let error = error?;
-    let message = api_message(&error);
-    warn!(controller = CONTROLLER, namespace = ps.namespace(), name = ps.name_any(), error = %message, "creating pods failed");
-    publish(
-        ps,
-        ctx,
-        EventType::Warning,
-        "FailedCreate",
-        "Create",
-        format!("Error creating pods: {message}"),
-    )
-    .await;
-    Some(Failure {
-        reason: "FailedCreate",
-        message,
-    })
+    report(ps, ctx, Verb::Create, &created, error).await
 }
 
 /// Deletes exactly these pods, each guarded by a UID precondition so that a pod of the same
@@ -170,35 +143,43 @@ async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> 
             }
         }
     }
-    if !deleted.is_empty() {
-        info!(controller = CONTROLLER, namespace = ps.namespace(), name = ps.name_any(), pods = ?deleted, "deleted pods");
-        publish(
-            ps,
-            ctx,
-            EventType::Normal,
-            "SuccessfulDelete",
-            "Delete",
-            format!("Deleted pods: {}", deleted.join(", ")),
-        )
-        .await;
+    report(ps, ctx, Verb::Delete, &deleted, error).await
+}
+
+#[derive(Clone, Copy)]
+enum Verb {
+    Create,
+    Delete,
+}
+
+/// Logs and publishes what a round of creates or deletes did: one Normal event naming the
+/// pods done, and a Warning with the API server's message if any call failed.
+async fn report(
+    ps: &PodSet,
+    ctx: &Context,
+    verb: Verb,
+    done: &[String],
+    error: Option<kube::Error>,
+) -> Option<Failure> {
+    let (action, past, success, failure) = match verb {
+        Verb::Create => ("Create", "Created", "SuccessfulCreate", "FailedCreate"),
+        Verb::Delete => ("Delete", "Deleted", "SuccessfulDelete", "FailedDelete"),
+    };
+    let (namespace, name) = (ps.namespace(), ps.name_any());
+    if !done.is_empty() {
+        info!(controller = CONTROLLER, namespace, name, pods = ?done, "{past} pods");
+        let note = format!("{past} pods: {}", done.join(", "));
+        publish(ps, ctx, EventType::Normal, success, action, note).await;
     }
-    let error = error?;
-    let message = api_message(&error);
-    publish(
-        ps,
-        ctx,
-        EventType::Warning,
-        "FailedDelete",
-        "Delete",
-        format!("Error deleting pods: {message}"),
-    )
-    .await;
+    let message = api_message(&error?);
+    warn!(controller = CONTROLLER, namespace, name, error = %message, "{action} pods failed");
+    let note = format!("Error: {action} pods: {message}");
+    publish(ps, ctx, EventType::Warning, failure, action, note).await;
     Some(Failure {
-        reason: "FailedDelete",
+        reason: failure,
         message,
     })
 }
-
 /// Writes the status only when it differs from what the PodSet shows.
 async fn write_status(
     ps: &PodSet,

@@ -107,15 +107,22 @@ impl TestNs {
                 },
             )
             .await?;
+        self.bind_operator("ClusterRole", rbac::MANAGER_ROLE)
+            .await?;
+        Ok(())
+    }
+
+    /// Binds the (Cluster)Role `role` to the operator's account in this namespace only.
+    async fn bind_operator(&self, kind: &str, role: &str) -> Result<()> {
         let binding = RoleBinding {
             metadata: ObjectMeta {
-                name: Some(rbac::MANAGER_ROLE.into()),
+                name: Some(role.into()),
                 ..Default::default()
             },
             role_ref: RoleRef {
                 api_group: "rbac.authorization.k8s.io".into(),
-                kind: "ClusterRole".into(),
-                name: rbac::MANAGER_ROLE.into(),
+                kind: kind.into(),
+                name: role.into(),
             },
             subjects: Some(vec![Subject {
                 kind: "ServiceAccount".into(),
@@ -136,25 +143,7 @@ impl TestNs {
         self.api::<Role>()
             .create(&PostParams::default(), &role)
             .await?;
-        let binding = RoleBinding {
-            metadata: ObjectMeta {
-                name: Some(rbac::LEADER_ELECTION_ROLE.into()),
-                ..Default::default()
-            },
-            role_ref: RoleRef {
-                api_group: "rbac.authorization.k8s.io".into(),
-                kind: "Role".into(),
-                name: rbac::LEADER_ELECTION_ROLE.into(),
-            },
-            subjects: Some(vec![Subject {
-                kind: "ServiceAccount".into(),
-                name: OPERATOR_SA.into(),
-                namespace: Some(self.name.clone()),
-                ..Default::default()
-            }]),
-        };
-        self.api::<RoleBinding>()
-            .create(&PostParams::default(), &binding)
+        self.bind_operator("Role", rbac::LEADER_ELECTION_ROLE)
             .await?;
         Ok(())
     }
