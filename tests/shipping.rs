@@ -29,7 +29,7 @@ static CRDS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 /// One control plane for this test binary: scheduler and two hollow nodes, and no CRDs: the
 /// Helm chart and kustomize install them.
 async fn cluster() -> Result<Arc<Cluster>> {
-    testenv::shared(|| Options::default().with_nodes(2)).await
+    testenv::shared("two-nodes", || Options::default().with_nodes(2)).await
 }
 
 /// A name unique to this test process.

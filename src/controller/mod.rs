@@ -32,6 +32,9 @@ use crate::expectations::Expectations;
 use crate::health::Health;
 use crate::metrics::Metrics;
 
+/// How long a starting instance watches before it acts (see `run`).
+const STARTUP_GRACE: Duration = Duration::from_secs(2);
+
 /// What to run, and where.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -144,6 +147,14 @@ pub async fn run(
     // Reconciling before the first full pod list would see no pods and create them all again.
     tokio::select! {
         _ = ctx.pods.wait_ready() => info!(pods = ctx.pods.len(), "pod cache synced"),
+        _ = shutdown.cancelled() => return Ok(()),
+    }
+    // A predecessor killed mid-scale-up may still have creates in flight at the API server,
+    // landing after our first list; acting at once would create those pods again. The pod
+    // watch runs on meanwhile, so they are in the cache when the controllers start (a new
+    // leader gets the same separation from the lease's expiry).
+    tokio::select! {
+        _ = tokio::time::sleep(STARTUP_GRACE) => {}
         _ = shutdown.cancelled() => return Ok(()),
     }
 

@@ -528,7 +528,7 @@ fn node_schedulable(node: &Node) -> bool {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let failing = std::thread::panicking();
+        let failing = failing();
         // Reverse order: nodes and controllers before the apiserver, etcd last.
         while let Some(mut p) = self.components.pop() {
             p.stop_with(libc::SIGTERM, Duration::from_secs(3));
@@ -584,6 +584,7 @@ where
             Err(e) => last_err = Some(e),
         }
         if Instant::now() > deadline {
+            FAILED.store(true, std::sync::atomic::Ordering::Relaxed);
             let why = last_err
                 .map(|e| format!(" (last error: {e:#})"))
                 .unwrap_or_default();
@@ -652,25 +653,41 @@ pub async fn apply_crds(client: &Client, yaml: &str) -> Result<()> {
     Ok(())
 }
 
-static SHARED: std::sync::Mutex<Option<std::sync::Arc<Cluster>>> = std::sync::Mutex::new(None);
-static SHARED_START: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+type SharedClusters = std::collections::BTreeMap<&'static str, std::sync::Arc<Cluster>>;
 
-/// One cluster for every test in this test binary (tests isolate themselves by namespace),
-/// started on first use with `opts` and stopped when the process exits.
-pub async fn shared(opts: impl FnOnce() -> Options) -> Result<std::sync::Arc<Cluster>> {
+static SHARED: std::sync::Mutex<SharedClusters> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+static SHARED_START: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+static FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// One cluster per `key` for every test in this test binary (tests isolate themselves by
+/// namespace), started on first use with `opts` and stopped when the process exits.
+pub async fn shared(
+    key: &'static str,
+    opts: impl FnOnce() -> Options,
+) -> Result<std::sync::Arc<Cluster>> {
     let _starting = SHARED_START.lock().await;
-    if let Some(c) = SHARED.lock().expect("shared cluster lock").as_ref() {
+    if let Some(c) = SHARED.lock().expect("shared cluster lock").get(key) {
         return Ok(c.clone());
     }
     let cluster = std::sync::Arc::new(Cluster::start(opts()).await?);
-    *SHARED.lock().expect("shared cluster lock") = Some(cluster.clone());
-    // SAFETY: registering a plain extern "C" function.
-    unsafe { libc::atexit(stop_shared) };
+    let mut shared = SHARED.lock().expect("shared cluster lock");
+    if shared.is_empty() {
+        // SAFETY: registering a plain extern "C" function.
+        unsafe { libc::atexit(stop_shared) };
+    }
+    shared.insert(key, cluster.clone());
     Ok(cluster)
 }
 
 extern "C" fn stop_shared() {
     if let Ok(mut shared) = SHARED.lock() {
-        drop(shared.take());
+        drop(std::mem::take(&mut *shared));
     }
+}
+
+/// Whether a test is failing: panicking, or a [`poll`] timed out (a test that returns its
+/// error instead of panicking). Drop impls print the logs then.
+pub fn failing() -> bool {
+    std::thread::panicking() || FAILED.load(std::sync::atomic::Ordering::Relaxed)
 }

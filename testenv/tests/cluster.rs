@@ -12,7 +12,7 @@ use kube::{Resource, ResourceExt};
 use testenv::{Cluster, Options, client_from_kubeconfig, poll};
 
 async fn cluster() -> Result<Arc<Cluster>> {
-    testenv::shared(|| Options::default().with_nodes(2)).await
+    testenv::shared("two-nodes", || Options::default().with_nodes(2)).await
 }
 
 #[tokio::test]

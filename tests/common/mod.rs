@@ -27,7 +27,7 @@ pub const OPERATOR_SA: &str = "podset-operator";
 /// The control plane shared by this test binary: scheduler and two hollow nodes, CRDs
 /// installed before the garbage collector starts.
 pub async fn cluster() -> Result<Arc<Cluster>> {
-    testenv::shared(|| Options {
+    testenv::shared("two-nodes", || Options {
         crds: Some(podset_operator::api::crds_yaml()),
         ..Options::default().with_nodes(2)
     })
@@ -38,7 +38,7 @@ pub async fn cluster() -> Result<Arc<Cluster>> {
 /// unscheduled, and a test plays the kubelet by writing their status (At runs must finish,
 /// which hollow nodes never do).
 pub async fn cluster_without_nodes() -> Result<Arc<Cluster>> {
-    testenv::shared(|| Options {
+    testenv::shared("no-nodes", || Options {
         crds: Some(podset_operator::api::crds_yaml()),
         ..Options::default()
     })
@@ -256,7 +256,7 @@ impl Operator {
 
 impl Drop for Operator {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if testenv::failing() {
             eprintln!(
                 "----- {} log -----\n{}",
                 self.process.name,
