@@ -61,6 +61,9 @@ struct BenchArgs {
     /// Only these scenarios (w1,w2,w3,w4,at).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Only these targets (operator, replicaset, replicaset-qps1000, floor).
+    #[arg(long, value_delimiter = ',')]
+    targets: Vec<String>,
     /// CSV output.
     #[arg(long, default_value = "target/bench/results.csv")]
     csv: PathBuf,
@@ -127,6 +130,15 @@ enum Target {
 }
 
 impl Target {
+    fn key(self) -> &'static str {
+        match self {
+            Target::Operator => "operator",
+            Target::ReplicaSet(None) => "replicaset",
+            Target::ReplicaSet(Some(_)) => "replicaset-qps1000",
+            Target::Floor => "floor",
+        }
+    }
+
     fn label(self) -> String {
         match self {
             Target::Operator => "podset-operator".into(),
@@ -141,7 +153,8 @@ impl Target {
 struct Env {
     cluster: Cluster,
     client: Client,
-    operator: Option<Process>,
+    /// The operator process and its metrics port.
+    operator: Option<(Process, u16)>,
 }
 
 impl Env {
@@ -180,7 +193,7 @@ impl Env {
     /// The process doing the work, for memory and CPU.
     fn worker_pid(&self) -> Option<u32> {
         match &self.operator {
-            Some(op) => op.pid(),
+            Some((op, _)) => op.pid(),
             None => self
                 .cluster
                 .component("kube-controller-manager")
@@ -189,14 +202,15 @@ impl Env {
     }
 }
 
-async fn start_operator(cluster: &Cluster, bin: &PathBuf, controllers: &str) -> Result<Process> {
+async fn start_operator(cluster: &Cluster, bin: &PathBuf, controllers: &str) -> Result<(Process, u16)> {
     let health = testenv::free_port()?;
+    let metrics = testenv::free_port()?;
     let args = vec![
         "run".to_string(),
         format!("--namespace={NS}"),
         format!("--controllers={controllers}"),
         "--log-level=warn".into(),
-        format!("--metrics-bind-address=127.0.0.1:{}", testenv::free_port()?),
+        format!("--metrics-bind-address=127.0.0.1:{metrics}"),
         format!("--health-probe-bind-address=127.0.0.1:{health}"),
         "--instance=podset-testenv-bench".into(),
     ];
@@ -213,8 +227,20 @@ async fn start_operator(cluster: &Cluster, bin: &PathBuf, controllers: &str) -> 
         },
     )
     .await?;
-    Ok(op)
+    Ok((op, metrics))
 }
+
+/// The mutating requests the operator itself has sent (its own client's counter).
+async fn operator_writes(metrics_port: u16) -> Result<f64> {
+    let text = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics")).await?.text().await?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("podset_operator_api_requests_total{"))
+        .filter(|l| ["POST", "PUT", "PATCH", "DELETE"].iter().any(|v| l.contains(&format!("verb=\"{v}\""))))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum())
+}
+
 
 /// One measurement.
 #[derive(Clone, Debug, Default)]
@@ -294,12 +320,21 @@ async fn converge_run(
         sample.peak_rss_mib = mib(stats.peak_rss_kib);
         sample.cpu_seconds = stats.cpu_seconds - start_cpu.cpu_seconds;
     }
-    if measure_idle && target != Target::Floor {
+    if measure_idle {
+        let per_minute = 60.0 / s.idle_window.as_secs_f64();
+        let own_port = env.operator.as_ref().map(|(_, port)| *port);
+        let own_before = match own_port {
+            Some(port) => Some(operator_writes(port).await?),
+            None => None,
+        };
         let idle_before = apiserver_mutations(&env.client).await?;
         tokio::time::sleep(s.idle_window).await; // the observation window itself
         let idle_after = apiserver_mutations(&env.client).await?;
-        sample.idle_writes_per_min =
-            Some((idle_after - idle_before) * 60.0 / s.idle_window.as_secs_f64());
+        sample.idle_writes_per_min = Some((idle_after - idle_before) * per_minute);
+        if let (Some(port), Some(before)) = (own_port, own_before) {
+            let own = (operator_writes(port).await? - before) * per_minute;
+            sample.note = format!("the operator's own writes while idle: {own:.1}/min");
+        }
     }
     Ok(sample)
 }
@@ -472,6 +507,12 @@ fn wanted(args: &BenchArgs, scenario: &str) -> bool {
     args.only.is_empty() || args.only.iter().any(|s| s == scenario)
 }
 
+fn targets<const N: usize>(args: &BenchArgs, all: [Target; N]) -> Vec<Target> {
+    all.into_iter()
+        .filter(|t| args.targets.is_empty() || args.targets.iter().any(|k| k == t.key()))
+        .collect()
+}
+
 async fn bench(args: BenchArgs) -> Result<()> {
     let s = Sizes::new(args.smoke);
     let runs = if args.smoke { 1 } else { args.runs };
@@ -484,7 +525,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
         Target::Floor,
     ];
     if wanted(&args, "w1") {
-        for t in all_targets {
+        for t in targets(&args, all_targets) {
             rows.push(
                 repeat(runs, "W1 1x10 cold", t.label(), || {
                     converge_run(t, &args, &s, 1, s.w1_replicas, false)
@@ -494,7 +535,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
         }
     }
     if wanted(&args, "w2") {
-        for t in all_targets {
+        for t in targets(&args, all_targets) {
             // The idle window is long: measured on each target's first run only.
             let mut first = true;
             let run = || {
@@ -505,7 +546,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
         }
     }
     if wanted(&args, "w3") {
-        for t in [Target::Operator, qps] {
+        for t in targets(&args, [Target::Operator, qps]) {
             rows.push(
                 repeat(runs, "W3 storm 100x(1<->10)", t.label(), || {
                     storm_run(t, &args, &s)
@@ -515,7 +556,7 @@ async fn bench(args: BenchArgs) -> Result<()> {
         }
     }
     if wanted(&args, "w4") {
-        for t in [Target::Operator, qps] {
+        for t in targets(&args, [Target::Operator, qps]) {
             rows.push(
                 repeat(1.min(runs), "W4 1000x10", t.label(), || {
                     converge_run(t, &args, &s, s.w4_objects, s.w4_replicas, false)
@@ -572,7 +613,7 @@ fn report(rows: &[Row], args: &BenchArgs) -> Result<()> {
                 "-".into()
             }
         };
-        let note = r.samples.last().map(|s| s.note.clone()).unwrap_or_default();
+        let note = r.samples.iter().map(|s| s.note.clone()).find(|n| !n.is_empty()).unwrap_or_default();
         table.push(vec![
             r.scenario.to_string(),
             r.target.clone(),

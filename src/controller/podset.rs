@@ -48,7 +48,8 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
         Readiness::Waiting(left) => Some(left),
     };
     if pending.is_none() || matches!(outcome, Outcome::Failed(_)) {
-        write_status(ps, &pods, &outcome, ctx).await?;
+        // Read again: the watch may have shown this reconcile's own creates by now.
+        write_status(ps, &ctx.pods.owned_by(&uid), &outcome, ctx).await?;
     }
     Ok(match (&outcome, pending) {
         (Outcome::Failed(_), _) => retry_after(ps, ctx),
