@@ -202,7 +202,11 @@ impl Env {
     }
 }
 
-async fn start_operator(cluster: &Cluster, bin: &PathBuf, controllers: &str) -> Result<(Process, u16)> {
+async fn start_operator(
+    cluster: &Cluster,
+    bin: &PathBuf,
+    controllers: &str,
+) -> Result<(Process, u16)> {
     let health = testenv::free_port()?;
     let metrics = testenv::free_port()?;
     let args = vec![
@@ -232,15 +236,21 @@ async fn start_operator(cluster: &Cluster, bin: &PathBuf, controllers: &str) -> 
 
 /// The mutating requests the operator itself has sent (its own client's counter).
 async fn operator_writes(metrics_port: u16) -> Result<f64> {
-    let text = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics")).await?.text().await?;
+    let text = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await?
+        .text()
+        .await?;
     Ok(text
         .lines()
         .filter(|l| l.starts_with("podset_operator_api_requests_total{"))
-        .filter(|l| ["POST", "PUT", "PATCH", "DELETE"].iter().any(|v| l.contains(&format!("verb=\"{v}\""))))
+        .filter(|l| {
+            ["POST", "PUT", "PATCH", "DELETE"]
+                .iter()
+                .any(|v| l.contains(&format!("verb=\"{v}\"")))
+        })
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum())
 }
-
 
 /// One measurement.
 #[derive(Clone, Debug, Default)]
@@ -613,7 +623,12 @@ fn report(rows: &[Row], args: &BenchArgs) -> Result<()> {
                 "-".into()
             }
         };
-        let note = r.samples.iter().map(|s| s.note.clone()).find(|n| !n.is_empty()).unwrap_or_default();
+        let note = r
+            .samples
+            .iter()
+            .map(|s| s.note.clone())
+            .find(|n| !n.is_empty())
+            .unwrap_or_default();
         table.push(vec![
             r.scenario.to_string(),
             r.target.clone(),
