@@ -332,17 +332,20 @@ pub fn record_max_pods(
     let seen = max.clone();
     let task = tokio::spawn(async move {
         let mut live: HashMap<String, BTreeMap<String, bool>> = HashMap::new();
-        let mut stream = std::pin::pin!(
-            watcher(api, watcher::Config::default())
-                .default_backoff()
-                .touched_objects()
-        );
+        let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
         while let Some(event) = stream.next().await {
-            let Ok(pod) = event else { continue };
+            // A deleted pod's last object need not carry a deletionTimestamp (an unscheduled
+            // pod is deleted at once): the event kind says it is gone.
+            let (pod, deleted) = match event {
+                Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => (pod, false),
+                Ok(watcher::Event::Delete(pod)) => (pod, true),
+                _ => continue,
+            };
             let Some(owner) = controller_uid(&pod) else {
                 continue;
             };
-            let alive = pod.metadata.deletion_timestamp.is_none()
+            let alive = !deleted
+                && pod.metadata.deletion_timestamp.is_none()
                 && matches!(phase(&pod).as_str(), "" | "Pending" | "Running");
             let set = live.entry(owner.clone()).or_default();
             set.insert(pod.uid().unwrap(), alive);
