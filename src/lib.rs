@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod cache;
+pub mod client;
 pub mod conditions;
 pub mod controller;
 pub mod error;

@@ -12,7 +12,6 @@ use podset_operator::leader::LeaderElection;
 use podset_operator::metrics::Metrics;
 use podset_operator::telemetry::{self, LogFormat};
 use tokio_util::sync::CancellationToken;
-use tower::ServiceBuilder;
 use tracing::{error, info, warn};
 
 #[derive(Parser)]
@@ -62,8 +61,13 @@ struct RunArgs {
     controllers: Vec<Which>,
 
     /// Reconciles in flight at once, per controller (0 = unbounded).
-    #[arg(long, env = "CONCURRENCY", default_value_t = 16)]
+    #[arg(long, env = "CONCURRENCY", default_value_t = 64)]
     concurrency: u16,
+
+    /// API requests that change state (create, patch, delete) in flight at once; more wait
+    /// their turn in the operator rather than draw 429s from the API server.
+    #[arg(long, env = "MAX_MUTATING_REQUESTS", default_value_t = 64)]
+    max_mutating_requests: usize,
 
     /// Address of the /metrics endpoint.
     #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
@@ -144,18 +148,16 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-/// A client whose every request is counted in `podset_operator_api_requests_total`.
-async fn client(metrics: Arc<Metrics>) -> anyhow::Result<kube::Client> {
+/// The operator's client (see `podset_operator::client`) for the kubeconfig's cluster.
+async fn client(metrics: Arc<Metrics>, args: &RunArgs) -> anyhow::Result<kube::Client> {
     let config = kube::Config::infer()
         .await
         .context("finding Kubernetes credentials (kubeconfig or in-cluster)")?;
-    let count = ServiceBuilder::new().map_request(move |req: http::Request<kube::client::Body>| {
-        metrics.api_request(req.method().as_str());
-        req
-    });
-    Ok(kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&count)
-        .build())
+    Ok(podset_operator::client::build(
+        config,
+        metrics,
+        args.max_mutating_requests,
+    )?)
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -164,7 +166,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
 
-    let client = client(shared.metrics.clone()).await?;
+    let client = client(shared.metrics.clone(), &args).await?;
     let stop_http = CancellationToken::new();
     let mut bound = Vec::new();
     for addr in [args.metrics_bind_address, args.health_probe_bind_address] {

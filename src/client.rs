@@ -1,0 +1,285 @@
+//! The operator's API client. Three layers over kube's HTTP stack:
+//!
+//! - **a cap on mutating requests in flight**, so that a burst of reconciles queues here
+//!   instead of crossing the API server's `--max-mutating-requests-inflight` (200 by default)
+//!   and being turned away with 429s that cost a second each (their `Retry-After`);
+//! - **a retry policy** that re-sends what the server refused before doing anything (429), and
+//!   re-sends requests that are safe to repeat after a timeout or unavailability (503, 504),
+//!   but never a create: with `generateName`, a create that timed out may still land, and
+//!   sending it again would make a second pod. The controller keeps its expectation instead.
+//!   It replaces kube's default policy, which re-sends creates on 503 and 504;
+//! - a counter of every request sent, by verb, for `/metrics`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use http::{Method, Request, Response, StatusCode};
+use kube::client::{Body, ClientBuilder};
+use tokio::sync::Semaphore;
+use tower::buffer::BufferLayer;
+use tower::retry::{Policy, RetryLayer};
+use tower::{BoxError, Layer, Service, ServiceBuilder};
+
+use crate::metrics::Metrics;
+
+/// Builds the operator's client from a kubeconfig or in-cluster config.
+pub fn build(
+    mut config: kube::Config,
+    metrics: Arc<Metrics>,
+    max_mutating_in_flight: usize,
+) -> Result<kube::Client, kube::Error> {
+    config.default_retry = false;
+    let count = ServiceBuilder::new().map_request(move |req: Request<Body>| {
+        metrics.api_request(req.method().as_str());
+        req
+    });
+    Ok(ClientBuilder::try_from(config)?
+        .with_layer(&count)
+        // kube's stack is a boxed service, which cannot be cloned; a retry needs a copy.
+        .with_layer(&BufferLayer::new(1024))
+        .with_layer(&RetryLayer::new(Retry::default()))
+        .with_layer(&MutatingLimit::new(max_mutating_in_flight))
+        .build())
+}
+
+/// How long to wait before sending a request again, or `None` to hand the response back.
+/// `retry_after` is the server's `Retry-After` in seconds; `attempt` counts from 0.
+pub fn retry_delay(
+    method: &Method,
+    status: StatusCode,
+    retry_after: Option<u64>,
+    attempt: u32,
+) -> Option<Duration> {
+    const ATTEMPTS: u32 = 8;
+    const MAX_DELAY: Duration = Duration::from_secs(10);
+    let repeatable = match status {
+        StatusCode::TOO_MANY_REQUESTS => true,
+        StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT => method != Method::POST,
+        _ => false,
+    };
+    if !repeatable || attempt >= ATTEMPTS {
+        return None;
+    }
+    let backoff = Duration::from_millis(50) * 2u32.pow(attempt);
+    Some(
+        retry_after
+            .map(Duration::from_secs)
+            .unwrap_or(backoff)
+            .min(MAX_DELAY),
+    )
+}
+
+/// Per-request retry state for [`retry_delay`].
+#[derive(Clone, Default)]
+struct Retry {
+    attempt: u32,
+}
+
+impl<B> Policy<Request<Body>, Response<B>, BoxError> for Retry {
+    type Future = tokio::time::Sleep;
+
+    fn retry(
+        &mut self,
+        req: &mut Request<Body>,
+        result: &mut Result<Response<B>, BoxError>,
+    ) -> Option<Self::Future> {
+        let response = result.as_ref().ok()?;
+        let retry_after = response
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok()?.parse().ok());
+        let delay = retry_delay(req.method(), response.status(), retry_after, self.attempt)?;
+        self.attempt += 1;
+        Some(tokio::time::sleep(delay))
+    }
+
+    fn clone_request(&mut self, req: &Request<Body>) -> Option<Request<Body>> {
+        // Streaming bodies cannot be sent twice; kube's requests carry whole bodies.
+        let mut copy = Request::new(req.body().try_clone()?);
+        *copy.method_mut() = req.method().clone();
+        *copy.uri_mut() = req.uri().clone();
+        *copy.version_mut() = req.version();
+        *copy.headers_mut() = req.headers().clone();
+        *copy.extensions_mut() = req.extensions().clone();
+        Some(copy)
+    }
+}
+
+/// Holds every request that changes state until one of `permits` is free. Reads, and with
+/// them the long-running watches, pass untouched.
+#[derive(Clone)]
+pub struct MutatingLimit {
+    permits: Arc<Semaphore>,
+}
+
+impl MutatingLimit {
+    pub fn new(permits: usize) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(permits.max(1))),
+        }
+    }
+}
+
+impl<S> Layer<S> for MutatingLimit {
+    type Service = Limited<S>;
+
+    fn layer(&self, inner: S) -> Limited<S> {
+        Limited {
+            inner,
+            permits: self.permits.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Limited<S> {
+    inner: S,
+    permits: Arc<Semaphore>,
+}
+
+impl<S, B> Service<Request<B>> for Limited<S>
+where
+    S: Service<Request<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<S::Response, S::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let mutating = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+        let permits = mutating.then(|| self.permits.clone());
+        // The HTTP client sends nothing until its future is polled, so the request waits here.
+        let response: Pin<Box<S::Future>> = Box::pin(self.inner.call(req));
+        Box::pin(async move {
+            let _permit = match permits {
+                Some(p) => Some(
+                    p.acquire_owned()
+                        .await
+                        .expect("the semaphore is never closed"),
+                ),
+                None => None,
+            };
+            response.await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tower::ServiceExt;
+
+    #[test]
+    fn refusals_are_retried_for_every_verb_honouring_retry_after() {
+        for method in [Method::GET, Method::POST, Method::PATCH, Method::DELETE] {
+            assert_eq!(
+                retry_delay(&method, StatusCode::TOO_MANY_REQUESTS, Some(1), 0),
+                Some(Duration::from_secs(1)),
+                "{method}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_create_that_timed_out_is_never_sent_again() {
+        for status in [StatusCode::GATEWAY_TIMEOUT, StatusCode::SERVICE_UNAVAILABLE] {
+            assert_eq!(retry_delay(&Method::POST, status, None, 0), None);
+            assert!(retry_delay(&Method::GET, status, None, 0).is_some());
+            assert!(retry_delay(&Method::DELETE, status, None, 0).is_some());
+        }
+    }
+
+    #[test]
+    fn errors_the_server_meant_are_returned_at_once() {
+        for status in [
+            StatusCode::CONFLICT,
+            StatusCode::NOT_FOUND,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            StatusCode::FORBIDDEN,
+            StatusCode::INTERNAL_SERVER_ERROR,
+        ] {
+            assert_eq!(retry_delay(&Method::GET, status, None, 0), None, "{status}");
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_is_capped_and_gives_up() {
+        let delays: Vec<_> = (0..9)
+            .map(|a| retry_delay(&Method::GET, StatusCode::TOO_MANY_REQUESTS, None, a))
+            .collect();
+        assert_eq!(delays[0], Some(Duration::from_millis(50)));
+        assert_eq!(delays[1], Some(Duration::from_millis(100)));
+        assert_eq!(delays[7], Some(Duration::from_millis(6400)));
+        assert_eq!(delays[8], None);
+        assert_eq!(
+            retry_delay(&Method::GET, StatusCode::TOO_MANY_REQUESTS, Some(3600), 0),
+            Some(Duration::from_secs(10))
+        );
+    }
+
+    /// A service that records how many requests it holds at once, and never answers until
+    /// told to.
+    #[tokio::test]
+    async fn mutating_requests_wait_for_a_permit_and_reads_do_not() {
+        let (in_flight, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let release = Arc::new(tokio::sync::Notify::new());
+        let inner = {
+            let (in_flight, peak, release) = (in_flight.clone(), peak.clone(), release.clone());
+            tower::service_fn(move |_req: Request<()>| {
+                let (in_flight, peak, release) = (in_flight.clone(), peak.clone(), release.clone());
+                async move {
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    peak.fetch_max(now, Ordering::SeqCst);
+                    release.notified().await;
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    Ok::<_, BoxError>(())
+                }
+            })
+        };
+        let svc = MutatingLimit::new(2).layer(inner);
+        let request = |m: Method| Request::builder().method(m).body(()).unwrap();
+        let mut calls = Vec::new();
+        for m in [
+            Method::POST,
+            Method::PATCH,
+            Method::DELETE,
+            Method::GET,
+            Method::GET,
+        ] {
+            calls.push(tokio::spawn(svc.clone().oneshot(request(m))));
+        }
+        // Two mutating requests and both reads reach the server; the third write waits.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while in_flight.load(Ordering::SeqCst) < 4 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "requests never arrived"
+            );
+            tokio::task::yield_now().await;
+        }
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(in_flight.load(Ordering::SeqCst), 4);
+        while calls.iter().any(|c| !c.is_finished()) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "requests never finished"
+            );
+            release.notify_waiters();
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(peak.load(Ordering::SeqCst), 4);
+    }
+}
