@@ -88,23 +88,36 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
         ctx.expectations.expect_creates(&uid, batch, Instant::now());
         let params = PostParams::default();
         let results = join_all((0..batch).map(|_| api.create(&params, &pod))).await;
-        let mut failed = 0;
+        let (mut failed, mut refused) = (0, 0);
         for result in results {
             match result {
                 Ok(p) => created.push(p.name_any()),
                 Err(e) => {
                     failed += 1;
+                    if !may_have_landed(&e) {
+                        refused += 1;
+                    }
                     error.get_or_insert(e);
                 }
             }
         }
-        if failed > 0 {
+        // A create that timed out stays expected: if it landed, the watch shows the pod; if
+        // not, the expectation expires and the pod is created then. Never both.
+        if refused > 0 {
             ctx.expectations
-                .creates_failed(&uid, failed, Instant::now());
+                .creates_failed(&uid, refused, Instant::now());
+        }
+        if failed > 0 {
             break;
         }
     }
     report(ps, ctx, Verb::Create, &created, error).await
+}
+
+/// Whether a failed create may still have made its pod: the API server gave up waiting on
+/// storage (504, reason Timeout), not on the request.
+fn may_have_landed(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.code == 504 || s.reason == "Timeout")
 }
 
 /// Deletes exactly these pods, each guarded by a UID precondition so that a pod of the same
@@ -202,4 +215,38 @@ async fn write_status(
     .await
     .map_err(Error::StatusWrite)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": code, "reason": reason, "message": "m"
+        }))
+        .unwrap();
+        kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn only_a_storage_timeout_leaves_a_create_in_doubt() {
+        assert!(may_have_landed(&api_error(504, "Timeout")));
+        assert!(may_have_landed(&api_error(500, "Timeout")));
+        for (code, reason) in [
+            (403, "Forbidden"),
+            (422, "Invalid"),
+            (429, "TooManyRequests"),
+            (409, "AlreadyExists"),
+            (500, "InternalError"),
+        ] {
+            assert!(
+                !may_have_landed(&api_error(code, reason)),
+                "{code} {reason}"
+            );
+        }
+        assert!(!may_have_landed(
+            &kube::Error::LinesCodecMaxLineLengthExceeded
+        ));
+    }
 }
