@@ -8,13 +8,13 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use common::{
     PROMPTLY, TestNs, cluster_without_nodes, condition, controller_uid, phase, podset, poll,
-    poll_some, record_max_pods,
+    poll_some,
 };
 use futures::future::{join_all, try_join_all};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -25,6 +25,7 @@ use podset_operator::api::{At, AtPhase, PodSet};
 use podset_operator::plan::at::{CONDITION_SCHEDULED, REASON_INVALID_SCHEDULE};
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
 use serde_json::{Value, json};
+use testenv::MaxPods;
 use testenv::{Cluster, Options};
 
 /// How long a large scale-up (or the recovery from a fault) may take on 2 shared cores.
@@ -116,12 +117,7 @@ async fn wait_settled(ns: &TestNs, timeout: Duration) -> Result<usize> {
 }
 
 /// Fails if any of `uids` was ever seen with more live pods than `limit` allows it.
-fn assert_never_over(
-    max: &Mutex<HashMap<String, usize>>,
-    uids: &[String],
-    limit: impl Fn(&str) -> usize,
-) {
-    let max = max.lock().unwrap();
+fn assert_never_over(max: &HashMap<String, usize>, uids: &[String], limit: impl Fn(&str) -> usize) {
     for uid in uids {
         let m = max.get(uid).copied().unwrap_or(0);
         assert!(
@@ -145,7 +141,7 @@ async fn set_replicas(api: &Api<PodSet>, name: &str, replicas: i32) -> Result<Po
 #[tokio::test]
 async fn sigkill_mid_scale_up_then_restart_never_over_creates() -> Result<()> {
     let ns = shared_ns("kill").await?;
-    let (max, recorder) = record_max_pods(ns.api::<Pod>());
+    let recorder = MaxPods::start(ns.api::<Pod>());
     let mut operator = ns.start_operator(&["--controllers=podset"]).await?;
     let start = Instant::now();
     let uids = create_podsets(&ns, "w2", 50, 5).await?;
@@ -172,29 +168,32 @@ async fn sigkill_mid_scale_up_then_restart_never_over_creates() -> Result<()> {
         250,
         "no extra pod, terminating or not"
     );
-    recorder.abort();
-    assert_never_over(&max, &uids, |_| 5);
+    assert_never_over(&recorder.snapshot(), &uids, |_| 5);
     operator.assert_healthy();
     Ok(())
 }
 
-/// Stops `component` of the test's own cluster while 30 PodSets x 5 are being created, keeps
+/// PodSets (x 5 pods) a restart test creates: enough that the scale-up is still under way
+/// when the component stops.
+const RESTART_PODSETS: usize = 200;
+
+/// Stops `component` of the test's own cluster while 200 PodSets x 5 are being created, keeps
 /// it down for `outage`, starts it again, and checks that the same operator process carries
 /// on: it converges, and a later spec change converges too (its watches came back). Returns
 /// the operator's log (it lives in the cluster's directory, gone with the cluster).
 async fn survives_component_restart(component: &str, outage: Duration) -> Result<String> {
     let mut ns = own_cluster_ns(&format!("{component}-restart"), &[]).await?;
     let mut operator = ns.start_operator(&["--controllers=podset"]).await?;
-    let (max, recorder) = record_max_pods(ns.api::<Pod>());
+    let recorder = MaxPods::start(ns.api::<Pod>());
     let start = Instant::now();
-    let uids = create_podsets(&ns, "r", 30, 5).await?;
+    let uids = create_podsets(&ns, "r", RESTART_PODSETS, 5).await?;
     poll(PROMPTLY, "the scale-up to be under way", || async {
         Ok(pod_count(&ns).await? >= 20)
     })
     .await?;
     let at_stop = pod_count(&ns).await?;
     assert!(
-        at_stop < 150,
+        at_stop < RESTART_PODSETS * 5,
         "the scale-up had finished ({at_stop} pods) before the {component} stopped"
     );
     let stopped = Instant::now();
@@ -205,23 +204,25 @@ async fn survives_component_restart(component: &str, outage: Duration) -> Result
     let back = stopped.elapsed();
     operator.assert_healthy();
     let total = wait_settled(&ns, RECOVERY).await?;
-    assert_eq!(total, 150);
+    assert_eq!(total, RESTART_PODSETS * 5);
     let settled = start.elapsed();
 
     let api = ns.api::<PodSet>();
-    try_join_all((0..30).map(|i| {
+    try_join_all((0..RESTART_PODSETS).map(|i| {
         let api = api.clone();
-        async move { set_replicas(&api, &format!("r-{i}"), 2 + (i % 2) * 5).await }
+        async move { set_replicas(&api, &format!("r-{i}"), 2 + (i % 2) as i32 * 5).await }
     }))
     .await?;
     let total = wait_settled(&ns, PROMPTLY).await?;
-    assert_eq!(total, 15 * 2 + 15 * 7, "every PodSet at its new spec");
+    let half = RESTART_PODSETS / 2;
+    assert_eq!(total, half * 2 + half * 7, "every PodSet at its new spec");
     println!(
-        "{component}: stopped with {at_stop}/150 pods, back after {back:?}; settled {settled:?} \
+        "{component}: stopped with {at_stop}/{} pods, back after {back:?}; settled {settled:?} \
          after the start; the next spec change settled {:?} later",
+        RESTART_PODSETS * 5,
         start.elapsed() - settled
     );
-    recorder.abort();
+    let max = recorder.snapshot();
     // 5 until the change, then 2 (even) or 7 (odd).
     let most: HashMap<&str, usize> = uids
         .iter()
@@ -366,7 +367,7 @@ fn random_below(n: u64) -> u64 {
 async fn concurrent_spec_edits_end_at_the_last_spec_written() -> Result<()> {
     let ns = shared_ns("edits").await?;
     let mut operator = ns.start_operator(&["--controllers=podset"]).await?;
-    let (max, recorder) = record_max_pods(ns.api::<Pod>());
+    let recorder = MaxPods::start(ns.api::<Pod>());
     let names: Vec<String> = (0..3).map(|i| format!("edit-{i}")).collect();
     let uids = create_podsets(&ns, "edit", 3, 5).await?;
     wait_settled(&ns, PROMPTLY).await?;
@@ -388,7 +389,7 @@ async fn concurrent_spec_edits_end_at_the_last_spec_written() -> Result<()> {
     });
     let written: Vec<_> = try_join_all(writers).await?.into_iter().flatten().collect();
     wait_settled(&ns, PROMPTLY).await?;
-    recorder.abort();
+    let max = recorder.snapshot();
 
     let mut most: HashMap<String, usize> = HashMap::new();
     for (name, uid) in names.iter().zip(&uids) {
