@@ -7,12 +7,13 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
-use common::{Operator, PROMPTLY, TestNs, converged, podset, poll, poll_some, record_max_pods};
+use common::{Operator, PROMPTLY, TestNs, converged, podset, poll, poll_some};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use podset_operator::api::PodSet;
+use testenv::MaxPods;
 
 const LEASE: &str = "podset-operator-leader";
 
@@ -196,7 +197,7 @@ async fn standby_finishes_the_scale_up_when_the_leader_is_killed() -> Result<()>
         (&mut b, &mut a)
     };
 
-    let (max, recorder) = record_max_pods(ns.api::<Pod>());
+    let recorder = MaxPods::start(ns.api::<Pod>());
     let api = ns.api::<PodSet>();
     let mut uids = Vec::new();
     for i in 0..10 {
@@ -234,8 +235,7 @@ async fn standby_finishes_the_scale_up_when_the_leader_is_killed() -> Result<()>
     );
     assert_eq!(lease_holder(&ns).await?, standby.instance);
     assert_eq!(pods.list(&ListParams::default()).await?.items.len(), 100);
-    recorder.abort();
-    let max = max.lock().unwrap();
+    let max = recorder.snapshot();
     for uid in &uids {
         let m = max.get(uid).copied().unwrap_or(0);
         assert!(m <= 10, "a PodSet had {m} pods at once across the failover");

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use common::{PROMPTLY, TestNs, condition, converged, podset, poll, record_max_pods};
+use common::{PROMPTLY, TestNs, condition, converged, podset, poll};
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
@@ -15,6 +15,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::core::ApiResource;
 use podset_operator::api::PodSet;
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
+use testenv::MaxPods;
 
 fn sample() -> Result<PodSet> {
     Ok(serde_yaml::from_str(&std::fs::read_to_string(concat!(
@@ -297,7 +298,7 @@ async fn never_over_creates_across_an_operator_kill() -> Result<()> {
     // Pending pods count as available, so no nodes: 200 pods would fill two hollow nodes'
     // 110-pod capacity for the tests sharing them.
     let ns = TestNs::new_in(common::cluster_without_nodes().await?, "restart").await?;
-    let (max, recorder) = record_max_pods(ns.api::<Pod>());
+    let recorder = MaxPods::start(ns.api::<Pod>());
     let api = ns.api::<PodSet>();
     let mut uids = Vec::new();
     for i in 0..20 {
@@ -336,15 +337,14 @@ async fn never_over_creates_across_an_operator_kill() -> Result<()> {
         PROMPTLY,
         "the recorder to see 10 pods for every PodSet",
         || async {
-            let max = max.lock().unwrap();
+            let max = recorder.snapshot();
             Ok(uids
                 .iter()
                 .all(|uid| max.get(uid).is_some_and(|m| *m >= 10)))
         },
     )
     .await?;
-    recorder.abort();
-    let max = max.lock().unwrap();
+    let max = recorder.snapshot();
     for uid in &uids {
         let m = max.get(uid).copied().unwrap_or(0);
         assert!(
@@ -367,22 +367,8 @@ async fn converged_podsets_cost_no_writes() -> Result<()> {
         converged(&ns, &format!("idle-{i}"), 2).await?;
     }
     let snapshot = |api: Api<PodSet>, pods: Api<Pod>, events: Api<Event>| async move {
-        let ps: BTreeMap<String, String> = api
-            .list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .map(|p| (p.name_any(), p.resource_version().unwrap()))
-            .collect();
-        let pods: BTreeMap<String, String> = pods
-            .list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .map(|p| (p.name_any(), p.resource_version().unwrap()))
-            .collect();
         let events = events.list(&ListParams::default()).await?.items.len();
-        anyhow::Ok((ps, pods, events))
+        anyhow::Ok((versions(&api).await?, versions(&pods).await?, events))
     };
     let before = snapshot(api.clone(), ns.api(), ns.api()).await?;
     let window = tokio::time::Instant::now();
@@ -396,4 +382,18 @@ async fn converged_podsets_cost_no_writes() -> Result<()> {
     assert_eq!(before.2, after.2, "events were written while idle");
     operator.assert_healthy();
     Ok(())
+}
+
+/// Each object's resourceVersion, by name: any write changes it.
+async fn versions<K>(api: &Api<K>) -> Result<BTreeMap<String, String>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|o| (o.name_any(), o.resource_version().unwrap_or_default()))
+        .collect())
 }

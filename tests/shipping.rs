@@ -239,19 +239,19 @@ async fn chart_lints_and_renders_both_scopes() -> Result<()> {
 
     // Cluster-wide: the manager rules in a ClusterRole, bound cluster-wide.
     let docs = render(&[]).await?;
-    let want: BTreeSet<String> = [
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "Deployment",
-        "PodDisruptionBudget",
-        "Role",
-        "RoleBinding",
-        "Service",
-        "ServiceAccount",
-    ]
-    .map(String::from)
-    .into();
-    assert_eq!(kinds(&docs), want);
+    assert_kinds(
+        &docs,
+        &[
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount",
+        ],
+    );
     assert_rules(find(&docs, "ClusterRole", "-manager")?, &generated_rules());
     let crb = find(&docs, "ClusterRoleBinding", "-manager")?;
     assert_eq!(crb["roleRef"]["kind"], "ClusterRole");
@@ -316,21 +316,21 @@ async fn chart_lints_and_renders_both_scopes() -> Result<()> {
 async fn kustomize_default_renders_the_generated_manifests() -> Result<()> {
     let out = run("kubectl", &["kustomize", "config/default"]).await?;
     let docs = documents(&out)?;
-    let want: BTreeSet<String> = [
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "CustomResourceDefinition",
-        "Deployment",
-        "Namespace",
-        "PodDisruptionBudget",
-        "Role",
-        "RoleBinding",
-        "Service",
-        "ServiceAccount",
-    ]
-    .map(String::from)
-    .into();
-    assert_eq!(kinds(&docs), want);
+    assert_kinds(
+        &docs,
+        &[
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "CustomResourceDefinition",
+            "Deployment",
+            "Namespace",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount",
+        ],
+    );
     for d in &docs {
         if d["metadata"]["namespace"].is_string() {
             assert_eq!(d["metadata"]["namespace"], "podset-operator-system", "{d}");
@@ -800,4 +800,10 @@ async fn kustomize_deploy_installs_everything_then_undeploy() -> Result<()> {
     .await?;
     wait_objects(kc, "", &cluster_objects[1..], false).await?;
     Ok(())
+}
+
+/// Fails unless the documents hold exactly these kinds.
+fn assert_kinds(docs: &[Value], want: &[&str]) {
+    let want: BTreeSet<String> = want.iter().map(|k| k.to_string()).collect();
+    assert_eq!(kinds(docs), want);
 }

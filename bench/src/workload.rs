@@ -1,15 +1,14 @@
 //! The objects a benchmark creates and scales (PodSets, or the equivalent ReplicaSets), and
 //! watches that tell when they converged and how many pods each ever had at once.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use podset_operator::api::{PodSet, PodSetSpec};
@@ -46,6 +45,49 @@ pub fn floor_pod() -> Result<Pod> {
     }))?)
 }
 
+impl Kind {
+    /// The kind's API, as untyped objects: the benchmark treats both kinds alike.
+    fn api(self, client: &Client, ns: &str) -> Api<DynamicObject> {
+        let resource = match self {
+            Kind::PodSet => ApiResource::erase::<PodSet>(&()),
+            Kind::ReplicaSet => ApiResource::erase::<ReplicaSet>(&()),
+        };
+        Api::namespaced_with(client.clone(), ns, &resource)
+    }
+
+    fn object(self, name: &str, replicas: i32) -> Result<DynamicObject> {
+        let value = match self {
+            Kind::PodSet => serde_json::to_value(PodSet::new(
+                name,
+                PodSetSpec {
+                    replicas,
+                    template: None,
+                },
+            ))?,
+            Kind::ReplicaSet => serde_json::to_value(replica_set(name, replicas)?)?,
+        };
+        Ok(serde_json::from_value(value)?)
+    }
+}
+
+/// Runs `call` for every name, `SUBMIT_CONCURRENCY` at a time.
+async fn for_each<'a, F, Fut, T>(
+    api: &Api<DynamicObject>,
+    names: &'a [String],
+    call: F,
+) -> Result<()>
+where
+    F: Fn(Api<DynamicObject>, &'a str) -> Fut,
+    Fut: Future<Output = kube::Result<T>>,
+{
+    stream::iter(names.iter().map(Ok::<_, anyhow::Error>))
+        .try_for_each_concurrent(SUBMIT_CONCURRENCY, |name| {
+            let call = call(api.clone(), name);
+            async move { Ok(call.await.map(drop)?) }
+        })
+        .await
+}
+
 pub async fn create_all(
     client: &Client,
     ns: &str,
@@ -53,34 +95,15 @@ pub async fn create_all(
     names: &[String],
     replicas: i32,
 ) -> Result<()> {
-    let pp = PostParams::default();
-    stream::iter(names.iter().map(Ok::<_, anyhow::Error>))
-        .try_for_each_concurrent(SUBMIT_CONCURRENCY, |name| {
-            let (client, pp) = (client.clone(), pp.clone());
-            async move {
-                match kind {
-                    Kind::PodSet => {
-                        let ps = PodSet::new(
-                            name,
-                            PodSetSpec {
-                                replicas,
-                                template: None,
-                            },
-                        );
-                        Api::<PodSet>::namespaced(client, ns)
-                            .create(&pp, &ps)
-                            .await?;
-                    }
-                    Kind::ReplicaSet => {
-                        Api::<ReplicaSet>::namespaced(client, ns)
-                            .create(&pp, &replica_set(name, replicas)?)
-                            .await?;
-                    }
-                }
-                Ok(())
-            }
-        })
-        .await
+    let objects = names
+        .iter()
+        .map(|name| Ok((name.clone(), kind.object(name, replicas)?)))
+        .collect::<Result<BTreeMap<_, _>>>()?;
+    let objects = &objects;
+    for_each(&kind.api(client, ns), names, |api, name| async move {
+        api.create(&PostParams::default(), &objects[name]).await
+    })
+    .await
 }
 
 pub async fn scale_all(
@@ -90,28 +113,11 @@ pub async fn scale_all(
     names: &[String],
     replicas: i32,
 ) -> Result<()> {
-    let patch = Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}}));
-    let pp = PatchParams::default();
-    stream::iter(names.iter().map(Ok::<_, anyhow::Error>))
-        .try_for_each_concurrent(SUBMIT_CONCURRENCY, |name| {
-            let (client, pp, patch) = (client.clone(), pp.clone(), patch.clone());
-            async move {
-                match kind {
-                    Kind::PodSet => drop(
-                        Api::<PodSet>::namespaced(client, ns)
-                            .patch(name, &pp, &patch)
-                            .await?,
-                    ),
-                    Kind::ReplicaSet => drop(
-                        Api::<ReplicaSet>::namespaced(client, ns)
-                            .patch(name, &pp, &patch)
-                            .await?,
-                    ),
-                }
-                Ok(())
-            }
-        })
-        .await
+    let patch = &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}}));
+    for_each(&kind.api(client, ns), names, |api, name| async move {
+        api.patch(name, &PatchParams::default(), patch).await
+    })
+    .await
 }
 
 /// Creates `n` pods at high concurrency from one client: the floor any controller pays.
@@ -217,69 +223,5 @@ where
                 m.insert(obj.name_any(), read(&obj));
             });
         }
-    }
-}
-
-/// Records the most non-terminating pods each owner ever had at once.
-pub struct MaxPods {
-    max: Arc<Mutex<HashMap<String, usize>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl MaxPods {
-    pub fn start(client: &Client, ns: &str) -> Self {
-        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-        let max: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
-        let seen = max.clone();
-        let task = tokio::spawn(async move {
-            let mut live: HashMap<String, HashMap<String, bool>> = HashMap::new();
-            let mut events = std::pin::pin!(
-                watcher(api, watcher::Config::default())
-                    .default_backoff()
-                    .touched_objects()
-            );
-            while let Some(pod) = events.next().await {
-                let Ok(pod) = pod else { continue };
-                let Some(owner) = pod
-                    .owner_references()
-                    .iter()
-                    .find(|r| r.controller == Some(true))
-                    .map(|r| r.uid.clone())
-                else {
-                    continue;
-                };
-                let phase = pod
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.phase.clone())
-                    .unwrap_or_default();
-                let alive = pod.metadata.deletion_timestamp.is_none()
-                    && matches!(phase.as_str(), "" | "Pending" | "Running");
-                let pods = live.entry(owner.clone()).or_default();
-                pods.insert(pod.uid().unwrap_or_default(), alive);
-                let n = pods.values().filter(|a| **a).count();
-                let mut max = seen.lock().unwrap();
-                let m = max.entry(owner).or_insert(0);
-                *m = (*m).max(n);
-            }
-        });
-        Self { max, task }
-    }
-
-    /// The largest number of pods any one owner had at once.
-    pub fn overall(&self) -> usize {
-        self.max
-            .lock()
-            .unwrap()
-            .values()
-            .copied()
-            .max()
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for MaxPods {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }

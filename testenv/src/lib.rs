@@ -8,6 +8,7 @@
 //! The binaries come from `hack/build-kubernetes.sh` (its cache directory, or
 //! `$KUBE_BIN_DIR`); etcd from Debian's `etcd-server`.
 
+mod max_pods;
 pub mod pki;
 pub mod process;
 
@@ -22,6 +23,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
+pub use max_pods::{MaxPods, controller_uid};
 pub use process::{Process, spawn_tied};
 
 const ADMIN_TOKEN_USER: &str = "testenv-admin";

@@ -3,24 +3,21 @@
 //! exactly the generated RBAC rules.
 #![allow(dead_code)] // each test binary uses its own part of the harness
 
-use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding, RoleRef, Subject};
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use podset_operator::api::{PodSet, PodSetSpec};
 use podset_operator::plan::podset::CONDITION_AVAILABLE;
 use podset_operator::rbac;
 use testenv::{Cluster, Options, Process};
 
-pub use testenv::{poll, poll_some};
+pub use testenv::{controller_uid, poll, poll_some};
 
 pub const OPERATOR_SA: &str = "podset-operator";
 
@@ -196,13 +193,6 @@ impl TestNs {
     }
 }
 
-pub fn controller_uid(p: &Pod) -> Option<String> {
-    p.owner_references()
-        .iter()
-        .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.clone())
-}
-
 pub fn phase(p: &Pod) -> String {
     p.status
         .as_ref()
@@ -317,43 +307,4 @@ pub async fn converged(ns: &TestNs, name: &str, n: usize) -> Result<Vec<Pod>> {
         },
     )
     .await
-}
-
-/// Records the most non-terminating pods ever seen at once per owner UID. The watch rides out
-/// API server restarts (a pod deleted during such a gap still counts, so the maximum can
-/// only be overstated, never hidden).
-pub fn record_max_pods(
-    api: Api<Pod>,
-) -> (
-    Arc<Mutex<HashMap<String, usize>>>,
-    tokio::task::JoinHandle<()>,
-) {
-    let max: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
-    let seen = max.clone();
-    let task = tokio::spawn(async move {
-        let mut live: HashMap<String, BTreeMap<String, bool>> = HashMap::new();
-        let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
-        while let Some(event) = stream.next().await {
-            // A deleted pod's last object need not carry a deletionTimestamp (an unscheduled
-            // pod is deleted at once): the event kind says it is gone.
-            let (pod, deleted) = match event {
-                Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => (pod, false),
-                Ok(watcher::Event::Delete(pod)) => (pod, true),
-                _ => continue,
-            };
-            let Some(owner) = controller_uid(&pod) else {
-                continue;
-            };
-            let alive = !deleted
-                && pod.metadata.deletion_timestamp.is_none()
-                && matches!(phase(&pod).as_str(), "" | "Pending" | "Running");
-            let set = live.entry(owner.clone()).or_default();
-            set.insert(pod.uid().unwrap(), alive);
-            let n = set.values().filter(|a| **a).count();
-            let mut max = seen.lock().unwrap();
-            let m = max.entry(owner).or_insert(0);
-            *m = (*m).max(n);
-        }
-    });
-    (max, task)
 }

@@ -1,0 +1,80 @@
+//! A watch that records the most live pods each controlling owner ever had at once: the
+//! evidence that a controller never over-created, whatever it did in between.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+
+/// Counts pods that are neither terminating nor finished, per controller owner UID. The watch
+/// rides out API server restarts; a pod deleted during such a gap still counts, so the
+/// maximum can only be overstated, never hidden.
+pub struct MaxPods {
+    max: Arc<Mutex<HashMap<String, usize>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MaxPods {
+    pub fn start(api: Api<Pod>) -> Self {
+        let max: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let seen = max.clone();
+        let task = tokio::spawn(async move {
+            let mut live: HashMap<String, HashMap<String, bool>> = HashMap::new();
+            let mut stream =
+                std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
+            while let Some(event) = stream.next().await {
+                // A deleted pod's last object need not carry a deletionTimestamp (an
+                // unscheduled pod is deleted at once): the event kind says it is gone.
+                let (pod, deleted) = match event {
+                    Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => (pod, false),
+                    Ok(watcher::Event::Delete(pod)) => (pod, true),
+                    _ => continue,
+                };
+                let Some(owner) = controller_uid(&pod) else {
+                    continue;
+                };
+                let alive = !deleted && pod.metadata.deletion_timestamp.is_none() && is_live(&pod);
+                let pods = live.entry(owner.clone()).or_default();
+                pods.insert(pod.uid().unwrap_or_default(), alive);
+                let n = pods.values().filter(|a| **a).count();
+                let mut max = seen.lock().expect("max pods lock");
+                let m = max.entry(owner).or_insert(0);
+                *m = (*m).max(n);
+            }
+        });
+        Self { max, task }
+    }
+
+    /// The most pods each owner UID has had at once, so far.
+    pub fn snapshot(&self) -> HashMap<String, usize> {
+        self.max.lock().expect("max pods lock").clone()
+    }
+
+    /// The most pods any one owner has had at once, so far.
+    pub fn overall(&self) -> usize {
+        self.snapshot().into_values().max().unwrap_or(0)
+    }
+}
+
+impl Drop for MaxPods {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The UID of the pod's controlling owner.
+pub fn controller_uid(p: &Pod) -> Option<String> {
+    p.owner_references()
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.clone())
+}
+
+fn is_live(p: &Pod) -> bool {
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    matches!(phase, None | Some("" | "Pending" | "Running"))
+}
