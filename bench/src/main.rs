@@ -20,8 +20,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use podset_operator::api::{At, AtSpec, PodSet};
 use system::{ProcStats, apiserver_mutations, median, proc_stats, quantile, slope_kib_per_minute};
+use testenv::MaxPods;
 use testenv::{Cluster, Options, Process};
-use workload::{Convergence, Kind, MaxPods};
+use workload::{Convergence, Kind};
 
 const NS: &str = "bench";
 
@@ -67,6 +68,10 @@ struct BenchArgs {
     /// CSV output.
     #[arg(long, default_value = "target/bench/results.csv")]
     csv: PathBuf,
+    /// Save a CPU profile of the API server, taken over this many seconds from the start of each
+    /// W1/W2/W4 measurement, below target/bench/profiles (read with `go tool pprof -top`).
+    #[arg(long)]
+    profile_seconds: Option<u64>,
 }
 
 /// The sizes of a run.
@@ -190,6 +195,17 @@ impl Env {
         })
     }
 
+    /// CPU seconds the API server and etcd have used: the control plane's share of the work.
+    fn control_plane_cpu(&self) -> Result<f64> {
+        let mut total = 0.0;
+        for name in ["kube-apiserver", "etcd"] {
+            if let Some(pid) = self.cluster.component(name).and_then(Process::pid) {
+                total += proc_stats(pid)?.cpu_seconds;
+            }
+        }
+        Ok(total)
+    }
+
     /// The process doing the work, for memory and CPU.
     fn worker_pid(&self) -> Option<u32> {
         match &self.operator {
@@ -264,7 +280,24 @@ struct Sample {
     peak_rss_mib: f64,
     steady_rss_mib: f64,
     cpu_seconds: f64,
+    /// CPU seconds of the API server and etcd while the work was done.
+    control_plane_cpu: f64,
     note: String,
+}
+
+/// Fetches a CPU profile from the API server's `/debug/pprof` and writes it to a file.
+async fn save_apiserver_profile(client: Client, seconds: u64, name: String) -> Result<()> {
+    let request = http::Request::get(format!("/debug/pprof/profile?seconds={seconds}"))
+        .body(Vec::new())?;
+    let response = client.send(request.map(Into::into)).await?;
+    let bytes = response.into_body().collect_bytes().await?;
+    let dir = PathBuf::from("target/bench/profiles");
+    std::fs::create_dir_all(&dir)?;
+    let stamp = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH)?.as_secs();
+    let path = dir.join(format!("{name}-{stamp}.pprof"));
+    std::fs::write(&path, bytes)?;
+    eprintln!("[bench]   API server CPU profile: {}", path.display());
+    Ok(())
 }
 
 fn names(prefix: &str, n: usize) -> Vec<String> {
@@ -292,6 +325,11 @@ async fn converge_run(
         .map(proc_stats)
         .transpose()?
         .unwrap_or_default();
+    let control_plane_before = env.control_plane_cpu()?;
+    let profile = args.profile_seconds.map(|secs| {
+        let name = format!("{}-{pods}pods", target.label().replace([' ', '(', ')'], ""));
+        tokio::spawn(save_apiserver_profile(env.client.clone(), secs, name))
+    });
     let t0 = Instant::now();
     let seconds = match target {
         Target::Floor => {
@@ -311,6 +349,10 @@ async fn converge_run(
             t0.elapsed().as_secs_f64()
         }
     };
+    let control_plane_cpu = env.control_plane_cpu()? - control_plane_before;
+    if let Some(profile) = profile {
+        profile.await??;
+    }
     let after = apiserver_mutations(&env.client).await?;
     // The bench's own creates are not the controller's work.
     let own = match target {
@@ -321,6 +363,7 @@ async fn converge_run(
         seconds,
         pods,
         mutations: (after - before - own as f64) / pods as f64,
+        control_plane_cpu,
         ..Sample::default()
     };
     if let Some(pid) = env.worker_pid() {
@@ -360,7 +403,7 @@ async fn storm_run(target: Target, args: &BenchArgs, s: &Sizes) -> Result<Sample
     };
     let names = names("storm", s.w3_objects);
     let mut conv = Convergence::start(&env.client, NS, kind);
-    let max = MaxPods::start(&env.client, NS);
+    let max = MaxPods::start(Api::namespaced(env.client.clone(), NS));
     workload::create_all(&env.client, NS, kind, &names, 1).await?;
     conv.wait(names.len(), 1, Duration::from_secs(300)).await?;
     let t0 = Instant::now();
@@ -612,6 +655,7 @@ fn report(rows: &[Row], args: &BenchArgs) -> Result<()> {
         "peak RSS MiB",
         "steady RSS MiB",
         "CPU s",
+        "apiserver+etcd CPU s",
         "note",
     ];
     let mut table = vec![header.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
@@ -667,6 +711,7 @@ fn report(rows: &[Row], args: &BenchArgs) -> Result<()> {
             fmt(r.med(|s| s.peak_rss_mib), 1),
             fmt(r.med(|s| s.steady_rss_mib), 1),
             fmt(r.med(|s| s.cpu_seconds), 2),
+            fmt(r.med(|s| s.control_plane_cpu), 2),
             note,
         ]);
     }
@@ -773,9 +818,18 @@ async fn soak(minutes: u64, operator: PathBuf) -> Result<()> {
     // Memory growth after warm-up: the first fifth is the caches filling.
     let warm: Vec<_> = samples.iter().copied().skip(samples.len() / 5).collect();
     let slope = slope_kib_per_minute(&warm);
-    let converged = api.list(&ListParams::default()).await?.items.len();
+    let quiet = Instant::now();
+    testenv::poll(
+        Duration::from_secs(120),
+        "every PodSet at its last spec, in pods and in status",
+        || all_at_spec(&api, &pods),
+    )
+    .await?;
     println!(
-        "soak: {minutes} min, {scalings} scalings, {deletions} pod deletions, {converged} PodSets"
+        "soak: {minutes} min, {scalings} scalings, {deletions} pod deletions; all {} PodSets at \
+         their last spec {:.1} s after the last change",
+        names.len(),
+        quiet.elapsed().as_secs_f64()
     );
     println!(
         "soak: RSS first {:.1} MiB, last {:.1} MiB, max {:.1} MiB; slope after warm-up {slope:.1} KiB/min",
@@ -784,6 +838,27 @@ async fn soak(minutes: u64, operator: PathBuf) -> Result<()> {
         mib(samples.iter().map(|s| s.1).max().unwrap_or(0))
     );
     Ok(())
+}
+
+/// Whether every PodSet has exactly its spec's live pods, and says so in a status written for
+/// its current generation.
+async fn all_at_spec(api: &Api<PodSet>, pods: &Api<Pod>) -> Result<bool> {
+    let mut live: HashMap<String, i32> = HashMap::new();
+    for pod in pods.list(&ListParams::default()).await?.items {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let alive = pod.metadata.deletion_timestamp.is_none()
+            && matches!(phase, None | Some("Pending" | "Running"));
+        if let (true, Some(owner)) = (alive, testenv::controller_uid(&pod)) {
+            *live.entry(owner).or_default() += 1;
+        }
+    }
+    Ok(api.list(&ListParams::default()).await?.items.iter().all(|ps| {
+        let want = ps.spec.replicas;
+        let has = live.get(&ps.uid().unwrap_or_default()).copied().unwrap_or(0);
+        ps.status.as_ref().is_some_and(|s| {
+            s.available_replicas == want && s.observed_generation == ps.metadata.generation
+        }) && has == want
+    }))
 }
 
 /// xorshift64: enough randomness for choosing what to scale, with no dependency.

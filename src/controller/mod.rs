@@ -195,6 +195,29 @@ pub async fn run(
     Ok(())
 }
 
+/// A kind a controller reconciles: namespaced, static, and watchable from any task.
+trait Primary:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Primary for K where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// What every controller is started with.
 struct Launch<'a> {
     client: &'a Client,
@@ -217,13 +240,7 @@ impl Launch<'_> {
         tokio::sync::watch::Receiver<bool>,
     )
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Primary,
         Fut: Future<Output = crate::error::Result<Action>> + Send + 'static,
     {
         let (reader, writer) = reflector::store();
@@ -247,13 +264,7 @@ fn primary_stream<K>(
     synced: tokio::sync::watch::Sender<bool>,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Primary,
 {
     watcher(api, watcher::Config::default())
         .default_backoff()
