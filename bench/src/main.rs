@@ -287,13 +287,15 @@ struct Sample {
 
 /// Fetches a CPU profile from the API server's `/debug/pprof` and writes it to a file.
 async fn save_apiserver_profile(client: Client, seconds: u64, name: String) -> Result<()> {
-    let request = http::Request::get(format!("/debug/pprof/profile?seconds={seconds}"))
-        .body(Vec::new())?;
+    let request =
+        http::Request::get(format!("/debug/pprof/profile?seconds={seconds}")).body(Vec::new())?;
     let response = client.send(request.map(Into::into)).await?;
     let bytes = response.into_body().collect_bytes().await?;
     let dir = PathBuf::from("target/bench/profiles");
     std::fs::create_dir_all(&dir)?;
-    let stamp = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH)?.as_secs();
+    let stamp = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)?
+        .as_secs();
     let path = dir.join(format!("{name}-{stamp}.pprof"));
     std::fs::write(&path, bytes)?;
     eprintln!("[bench]   API server CPU profile: {}", path.display());
@@ -852,13 +854,21 @@ async fn all_at_spec(api: &Api<PodSet>, pods: &Api<Pod>) -> Result<bool> {
             *live.entry(owner).or_default() += 1;
         }
     }
-    Ok(api.list(&ListParams::default()).await?.items.iter().all(|ps| {
-        let want = ps.spec.replicas;
-        let has = live.get(&ps.uid().unwrap_or_default()).copied().unwrap_or(0);
-        ps.status.as_ref().is_some_and(|s| {
-            s.available_replicas == want && s.observed_generation == ps.metadata.generation
-        }) && has == want
-    }))
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .all(|ps| {
+            let want = ps.spec.replicas;
+            let has = live
+                .get(&ps.uid().unwrap_or_default())
+                .copied()
+                .unwrap_or(0);
+            ps.status.as_ref().is_some_and(|s| {
+                s.available_replicas == want && s.observed_generation == ps.metadata.generation
+            }) && has == want
+        }))
 }
 
 /// xorshift64: enough randomness for choosing what to scale, with no dependency.

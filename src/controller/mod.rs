@@ -25,10 +25,10 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::api::{At, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet};
+use crate::api::{At, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet, PodSetStatus};
 use crate::cache::{PodCache, Touched};
 use crate::error::Error;
-use crate::expectations::Expectations;
+use crate::expectations::{Expectations, StatusWrites};
 use crate::health::Health;
 use crate::metrics::Metrics;
 
@@ -65,6 +65,7 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
+    pub podset_statuses: StatusWrites<PodSetStatus>,
 }
 
 /// Per-object retry delays that double on each failure: 1 s, 2 s, 4 s ... up to 5 minutes.
@@ -129,6 +130,7 @@ pub async fn run(
         ),
         metrics,
         backoff: Backoff::default(),
+        podset_statuses: StatusWrites::default(),
     });
     let (podset_tx, podset_rx) = unbounded::<ObjectRef<PodSet>>();
     let (at_tx, at_rx) = unbounded::<ObjectRef<At>>();

@@ -201,8 +201,20 @@ async fn write_status(
     outcome: &Outcome,
     ctx: &Context,
 ) -> Result<()> {
-    let status = plan::status(ps, pods, outcome, Timestamp::now());
-    if ps.status.as_ref() == Some(&status) {
+    let (uid, seen) = (
+        ps.uid().unwrap_or_default(),
+        ps.resource_version().unwrap_or_default(),
+    );
+    // Compare with the freshest status known: ours, if the store has not shown it yet.
+    let mut current = ps.clone();
+    if let Some(written) = ctx
+        .podset_statuses
+        .written_over(&uid, &seen, Instant::now())
+    {
+        current.status = Some(written);
+    }
+    let status = plan::status(&current, pods, outcome, Timestamp::now());
+    if current.status.as_ref() == Some(&status) {
         return Ok(());
     }
     let api: Api<PodSet> = Api::namespaced(ctx.client.clone(), &ps.namespace().unwrap_or_default());
@@ -214,6 +226,8 @@ async fn write_status(
     )
     .await
     .map_err(Error::StatusWrite)?;
+    ctx.podset_statuses
+        .record(&uid, &seen, status, Instant::now());
     Ok(())
 }
 
