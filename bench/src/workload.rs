@@ -124,9 +124,8 @@ pub async fn scale_all(
 pub async fn create_pods(client: &Client, ns: &str, n: usize, concurrency: usize) -> Result<()> {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod = floor_pod()?;
-    let pp = PostParams::default();
     stream::iter(0..n)
-        .map(|_| api.create(&pp, &pod))
+        .map(|_| podset_operator::client::create(&api, &pod))
         .buffer_unordered(concurrency)
         .try_for_each(|_| async { Ok(()) })
         .await?;

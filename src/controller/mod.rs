@@ -13,8 +13,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
-use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -197,29 +197,6 @@ pub async fn run(
     Ok(())
 }
 
-/// A kind a controller reconciles: namespaced, static, and watchable from any task.
-trait Primary:
-    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-    + Clone
-    + DeserializeOwned
-    + std::fmt::Debug
-    + Send
-    + Sync
-    + 'static
-{
-}
-
-impl<K> Primary for K where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static
-{
-}
-
 /// What every controller is started with.
 struct Launch<'a> {
     client: &'a Client,
@@ -242,13 +219,32 @@ impl Launch<'_> {
         tokio::sync::watch::Receiver<bool>,
     )
     where
-        K: Primary,
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
         Fut: Future<Output = crate::error::Result<Action>> + Send + 'static,
     {
         let (reader, writer) = reflector::store();
         let (synced, ready) = tokio::sync::watch::channel(false);
         let api = scoped::<K>(self.client.clone(), self.settings.namespace.as_deref());
-        let controller = Controller::for_stream(primary_stream(api, writer, synced), reader)
+        // The primary objects, triggering only on spec (generation) changes; `synced` turns
+        // true once the first full list is in the store.
+        let primary = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(|o: &mut K| o.managed_fields_mut().clear())
+            .reflect(writer)
+            .inspect(move |event| {
+                if let Ok(watcher::Event::InitDone) = event {
+                    synced.send_replace(true);
+                }
+            })
+            .applied_objects()
+            .predicate_filter(predicates::generation, Default::default());
+        let controller = Controller::for_stream(primary, reader)
             .with_config(ControllerConfig::default().concurrency(self.settings.concurrency))
             .reconcile_on(owned)
             .graceful_shutdown_on(self.shutdown.clone().cancelled_owned())
@@ -256,29 +252,6 @@ impl Launch<'_> {
             .for_each(move |res| async move { log_result(name, res) });
         (tokio::spawn(controller), ready)
     }
-}
-
-/// The primary objects, reflected into `writer`, triggering only on spec (generation) changes.
-/// `synced` turns true once the first full list is in the store.
-fn primary_stream<K>(
-    api: Api<K>,
-    writer: reflector::store::Writer<K>,
-    synced: tokio::sync::watch::Sender<bool>,
-) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
-where
-    K: Primary,
-{
-    watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(|o: &mut K| o.managed_fields_mut().clear())
-        .reflect(writer)
-        .inspect(move |event| {
-            if let Ok(watcher::Event::InitDone) = event {
-                synced.send_replace(true);
-            }
-        })
-        .applied_objects()
-        .predicate_filter(predicates::generation, Default::default())
 }
 
 /// Sends each owner whose pods changed to its controller.

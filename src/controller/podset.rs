@@ -7,7 +7,7 @@ use std::time::Instant;
 use futures::future::join_all;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PostParams, Preconditions};
+use kube::api::{DeleteParams, Patch, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -16,6 +16,7 @@ use tracing::{info, warn};
 use super::{Context, api_message, publish, retry_after, status_patch_params, timed};
 use crate::api::PodSet;
 use crate::cache::CachedPod;
+use crate::client;
 use crate::error::{Error, Result};
 use crate::expectations::Readiness;
 use crate::plan::podset::{self as plan, Failure, Outcome, Plan};
@@ -86,8 +87,7 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
     let mut error = None;
     for batch in plan::slow_start_batches(n) {
         ctx.expectations.expect_creates(&uid, batch, Instant::now());
-        let params = PostParams::default();
-        let results = join_all((0..batch).map(|_| api.create(&params, &pod))).await;
+        let results = join_all((0..batch).map(|_| client::create(&api, &pod))).await;
         let (mut failed, mut refused) = (0, 0);
         for result in results {
             match result {
