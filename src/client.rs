@@ -27,9 +27,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use kube::client::{Body, ClientBuilder, ConfigExt};
 use tokio::sync::Semaphore;
-use tower::buffer::BufferLayer;
 use tower::retry::{Policy, RetryLayer};
-use tower::util::BoxService;
 use tower::{BoxError, Layer, Service, ServiceBuilder};
 
 use crate::metrics::Metrics;
@@ -46,19 +44,26 @@ pub fn build(
     });
     Ok(http_stack(config)?
         .with_layer(&count)
-        // kube's stack is a boxed service, which cannot be cloned; a retry needs a copy.
-        .with_layer(&BufferLayer::new(1024))
         .with_layer(&RetryLayer::new(Retry::default()))
         .with_layer(&MutatingLimit::new(max_mutating_in_flight))
         .build())
 }
 
-type HttpService = BoxService<Request<Body>, Response<Incoming>, BoxError>;
-
 /// kube's default stack (kubeconfig TLS and auth, impersonation headers, connect and read
 /// timeouts) over a connector with `TCP_NODELAY`, without kube's retry policy. Proxies from
 /// the kubeconfig are not supported (an operator talks to its own cluster's API server).
-fn http_stack(config: kube::Config) -> Result<ClientBuilder<HttpService>, kube::Error> {
+/// Cloneable, so a retry can send a request again.
+fn http_stack(
+    config: kube::Config,
+) -> Result<
+    ClientBuilder<
+        impl Service<Request<Body>, Response = Response<Incoming>, Error = BoxError, Future: Send>
+        + Clone
+        + Send
+        + 'static,
+    >,
+    kube::Error,
+> {
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
@@ -73,10 +78,7 @@ fn http_stack(config: kube::Config) -> Result<ClientBuilder<HttpService>, kube::
         .layer(config.extra_headers_layer()?)
         .map_err(BoxError::from)
         .service(http);
-    Ok(ClientBuilder::new(
-        BoxService::new(service),
-        config.default_namespace,
-    ))
+    Ok(ClientBuilder::new(service, config.default_namespace))
 }
 
 /// How long to wait before sending a request again, or `None` to hand the response back.
