@@ -206,15 +206,12 @@ async fn write_status(
         ps.resource_version().unwrap_or_default(),
     );
     // Compare with the freshest status known: ours, if the store has not shown it yet.
-    let mut current = ps.clone();
-    if let Some(written) = ctx
+    let written = ctx
         .podset_statuses
-        .written_over(&uid, &seen, Instant::now())
-    {
-        current.status = Some(written);
-    }
-    let status = plan::status(&current, pods, outcome, Timestamp::now());
-    if current.status.as_ref() == Some(&status) {
+        .written_over(&uid, &seen, Instant::now());
+    let current = written.as_ref().or(ps.status.as_ref());
+    let status = plan::status(ps, current, pods, outcome, Timestamp::now());
+    if current == Some(&status) {
         return Ok(());
     }
     let api: Api<PodSet> = Api::namespaced(ctx.client.clone(), &ps.namespace().unwrap_or_default());

@@ -115,14 +115,16 @@ pub fn selector(name: &str) -> String {
     format!("app={name},version={POD_VERSION}")
 }
 
-/// The status for the pods observed, keeping condition timestamps that did not change.
+/// The status for the pods observed, keeping the condition timestamps of `previous` (the
+/// freshest status known) that did not change.
 pub fn status(
     ps: &PodSet,
+    previous: Option<&PodSetStatus>,
     pods: &[Arc<CachedPod>],
     outcome: &Outcome,
     now: Timestamp,
 ) -> PodSetStatus {
-    let previous = ps.status.clone().unwrap_or_default();
+    let previous = previous.cloned().unwrap_or_default();
     let mut pod_names: Vec<String> = pods
         .iter()
         .filter(|p| p.is_active())
@@ -397,7 +399,7 @@ mod tests {
         gone.terminating = true;
         let pods = arcs(vec![pod("b"), pod("a"), gone]);
         let now = Timestamp::from_second(1_000).unwrap();
-        let s = status(&ps, &pods, &Outcome::Succeeded, now);
+        let s = status(&ps, ps.status.as_ref(), &pods, &Outcome::Succeeded, now);
         assert_eq!(s.pod_names, ["a", "b"]);
         assert_eq!(s.available_replicas, 2);
         assert_eq!(s.observed_generation, Some(3));
@@ -418,14 +420,21 @@ mod tests {
         let pods = arcs(vec![pod("a"), pod("b")]);
         let first = status(
             &ps,
+            ps.status.as_ref(),
             &pods,
             &Outcome::Succeeded,
             Timestamp::from_second(1_000).unwrap(),
         );
         ps.status = Some(first.clone());
         let later = Timestamp::from_second(9_000).unwrap();
-        assert_eq!(status(&ps, &pods, &Outcome::Succeeded, later), first);
-        assert_eq!(status(&ps, &pods, &Outcome::NotActed, later), first);
+        assert_eq!(
+            status(&ps, ps.status.as_ref(), &pods, &Outcome::Succeeded, later),
+            first
+        );
+        assert_eq!(
+            status(&ps, ps.status.as_ref(), &pods, &Outcome::NotActed, later),
+            first
+        );
     }
 
     #[test]
@@ -436,7 +445,7 @@ mod tests {
             message: "pods \"web-pod\" is forbidden: exceeded quota".into(),
         };
         let t = Timestamp::from_second(1_000).unwrap();
-        let failed = status(&ps, &[], &Outcome::Failed(failure), t);
+        let failed = status(&ps, ps.status.as_ref(), &[], &Outcome::Failed(failure), t);
         let cond = conditions::find(&failed.conditions, CONDITION_REPLICA_FAILURE)
             .unwrap()
             .clone();
@@ -446,12 +455,12 @@ mod tests {
         );
         assert!(cond.message.contains("exceeded quota"));
         ps.status = Some(failed);
-        let waiting = status(&ps, &[], &Outcome::NotActed, t);
+        let waiting = status(&ps, ps.status.as_ref(), &[], &Outcome::NotActed, t);
         assert_eq!(
             conditions::find(&waiting.conditions, CONDITION_REPLICA_FAILURE),
             Some(&cond)
         );
-        let recovered = status(&ps, &[], &Outcome::Succeeded, t);
+        let recovered = status(&ps, ps.status.as_ref(), &[], &Outcome::Succeeded, t);
         assert_eq!(
             conditions::find(&recovered.conditions, CONDITION_REPLICA_FAILURE)
                 .unwrap()
