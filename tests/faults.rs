@@ -12,10 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail};
-use common::{
-    PROMPTLY, TestNs, cluster_without_nodes, condition, controller_uid, phase, podset, poll,
-    poll_some,
-};
+use common::{PROMPTLY, TestNs, cluster_without_nodes, condition, podset, poll, poll_some};
 use futures::future::{join_all, try_join_all};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::events::v1::Event;
@@ -81,18 +78,10 @@ async fn pod_count(ns: &TestNs) -> Result<usize> {
 async fn all_settled(ns: &TestNs) -> Result<Option<usize>> {
     let podsets = ns.api::<PodSet>().list(&ListParams::default()).await?.items;
     let pods = ns.api::<Pod>().list(&ListParams::default()).await?.items;
-    let mut live: HashMap<String, Vec<String>> = HashMap::new();
-    for p in &pods {
-        let alive = p.metadata.deletion_timestamp.is_none()
-            && matches!(phase(p).as_str(), "" | "Pending" | "Running");
-        if let (true, Some(owner)) = (alive, controller_uid(p)) {
-            live.entry(owner).or_default().push(p.name_any());
-        }
-    }
+    let mut live = testenv::live_pods_by_owner(&pods);
     let mut total = 0;
     for ps in &podsets {
-        let mut names = live.remove(&ps.uid().unwrap()).unwrap_or_default();
-        names.sort();
+        let names = live.remove(&ps.uid().unwrap()).unwrap_or_default();
         let status = ps.status.clone().unwrap_or_default();
         let want = ps.spec.replicas;
         let settled = names.len() == want as usize

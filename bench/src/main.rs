@@ -845,15 +845,7 @@ async fn soak(minutes: u64, operator: PathBuf) -> Result<()> {
 /// Whether every PodSet has exactly its spec's live pods, and says so in a status written for
 /// its current generation.
 async fn all_at_spec(api: &Api<PodSet>, pods: &Api<Pod>) -> Result<bool> {
-    let mut live: HashMap<String, i32> = HashMap::new();
-    for pod in pods.list(&ListParams::default()).await?.items {
-        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        let alive = pod.metadata.deletion_timestamp.is_none()
-            && matches!(phase, None | Some("Pending" | "Running"));
-        if let (true, Some(owner)) = (alive, testenv::controller_uid(&pod)) {
-            *live.entry(owner).or_default() += 1;
-        }
-    }
+    let live = testenv::live_pods_by_owner(&pods.list(&ListParams::default()).await?.items);
     Ok(api
         .list(&ListParams::default())
         .await?
@@ -861,13 +853,10 @@ async fn all_at_spec(api: &Api<PodSet>, pods: &Api<Pod>) -> Result<bool> {
         .iter()
         .all(|ps| {
             let want = ps.spec.replicas;
-            let has = live
-                .get(&ps.uid().unwrap_or_default())
-                .copied()
-                .unwrap_or(0);
+            let has = live.get(&ps.uid().unwrap_or_default()).map_or(0, Vec::len);
             ps.status.as_ref().is_some_and(|s| {
                 s.available_replicas == want && s.observed_generation == ps.metadata.generation
-            }) && has == want
+            }) && has == want as usize
         }))
 }
 

@@ -23,7 +23,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
-pub use max_pods::{MaxPods, controller_uid};
+pub use max_pods::{MaxPods, controller_uid, live_pods_by_owner};
 pub use process::{Process, spawn_tied};
 
 const ADMIN_TOKEN_USER: &str = "testenv-admin";

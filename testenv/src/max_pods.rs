@@ -37,7 +37,7 @@ impl MaxPods {
                 let Some(owner) = controller_uid(&pod) else {
                     continue;
                 };
-                let alive = !deleted && pod.metadata.deletion_timestamp.is_none() && is_live(&pod);
+                let alive = !deleted && is_live(&pod);
                 let pods = live.entry(owner.clone()).or_default();
                 pods.insert(pod.uid().unwrap_or_default(), alive);
                 let n = pods.values().filter(|a| **a).count();
@@ -74,7 +74,21 @@ pub fn controller_uid(p: &Pod) -> Option<String> {
         .map(|r| r.uid.clone())
 }
 
+/// Whether a pod counts against its owner's spec: neither terminating nor finished.
 fn is_live(p: &Pod) -> bool {
     let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-    matches!(phase, None | Some("" | "Pending" | "Running"))
+    p.metadata.deletion_timestamp.is_none()
+        && matches!(phase, None | Some("" | "Pending" | "Running"))
+}
+
+/// The names of each controlling owner's live pods, sorted, by owner UID.
+pub fn live_pods_by_owner(pods: &[Pod]) -> HashMap<String, Vec<String>> {
+    let mut live: HashMap<String, Vec<String>> = HashMap::new();
+    for p in pods.iter().filter(|p| is_live(p)) {
+        if let Some(owner) = controller_uid(p) {
+            live.entry(owner).or_default().push(p.name_any());
+        }
+    }
+    live.values_mut().for_each(|names| names.sort());
+    live
 }
