@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use podset_operator::controller::{self, Settings, Shared};
+use podset_operator::http::{self, MetricsSecurity};
 use podset_operator::leader::LeaderElection;
 use podset_operator::metrics::Metrics;
 use podset_operator::telemetry::{self, LogFormat};
@@ -70,8 +71,19 @@ struct RunArgs {
     max_mutating_requests: usize,
 
     /// Address of the /metrics endpoint.
-    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8443")]
     metrics_bind_address: SocketAddr,
+
+    /// Serve /metrics over HTTPS to callers whose bearer token the API server authenticates
+    /// (TokenReview) and allows `get` on `/metrics` (SubjectAccessReview). `false` serves
+    /// plain HTTP to anyone who can reach the port: for local development only.
+    #[arg(long, env = "METRICS_SECURE", default_value_t = true, action = clap::ArgAction::Set)]
+    metrics_secure: bool,
+
+    /// Directory holding the metrics TLS certificate and key (`tls.crt`, `tls.key`, as a
+    /// `kubernetes.io/tls` Secret mounts them); unset, a self-signed one is made at start.
+    #[arg(long, env = "METRICS_CERT_DIR")]
+    metrics_cert_dir: Option<PathBuf>,
 
     /// Address of the /livez and /readyz probe endpoints.
     #[arg(
@@ -168,17 +180,30 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let client = client(shared.metrics.clone(), &args).await?;
     let stop_http = CancellationToken::new();
-    let mut bound = Vec::new();
-    for addr in [args.metrics_bind_address, args.health_probe_bind_address] {
-        let registry = shared.metrics.registry(shared.pods.clone());
-        let served =
-            podset_operator::http::serve(addr, shared.health.clone(), registry, stop_http.clone());
-        bound.push(
-            served
-                .await
-                .with_context(|| format!("serving metrics and probes on {addr}"))?,
-        );
-    }
+    let health_addr = http::serve_probes(
+        args.health_probe_bind_address,
+        shared.health.clone(),
+        stop_http.clone(),
+    )
+    .await
+    .with_context(|| format!("serving probes on {}", args.health_probe_bind_address))?;
+    let security = if args.metrics_secure {
+        MetricsSecurity::Secure {
+            cert_dir: args.metrics_cert_dir.clone(),
+            client: client.clone(),
+        }
+    } else {
+        warn!("serving /metrics in plain HTTP to anyone who can reach it (--metrics-secure=false)");
+        MetricsSecurity::Plain
+    };
+    let metrics_addr = http::serve_metrics(
+        args.metrics_bind_address,
+        shared.metrics.registry(shared.pods.clone()),
+        security,
+        stop_http.clone(),
+    )
+    .await
+    .with_context(|| format!("serving metrics on {}", args.metrics_bind_address))?;
     let settings = Settings {
         namespace: Some(args.namespace.clone()).filter(|ns| !ns.is_empty()),
         podset: args.controllers.contains(&Which::Podset),
@@ -190,8 +215,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         namespace = settings.namespace.as_deref().unwrap_or("<all>"),
         podset = settings.podset,
         at = settings.at,
-        metrics_addr = %bound[0],
-        health_addr = %bound[1],
+        %metrics_addr,
+        metrics_secure = args.metrics_secure,
+        %health_addr,
         leader_elect = args.leader_elect,
         "starting"
     );

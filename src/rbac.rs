@@ -8,6 +8,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 pub const MANAGER_ROLE: &str = "podset-operator-manager";
 /// Name of the Role for the leader-election Lease, in the operator's own namespace.
 pub const LEADER_ELECTION_ROLE: &str = "podset-operator-leader-election";
+/// Name of the ClusterRole that lets the operator authenticate and authorize metrics scrapes
+/// (always cluster-wide: TokenReviews and SubjectAccessReviews have no namespace).
+pub const METRICS_AUTH_ROLE: &str = "podset-operator-metrics-auth";
+/// Name of the ClusterRole to bind to a scraper (Prometheus) so that it may read `/metrics`.
+pub const METRICS_READER_ROLE: &str = "podset-operator-metrics-reader";
 
 fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
     PolicyRule {
@@ -61,15 +66,49 @@ pub fn leader_election_rules() -> Vec<PolicyRule> {
     )]
 }
 
-pub fn manager_cluster_role() -> ClusterRole {
+/// The secure metrics endpoint asks the API server who a scraper is (TokenReview) and
+/// whether it may `get /metrics` (SubjectAccessReview).
+pub fn metrics_auth_rules() -> Vec<PolicyRule> {
+    vec![
+        rule("authentication.k8s.io", &["tokenreviews"], &["create"]),
+        rule(
+            "authorization.k8s.io",
+            &["subjectaccessreviews"],
+            &["create"],
+        ),
+    ]
+}
+
+/// What a scraper needs: `get` on the non-resource URL `/metrics`.
+pub fn metrics_reader_rules() -> Vec<PolicyRule> {
+    vec![PolicyRule {
+        non_resource_urls: Some(vec!["/metrics".into()]),
+        verbs: vec!["get".into()],
+        ..Default::default()
+    }]
+}
+
+fn cluster_role(name: &str, rules: Vec<PolicyRule>) -> ClusterRole {
     ClusterRole {
         metadata: ObjectMeta {
-            name: Some(MANAGER_ROLE.into()),
+            name: Some(name.into()),
             ..Default::default()
         },
-        rules: Some(rules()),
+        rules: Some(rules),
         ..Default::default()
     }
+}
+
+pub fn metrics_auth_cluster_role() -> ClusterRole {
+    cluster_role(METRICS_AUTH_ROLE, metrics_auth_rules())
+}
+
+pub fn metrics_reader_cluster_role() -> ClusterRole {
+    cluster_role(METRICS_READER_ROLE, metrics_reader_rules())
+}
+
+pub fn manager_cluster_role() -> ClusterRole {
+    cluster_role(MANAGER_ROLE, rules())
 }
 
 pub fn leader_election_role() -> Role {

@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use podset_operator::api::PodSet;
+use podset_operator::rbac;
 use testenv::MaxPods;
 
 const LEASE: &str = "podset-operator-leader";
@@ -33,10 +34,20 @@ fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-async fn scrape(op: &Operator) -> Result<BTreeMap<String, f64>> {
-    let (code, body) = get(op.metrics_port, "/metrics").await?;
-    anyhow::ensure!(code == 200, "/metrics answered {code}");
+async fn scrape(op: &Operator, token: &str) -> Result<BTreeMap<String, f64>> {
+    let (code, body) = op.get_metrics(Some(token)).await?;
+    anyhow::ensure!(code == 200, "/metrics answered {code}: {body}");
     Ok(parse_metrics(&body))
+}
+
+/// Lets the operator review scrapers and makes one, as a Prometheus would be set up: a
+/// ServiceAccount bound to the generated `metrics-reader` ClusterRole. Its token.
+async fn scraper(ns: &TestNs) -> Result<String> {
+    ns.grant_metrics_auth().await?;
+    ns.create_service_account("scraper").await?;
+    ns.grant_cluster_role("scraper", rbac::metrics_reader_cluster_role())
+        .await?;
+    ns.cluster.service_account_token(&ns.name, "scraper").await
 }
 
 fn leader_args(ns: &TestNs, lease_seconds: u64) -> Vec<String> {
@@ -74,6 +85,7 @@ async fn wait_for_holder(ns: &TestNs, candidates: &[&Operator]) -> Result<String
 #[tokio::test]
 async fn probes_and_metrics_report_the_truth() -> Result<()> {
     let ns = TestNs::new("observe").await?;
+    let token = scraper(&ns).await?;
     let mut op = ns.start_operator(&["--controllers=podset"]).await?;
     poll(PROMPTLY, "/readyz 200 once the caches synced", || async {
         Ok(get(op.health_port, "/readyz")
@@ -91,7 +103,7 @@ async fn probes_and_metrics_report_the_truth() -> Result<()> {
         PROMPTLY,
         "managed_pods to show 2 running PodSet pods",
         || async {
-            let m = scrape(&op).await?;
+            let m = scrape(&op, &token).await?;
             let running =
                 m.get(r#"podset_operator_managed_pods{owner_kind="PodSet",state="running"}"#);
             Ok((running == Some(&2.0)).then_some(m))
@@ -125,9 +137,44 @@ async fn probes_and_metrics_report_the_truth() -> Result<()> {
 }
 
 #[tokio::test]
+async fn metrics_answer_only_callers_allowed_to_get_them() -> Result<()> {
+    let ns = TestNs::new("guarded").await?;
+    let token = scraper(&ns).await?;
+    ns.create_service_account("nosy").await?;
+    let nosy = ns.cluster.service_account_token(&ns.name, "nosy").await?;
+    let op = ns.start_operator(&["--controllers=podset"]).await?;
+    let (code, _) = poll_some(PROMPTLY, "/metrics to listen", || async {
+        Ok(op.get_metrics(None).await.ok())
+    })
+    .await?;
+    assert_eq!(code, 401, "no token");
+    assert_eq!(op.get_metrics(Some("not-a-token")).await?.0, 401);
+    let (code, body) = op.get_metrics(Some(&nosy)).await?;
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains(&format!("system:serviceaccount:{}:nosy", ns.name)), "{body}");
+    let (code, body) = op.get_metrics(Some(&token)).await?;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("podset_operator_build_info"), "{body}");
+    let plain = reqwest::get(format!("http://127.0.0.1:{}/metrics", op.metrics_port)).await;
+    assert!(plain.is_err(), "plain HTTP on the HTTPS port: {plain:?}");
+
+    // Only where the operator is told to, for local development.
+    let dev = ns
+        .start_operator(&["--controllers=podset", "--metrics-secure=false"])
+        .await?;
+    let (code, body) = poll_some(PROMPTLY, "plain /metrics", || async {
+        Ok(get(dev.metrics_port, "/metrics").await.ok())
+    })
+    .await?;
+    assert_eq!(code, 200, "{body}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn sigterm_releases_the_lease_and_the_standby_takes_over_at_once() -> Result<()> {
     let ns = TestNs::new("handover").await?;
     ns.grant_leader_election().await?;
+    let token = scraper(&ns).await?;
     let args = leader_args(&ns, 15);
     let mut first = start(&ns, &args).await?;
     assert_eq!(wait_for_holder(&ns, &[&first]).await?, first.instance);
@@ -141,7 +188,7 @@ async fn sigterm_releases_the_lease_and_the_standby_takes_over_at_once() -> Resu
     })
     .await?;
     assert_eq!(
-        scrape(&second).await?.get("podset_operator_leader"),
+        scrape(&second, &token).await?.get("podset_operator_leader"),
         Some(&0.0)
     );
 

@@ -433,6 +433,14 @@ impl Cluster {
     /// A kubeconfig authenticating as ServiceAccount `ns/name` (a TokenRequest token), so
     /// a process using it gets exactly that account's RBAC.
     pub async fn service_account_kubeconfig(&self, ns: &str, name: &str) -> Result<PathBuf> {
+        let token = self.service_account_token(ns, name).await?;
+        let path = self.dir().join(format!("kubeconfig-sa-{ns}-{name}"));
+        self.write_kubeconfig(&path, &token)?;
+        Ok(path)
+    }
+
+    /// A bound token of ServiceAccount `ns/name`, valid for a day.
+    pub async fn service_account_token(&self, ns: &str, name: &str) -> Result<String> {
         let client = self.client().await?;
         let sas: Api<ServiceAccount> = Api::namespaced(client, ns);
         let req = TokenRequest {
@@ -442,16 +450,13 @@ impl Cluster {
             },
             ..Default::default()
         };
-        let token = sas
+        Ok(sas
             .create_token_request(name, &PostParams::default(), &req)
             .await
             .with_context(|| format!("token request for serviceaccount {ns}/{name}"))?
             .status
             .ok_or_else(|| anyhow!("token request returned no status"))?
-            .token;
-        let path = self.dir().join(format!("kubeconfig-sa-{ns}-{name}"));
-        self.write_kubeconfig(&path, &token)?;
-        Ok(path)
+            .token)
     }
 
     /// Creates a namespace and waits for its `default` ServiceAccount: pods are refused

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
+};
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use podset_operator::api::{PodSet, PodSetSpec};
@@ -92,25 +94,34 @@ impl TestNs {
                 &Patch::Apply(rbac::manager_cluster_role()),
             )
             .await?;
-        self.api::<ServiceAccount>()
-            .create(
-                &PostParams::default(),
-                &ServiceAccount {
-                    metadata: ObjectMeta {
-                        name: Some(OPERATOR_SA.into()),
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                },
-            )
-            .await?;
+        self.create_service_account(OPERATOR_SA).await?;
         self.bind_operator("ClusterRole", rbac::MANAGER_ROLE)
+            .await?;
+        Ok(())
+    }
+
+    /// Creates ServiceAccount `name` in this namespace, with no rights yet.
+    pub async fn create_service_account(&self, name: &str) -> Result<()> {
+        let sa = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        self.api::<ServiceAccount>()
+            .create(&PostParams::default(), &sa)
             .await?;
         Ok(())
     }
 
     /// Binds the (Cluster)Role `role` to the operator's account in this namespace only.
     async fn bind_operator(&self, kind: &str, role: &str) -> Result<()> {
+        self.bind(OPERATOR_SA, kind, role).await
+    }
+
+    /// Binds the (Cluster)Role `role` to ServiceAccount `account` in this namespace only.
+    async fn bind(&self, account: &str, kind: &str, role: &str) -> Result<()> {
         let binding = RoleBinding {
             metadata: ObjectMeta {
                 name: Some(role.into()),
@@ -121,12 +132,7 @@ impl TestNs {
                 kind: kind.into(),
                 name: role.into(),
             },
-            subjects: Some(vec![Subject {
-                kind: "ServiceAccount".into(),
-                name: OPERATOR_SA.into(),
-                namespace: Some(self.name.clone()),
-                ..Default::default()
-            }]),
+            subjects: Some(vec![self.subject(account)]),
         };
         self.api::<RoleBinding>()
             .create(&PostParams::default(), &binding)
@@ -134,22 +140,73 @@ impl TestNs {
         Ok(())
     }
 
-    /// Lets the operator's account hold the leader Lease in this namespace.
-    pub async fn grant_leader_election(&self) -> Result<()> {
-        let role = rbac::leader_election_role();
-        self.api::<Role>()
-            .create(&PostParams::default(), &role)
+    /// Lets the operator's account authenticate and authorize the callers of its `/metrics`.
+    pub async fn grant_metrics_auth(&self) -> Result<()> {
+        self.grant_cluster_role(OPERATOR_SA, rbac::metrics_auth_cluster_role())
+            .await
+    }
+
+    /// Applies the ClusterRole `role` and binds it cluster-wide to ServiceAccount `account`
+    /// of this namespace (TokenReviews, SubjectAccessReviews and `/metrics` have no
+    /// namespace).
+    pub async fn grant_cluster_role(&self, account: &str, role: ClusterRole) -> Result<()> {
+        let name = role.metadata.name.clone().unwrap_or_default();
+        let ssa = PatchParams::apply("podset-operator-tests").force();
+        Api::<ClusterRole>::all(self.client.clone())
+            .patch(&name, &ssa, &Patch::Apply(role))
             .await?;
-        self.bind_operator("Role", rbac::LEADER_ELECTION_ROLE)
+        let binding = ClusterRoleBinding {
+            metadata: ObjectMeta {
+                name: Some(format!("{name}-{}-{account}", self.name)),
+                ..Default::default()
+            },
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+                name,
+            },
+            subjects: Some(vec![self.subject(account)]),
+        };
+        Api::<ClusterRoleBinding>::all(self.client.clone())
+            .create(&PostParams::default(), &binding)
             .await?;
         Ok(())
     }
 
+    fn subject(&self, account: &str) -> Subject {
+        Subject {
+            kind: "ServiceAccount".into(),
+            name: account.into(),
+            namespace: Some(self.name.clone()),
+            ..Default::default()
+        }
+    }
+
+    /// Lets the operator's account hold the leader Lease in this namespace.
+    pub async fn grant_leader_election(&self) -> Result<()> {
+        self.grant_role(OPERATOR_SA, rbac::leader_election_role())
+            .await
+    }
+
+    /// Creates `role` in this namespace and binds it to ServiceAccount `account`.
+    pub async fn grant_role(&self, account: &str, role: Role) -> Result<()> {
+        let name = role.metadata.name.clone().unwrap_or_default();
+        self.api::<Role>()
+            .create(&PostParams::default(), &role)
+            .await?;
+        self.bind(account, "Role", &name).await
+    }
+
     /// Starts the operator binary watching this namespace, as its ServiceAccount.
     pub async fn start_operator(&self, extra_args: &[&str]) -> Result<Operator> {
+        self.start_operator_as(OPERATOR_SA, extra_args).await
+    }
+
+    /// Starts the operator binary watching this namespace, as ServiceAccount `account`.
+    pub async fn start_operator_as(&self, account: &str, extra_args: &[&str]) -> Result<Operator> {
         let kubeconfig = self
             .cluster
-            .service_account_kubeconfig(&self.name, OPERATOR_SA)
+            .service_account_kubeconfig(&self.name, account)
             .await?;
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let metrics_port = testenv::free_port()?;
@@ -223,6 +280,20 @@ impl Operator {
 
     pub fn restart(&mut self) -> Result<()> {
         self.process.start().context("restarting the operator")
+    }
+
+    /// `GET /metrics` over HTTPS (the operator's certificate is self-signed), with `token`
+    /// as the bearer token if any: the status code and body.
+    pub async fn get_metrics(&self, token: Option<&str>) -> Result<(u16, String)> {
+        let client = reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .build()?;
+        let mut req = client.get(format!("https://127.0.0.1:{}/metrics", self.metrics_port));
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        let resp = req.send().await?;
+        Ok((resp.status().as_u16(), resp.text().await?))
     }
 
     pub fn log(&self) -> String {

@@ -1,0 +1,123 @@
+//! The operator's two endpoints: probes (`/livez`, `/readyz`) in plain HTTP for the kubelet,
+//! which has no token, and `/metrics` (Prometheus text), by default over HTTPS for callers
+//! the API server authenticates and authorizes (see [`auth`]).
+
+pub mod auth;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::health::Health;
+
+/// How `/metrics` is served.
+pub enum MetricsSecurity {
+    /// HTTPS, each scrape authenticated and authorized through the API server.
+    Secure {
+        /// `tls.crt` and `tls.key`; `None` makes a self-signed certificate.
+        cert_dir: Option<PathBuf>,
+        client: kube::Client,
+    },
+    /// Plain HTTP to anyone who can reach the port: local development only.
+    Plain,
+}
+
+/// Serves `/livez` and `/readyz` on `addr` until `shutdown`. Returns the bound address
+/// (`addr` may ask for port 0).
+pub async fn serve_probes(
+    addr: SocketAddr,
+    health: Arc<Health>,
+    shutdown: CancellationToken,
+) -> std::io::Result<SocketAddr> {
+    let app = Router::new()
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .with_state(health);
+    serve_plain(addr, app, shutdown).await
+}
+
+/// Serves `/metrics` on `addr` until `shutdown`. Returns the bound address.
+pub async fn serve_metrics(
+    addr: SocketAddr,
+    registry: Registry,
+    security: MetricsSecurity,
+    shutdown: CancellationToken,
+) -> anyhow::Result<SocketAddr> {
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(Arc::new(registry));
+    match security {
+        MetricsSecurity::Plain => Ok(serve_plain(addr, app, shutdown).await?),
+        MetricsSecurity::Secure { cert_dir, client } => {
+            let config = tls::server_config(cert_dir.as_deref())?;
+            let app = app.layer(axum::middleware::from_fn_with_state(
+                auth::MetricsAuth::new(client),
+                auth::require,
+            ));
+            let listener = TcpListener::bind(addr).await?;
+            let bound = listener.local_addr()?;
+            tokio::spawn(tls::serve(listener, config, app, shutdown));
+            Ok(bound)
+        }
+    }
+}
+
+async fn serve_plain(
+    addr: SocketAddr,
+    app: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, %bound, "HTTP server failed");
+        }
+    });
+    Ok(bound)
+}
+
+fn probe(ok: bool) -> (StatusCode, &'static str) {
+    if ok {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ok\n")
+    }
+}
+
+async fn livez(State(health): State<Arc<Health>>) -> impl IntoResponse {
+    probe(health.is_live())
+}
+
+async fn readyz(State(health): State<Arc<Health>>) -> impl IntoResponse {
+    probe(health.is_ready())
+}
+
+async fn metrics(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, &registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}

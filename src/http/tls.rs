@@ -1,0 +1,136 @@
+//! TLS for the metrics endpoint: the certificate mounted in a directory (`tls.crt`,
+//! `tls.key`, as a `kubernetes.io/tls` Secret mounts them), else a self-signed one made at
+//! start, as controller-runtime does. Prometheus scrapes pods by IP, so a self-signed
+//! certificate is verified by no one; what it buys is an encrypted channel for the bearer
+//! token and the metrics.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+/// A client that opens a connection and never finishes its handshake holds one task, not the
+/// listener, and only this long.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The server's TLS settings: the certificate in `cert_dir`, or a fresh self-signed one.
+pub fn server_config(cert_dir: Option<&Path>) -> anyhow::Result<Arc<ServerConfig>> {
+    let (chain, key) = match cert_dir {
+        Some(dir) => load(dir)?,
+        None => self_signed()?,
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .context("the metrics certificate and key do not match")?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+fn load(dir: &Path) -> anyhow::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+    let (crt, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let chain = CertificateDer::pem_file_iter(&crt)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .with_context(|| format!("reading the metrics certificate {}", crt.display()))?;
+    anyhow::ensure!(!chain.is_empty(), "{} holds no certificate", crt.display());
+    let key = PrivateKeyDer::from_pem_file(&key)
+        .with_context(|| format!("reading the metrics key {}", key.display()))?;
+    info!(dir = %dir.display(), "serving metrics with the mounted certificate");
+    Ok((chain, key))
+}
+
+fn self_signed() -> anyhow::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+    let names = vec!["localhost".to_string(), "podset-operator".to_string()];
+    let made = rcgen::generate_simple_self_signed(names)?;
+    let key = PrivatePkcs8KeyDer::from(made.signing_key.serialize_der());
+    info!("serving metrics with a self-signed certificate made at start");
+    Ok((vec![made.cert.der().clone()], key.into()))
+}
+
+/// Serves `app` over TLS on `listener` until `shutdown`.
+pub async fn serve(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+    app: Router,
+    shutdown: CancellationToken,
+) {
+    let acceptor = TlsAcceptor::from(config);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    debug!(error = %e, "accepting a metrics connection failed");
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => return,
+        };
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move { connection(tcp, peer, acceptor, app).await });
+    }
+}
+
+async fn connection(
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    acceptor: TlsAcceptor,
+    app: Router,
+) {
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => return debug!(%peer, error = %e, "TLS handshake failed"),
+        Err(_) => return debug!(%peer, "TLS handshake timed out"),
+    };
+    let service = TowerToHyperService::new(app);
+    let served = auto::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(tls), service)
+        .await;
+    if let Err(e) = served {
+        debug!(%peer, error = %e, "metrics connection ended with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mounted_certificate_is_used_and_a_bad_one_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let made = rcgen::generate_simple_self_signed(vec!["metrics.example".into()]).unwrap();
+        std::fs::write(dir.join("tls.crt"), made.cert.pem()).unwrap();
+        std::fs::write(dir.join("tls.key"), made.signing_key.serialize_pem()).unwrap();
+        assert!(server_config(Some(dir)).is_ok());
+
+        let other = rcgen::generate_simple_self_signed(vec!["other".into()]).unwrap();
+        std::fs::write(dir.join("tls.key"), other.signing_key.serialize_pem()).unwrap();
+        let err = server_config(Some(dir)).unwrap_err();
+        assert!(format!("{err:#}").contains("do not match"), "{err:#}");
+
+        std::fs::remove_file(dir.join("tls.crt")).unwrap();
+        let err = server_config(Some(dir)).unwrap_err();
+        assert!(format!("{err:#}").contains("tls.crt"), "{err:#}");
+    }
+
+    #[test]
+    fn without_a_directory_a_self_signed_certificate_is_made() {
+        assert!(server_config(None).is_ok());
+    }
+}
