@@ -8,6 +8,8 @@ CLUSTER_DIR ?= $(CURDIR)/.local/cluster
 CLUSTER_NODES ?= 3
 KUBECONFIG_LOCAL := $(CLUSTER_DIR)/kubeconfig
 BIN := target/debug/podset-operator
+# Each test control plane leaves there the requests of the operator's ServiceAccount (testenv::audit).
+AUDIT_DIR := $(CURDIR)/target/audit
 IMG ?= podset-operator:0.1.0
 HELM_VENV := $(CURDIR)/.local/helm-venv
 HELM_SDK_VERSION := 0.2.2
@@ -39,7 +41,10 @@ test: kubernetes helm-sdk ## Build everything and run every test (unit, end to e
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(call say,running tests: unit tests, then end-to-end tests that each start a real control plane)
-	$(CARGO) test --workspace --no-fail-fast -- --test-threads=$${TEST_THREADS:-2}
+	rm -rf $(AUDIT_DIR)
+	PODSET_AUDIT_DIR=$(AUDIT_DIR) $(CARGO) test --workspace --no-fail-fast -- --test-threads=$${TEST_THREADS:-2}
+	$(call say,least privilege: every request the operator made in those tests against the generated RBAC rules)
+	PODSET_AUDIT_DIR=$(AUDIT_DIR) RUST_LIB_BACKTRACE=0 $(CARGO) test --test audit -- --ignored --nocapture
 	$(call say,benchmark harness smoke run: tiny sizes, checks the harness and its invariants, not speed)
 	target/debug/podset-bench --smoke --operator target/debug/podset-operator --csv target/bench/smoke.csv
 	@bash hack/check-no-leftovers.sh

@@ -179,6 +179,8 @@ impl Env {
             controllers: Some(controllers_list.join(",")),
             controller_manager_args: cm_args,
             crds: Some(podset_operator::api::crds_yaml()),
+            // An audit log costs a write per request: keep the figures comparable.
+            audit: false,
             ..Options::default()
         })
         .await?;
@@ -231,6 +233,8 @@ async fn start_operator(
         format!("--controllers={controllers}"),
         "--log-level=warn".into(),
         format!("--metrics-bind-address=127.0.0.1:{metrics}"),
+        // The benchmark scrapes its own operator over plain HTTP on loopback.
+        "--metrics-secure=false".into(),
         format!("--health-probe-bind-address=127.0.0.1:{health}"),
         "--instance=podset-testenv-bench".into(),
     ];

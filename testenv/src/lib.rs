@@ -8,6 +8,7 @@
 //! The binaries come from `hack/build-kubernetes.sh` (its cache directory, or
 //! `$KUBE_BIN_DIR`); etcd from Debian's `etcd-server`.
 
+pub mod audit;
 mod max_pods;
 pub mod pki;
 pub mod process;
@@ -48,6 +49,9 @@ pub struct Options {
     /// CRD manifests to install before the controller-manager starts, so its garbage
     /// collector knows them at once instead of at its next discovery resync (~30 s).
     pub crds: Option<String>,
+    /// Have the apiserver write an audit log (see [`audit`]). Benchmarks turn it off: it
+    /// costs a write per request.
+    pub audit: bool,
 }
 
 impl Default for Options {
@@ -61,6 +65,7 @@ impl Default for Options {
             apiserver_args: Vec::new(),
             dir: None,
             crds: None,
+            audit: true,
         }
     }
 }
@@ -89,6 +94,7 @@ pub struct Cluster {
     pub etcd_port: u16,
     kubeconfig: PathBuf,
     components: Vec<Process>,
+    audit: bool,
 }
 
 enum Root {
@@ -170,10 +176,15 @@ impl Cluster {
             etcd_port,
             kubeconfig,
             components: Vec::new(),
+            audit: opts.audit,
         };
         cluster.write_kubeconfig(&cluster.kubeconfig, &cluster.admin_token.clone())?;
         cluster.start_etcd()?;
-        cluster.start_apiserver(&opts.apiserver_args).await?;
+        let mut apiserver_args = opts.apiserver_args.clone();
+        if opts.audit {
+            apiserver_args.extend(audit::apiserver_args(&dir)?);
+        }
+        cluster.start_apiserver(&apiserver_args).await?;
         if let Some(crds) = &opts.crds {
             apply_crds(&cluster.client().await?, crds).await?;
         }
@@ -273,6 +284,9 @@ impl Cluster {
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--allow-privileged=true".into(),
             "--enable-priority-and-fairness=false".into(),
+            // Not in 1.20's defaults: setting blockOwnerDeletion on an ownerReference then
+            // needs update on the owner's finalizers, as on most production clusters.
+            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),
             format!("--cert-dir={}", d.join("apiserver-certs").display()),
             "--v=1".into(),
         ];
@@ -503,6 +517,20 @@ impl Cluster {
         .await
     }
 
+    /// With `$PODSET_AUDIT_DIR` set, leaves there the operator's requests from the audit
+    /// log, once the apiserver has stopped and logged them all.
+    fn collect_audit(&self) {
+        let Some(out) = std::env::var_os(audit::DIR_ENV).filter(|_| self.audit) else {
+            return;
+        };
+        if let Err(e) = audit::collect(self.dir(), Path::new(&out), self.api_port) {
+            eprintln!(
+                "testenv: collecting the audit log of {}: {e:#}",
+                self.dir().display()
+            );
+        }
+    }
+
     /// The tail of every component's log, for a failing test.
     pub fn logs(&self, lines: usize) -> String {
         self.components
@@ -548,6 +576,7 @@ impl Drop for Cluster {
                 );
             }
         }
+        self.collect_audit();
         if let Ok(data) = std::fs::read_to_string(self.dir().join("etcd-data-dir"))
             && data.starts_with("/dev/shm/podset-testenv-etcd-")
         {
