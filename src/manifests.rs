@@ -39,6 +39,14 @@ pub fn generated() -> Vec<(PathBuf, String)> {
             yaml(&rbac::leader_election_role()),
         ),
         (
+            "config/rbac/metrics_auth_role.yaml".into(),
+            yaml(&rbac::metrics_auth_cluster_role()),
+        ),
+        (
+            "config/rbac/metrics_reader_role.yaml".into(),
+            yaml(&rbac::metrics_reader_cluster_role()),
+        ),
+        (
             "charts/podset-operator/crds/app.example.com_podsets.yaml".into(),
             podsets,
         ),
@@ -53,6 +61,14 @@ pub fn generated() -> Vec<(PathBuf, String)> {
         (
             "charts/podset-operator/files/leader-election-rules.yaml".into(),
             yaml(&rbac::leader_election_rules()),
+        ),
+        (
+            "charts/podset-operator/files/metrics-auth-rules.yaml".into(),
+            yaml(&rbac::metrics_auth_rules()),
+        ),
+        (
+            "charts/podset-operator/files/metrics-reader-rules.yaml".into(),
+            yaml(&rbac::metrics_reader_rules()),
         ),
     ]
 }
@@ -94,10 +110,13 @@ mod tests {
 
     #[test]
     fn rbac_grants_no_secrets_no_crds_no_webhooks_no_wildcards() {
-        for rule in rbac::rules()
-            .iter()
-            .chain(rbac::leader_election_rules().iter())
-        {
+        let every_rule = [
+            rbac::rules(),
+            rbac::leader_election_rules(),
+            rbac::metrics_auth_rules(),
+            rbac::metrics_reader_rules(),
+        ];
+        for rule in every_rule.iter().flatten() {
             let resources = rule.resources.clone().unwrap_or_default();
             for forbidden in [
                 "secrets",
@@ -114,6 +133,11 @@ mod tests {
             assert!(
                 !rule.verbs.iter().any(|v| v == "*"),
                 "{rule:?} grants every verb"
+            );
+            let urls = rule.non_resource_urls.clone().unwrap_or_default();
+            assert!(
+                urls.iter().all(|u| u == "/metrics"),
+                "{rule:?} grants more than /metrics"
             );
         }
     }

@@ -151,7 +151,10 @@ async fn metrics_answer_only_callers_allowed_to_get_them() -> Result<()> {
     assert_eq!(op.get_metrics(Some("not-a-token")).await?.0, 401);
     let (code, body) = op.get_metrics(Some(&nosy)).await?;
     assert_eq!(code, 403, "{body}");
-    assert!(body.contains(&format!("system:serviceaccount:{}:nosy", ns.name)), "{body}");
+    assert!(
+        body.contains(&format!("system:serviceaccount:{}:nosy", ns.name)),
+        "{body}"
+    );
     let (code, body) = op.get_metrics(Some(&token)).await?;
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("podset_operator_build_info"), "{body}");

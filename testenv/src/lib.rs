@@ -724,6 +724,20 @@ extern "C" fn stop_shared() {
 
 /// Whether a test is failing: panicking, or a [`poll`] timed out (a test that returns its
 /// error instead of panicking). Drop impls print the logs then.
+/// `GET https://127.0.0.1:<port>/metrics` as a scraper would, with `token` as the bearer
+/// token if any, trusting any certificate (the operator's is self-signed): status and body.
+pub async fn get_metrics(port: u16, token: Option<&str>) -> Result<(u16, String)> {
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()?;
+    let mut req = client.get(format!("https://127.0.0.1:{port}/metrics"));
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    let resp = req.send().await?;
+    Ok((resp.status().as_u16(), resp.text().await?))
+}
+
 pub fn failing() -> bool {
     std::thread::panicking() || FAILED.load(std::sync::atomic::Ordering::Relaxed)
 }

@@ -285,15 +285,7 @@ impl Operator {
     /// `GET /metrics` over HTTPS (the operator's certificate is self-signed), with `token`
     /// as the bearer token if any: the status code and body.
     pub async fn get_metrics(&self, token: Option<&str>) -> Result<(u16, String)> {
-        let client = reqwest::Client::builder()
-            .danger_accept_invalid_certs(true)
-            .build()?;
-        let mut req = client.get(format!("https://127.0.0.1:{}/metrics", self.metrics_port));
-        if let Some(token) = token {
-            req = req.bearer_auth(token);
-        }
-        let resp = req.send().await?;
-        Ok((resp.status().as_u16(), resp.text().await?))
+        testenv::get_metrics(self.metrics_port, token).await
     }
 
     pub fn log(&self) -> String {

@@ -47,7 +47,7 @@ here. A missing file fails the render rather than granting nothing silently.
 */}}
 {{- define "podset-operator.generatedRules" -}}
 {{- $rules := .context.Files.Get .file }}
-{{- if not (contains "apiGroups" $rules) }}
+{{- if not (contains "verbs" $rules) }}
 {{- fail (printf "%s is missing or empty: run `make manifests`" .file) }}
 {{- end }}
 {{- $rules }}

@@ -11,8 +11,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
+use podset_operator::rbac;
 use serde_json::{Value, json};
-use testenv::{Cluster, Options, poll};
+use testenv::{Cluster, Options, poll, poll_some};
+
+mod access;
+mod metrics;
+mod render;
+mod wait;
+
+use access::*;
+use metrics::Installed;
+use render::*;
+use wait::*;
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -81,146 +92,6 @@ async fn kubectl(kubeconfig: &Path, args: &[&str]) -> Result<String> {
     run("kubectl", &full).await
 }
 
-/// Every object of a YAML stream, as JSON values.
-fn documents(yaml: &str) -> Result<Vec<Value>> {
-    let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(yaml) {
-        let value: Value = serde::Deserialize::deserialize(doc)?;
-        if !value.is_null() {
-            docs.push(value);
-        }
-    }
-    Ok(docs)
-}
-
-fn kinds(docs: &[Value]) -> BTreeSet<String> {
-    docs.iter()
-        .filter_map(|d| d["kind"].as_str().map(String::from))
-        .collect()
-}
-
-fn find<'a>(docs: &'a [Value], kind: &str, name_suffix: &str) -> Result<&'a Value> {
-    docs.iter()
-        .find(|d| {
-            d["kind"] == kind
-                && d["metadata"]["name"]
-                    .as_str()
-                    .is_some_and(|n| n.ends_with(name_suffix))
-        })
-        .with_context(|| format!("no {kind} *{name_suffix} rendered"))
-}
-
-fn generated_rules() -> Value {
-    serde_json::to_value(podset_operator::rbac::rules()).expect("rules serialize")
-}
-
-fn generated_leader_rules() -> Value {
-    serde_json::to_value(podset_operator::rbac::leader_election_rules()).expect("rules serialize")
-}
-
-/// The rules exactly as generated: same rules, same order (the templates include the file).
-fn assert_rules(role: &Value, want: &Value) {
-    assert_eq!(
-        &role["rules"], want,
-        "{} {} does not carry the generated rules",
-        role["kind"], role["metadata"]["name"]
-    );
-}
-
-/// What every install path must ship: 2 replicas, the hardening, the probes, the ports and
-/// POD_NAME from the downward API.
-fn assert_hardened_deployment(deploy: &Value) {
-    let spec = &deploy["spec"];
-    assert_eq!(spec["replicas"], 2, "two replicas: {deploy}");
-    let pod = &spec["template"]["spec"];
-    assert_eq!(pod["automountServiceAccountToken"], true);
-    assert!(
-        pod["serviceAccountName"]
-            .as_str()
-            .is_some_and(|s| s.ends_with("podset-operator")),
-        "its own ServiceAccount: {pod}"
-    );
-    let psc = &pod["securityContext"];
-    assert_eq!(psc["runAsNonRoot"], true);
-    assert!(
-        psc["runAsUser"].as_i64().is_some_and(|u| u > 0),
-        "non-root uid: {psc}"
-    );
-    assert_eq!(psc["seccompProfile"]["type"], "RuntimeDefault");
-    let containers = pod["containers"].as_array().expect("containers");
-    assert_eq!(containers.len(), 1);
-    let c = &containers[0];
-    let sc = &c["securityContext"];
-    assert_eq!(sc["allowPrivilegeEscalation"], false);
-    assert_eq!(sc["readOnlyRootFilesystem"], true);
-    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
-    for kind in ["requests", "limits"] {
-        for res in ["cpu", "memory"] {
-            assert!(
-                c["resources"][kind][res].is_string(),
-                "{kind}.{res} set: {c}"
-            );
-        }
-    }
-    let args: Vec<&str> = c["args"]
-        .as_array()
-        .expect("args")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    assert_eq!(args.first(), Some(&"run"), "{args:?}");
-    assert!(args.contains(&"--leader-elect"), "{args:?}");
-    let pod_name = c["env"]
-        .as_array()
-        .expect("env")
-        .iter()
-        .find(|e| e["name"] == "POD_NAME")
-        .expect("POD_NAME set");
-    assert_eq!(
-        pod_name["valueFrom"]["fieldRef"]["fieldPath"],
-        "metadata.name"
-    );
-    let ports: Vec<(i64, &str)> = c["ports"]
-        .as_array()
-        .expect("ports")
-        .iter()
-        .map(|p| {
-            (
-                p["containerPort"].as_i64().unwrap_or(0),
-                p["name"].as_str().unwrap_or(""),
-            )
-        })
-        .collect();
-    assert!(ports.contains(&(8080, "metrics")), "{ports:?}");
-    assert!(ports.contains(&(8081, "health")), "{ports:?}");
-    for (probe, path) in [("livenessProbe", "/livez"), ("readinessProbe", "/readyz")] {
-        assert_eq!(c[probe]["httpGet"]["path"], path);
-        assert_eq!(c[probe]["httpGet"]["port"], "health");
-    }
-}
-
-fn env_value<'a>(deploy: &'a Value, name: &str) -> Option<&'a str> {
-    deploy["spec"]["template"]["spec"]["containers"][0]["env"]
-        .as_array()?
-        .iter()
-        .find(|e| e["name"] == name)?["value"]
-        .as_str()
-}
-
-async fn render(args: &[&str]) -> Result<Vec<Value>> {
-    let chart = chart().display().to_string();
-    let mut full = vec![
-        "template",
-        chart.as_str(),
-        "--name",
-        "ps",
-        "--namespace",
-        "ops",
-    ];
-    full.extend_from_slice(args);
-    documents(&helm(&full).await?)
-}
-
 #[tokio::test]
 async fn chart_lints_and_renders_both_scopes() -> Result<()> {
     let chart = chart().display().to_string();
@@ -252,13 +123,16 @@ async fn chart_lints_and_renders_both_scopes() -> Result<()> {
             "ServiceAccount",
         ],
     );
-    assert_rules(find(&docs, "ClusterRole", "-manager")?, &generated_rules());
+    assert_rules(
+        find(&docs, "ClusterRole", "-manager")?,
+        &generated(rbac::rules()),
+    );
     let crb = find(&docs, "ClusterRoleBinding", "-manager")?;
     assert_eq!(crb["roleRef"]["kind"], "ClusterRole");
     assert_eq!(crb["subjects"][0]["namespace"], "ops");
     let leader = find(&docs, "Role", "-leader-election")?;
     assert_eq!(leader["metadata"]["namespace"], "ops");
-    assert_rules(leader, &generated_leader_rules());
+    assert_rules(leader, &generated(rbac::leader_election_rules()));
     let deploy = find(&docs, "Deployment", "podset-operator")?;
     assert_hardened_deployment(deploy);
     assert_eq!(env_value(deploy, "WATCH_NAMESPACE"), Some(""));
@@ -268,24 +142,32 @@ async fn chart_lints_and_renders_both_scopes() -> Result<()> {
     );
     assert_eq!(
         find(&docs, "Service", "-metrics")?["spec"]["ports"][0]["port"],
-        8080
+        8443
     );
+    assert_metrics_rbac(&docs, "ops")?;
 
-    // One namespace: Role + RoleBinding there, nothing cluster-wide.
+    // One namespace: the manager rules in a Role + RoleBinding there; cluster-wide, only the
+    // metrics reviews (TokenReviews and SubjectAccessReviews have no namespace).
     let docs = render(&["--set-string", "watchNamespace=team-a"]).await?;
-    let kinds_ns = kinds(&docs);
-    assert!(!kinds_ns.contains("ClusterRole"), "{kinds_ns:?}");
-    assert!(!kinds_ns.contains("ClusterRoleBinding"), "{kinds_ns:?}");
+    assert_eq!(
+        cluster_wide_names(&docs),
+        BTreeSet::from([
+            "ClusterRole/ps-podset-operator-metrics-auth".to_string(),
+            "ClusterRole/ps-podset-operator-metrics-reader".to_string(),
+            "ClusterRoleBinding/ps-podset-operator-metrics-auth".to_string(),
+        ])
+    );
+    assert_metrics_rbac(&docs, "ops")?;
     let role = find(&docs, "Role", "-manager")?;
     assert_eq!(role["metadata"]["namespace"], "team-a");
-    assert_rules(role, &generated_rules());
+    assert_rules(role, &generated(rbac::rules()));
     let rb = find(&docs, "RoleBinding", "-manager")?;
     assert_eq!(rb["metadata"]["namespace"], "team-a");
     assert_eq!(rb["roleRef"]["kind"], "Role");
     assert_eq!(rb["subjects"][0]["namespace"], "ops");
     assert_rules(
         find(&docs, "Role", "-leader-election")?,
-        &generated_leader_rules(),
+        &generated(rbac::leader_election_rules()),
     );
     let deploy = find(&docs, "Deployment", "podset-operator")?;
     assert_hardened_deployment(deploy);
@@ -299,7 +181,14 @@ async fn chart_lints_and_renders_both_scopes() -> Result<()> {
     .await?;
     let sm = find(&docs, "ServiceMonitor", "podset-operator")?;
     assert_eq!(sm["apiVersion"], "monitoring.coreos.com/v1");
-    assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+    let endpoint = &sm["spec"]["endpoints"][0];
+    assert_eq!(endpoint["port"], "metrics");
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(
+        endpoint["bearerTokenFile"],
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    );
+    assert_eq!(endpoint["tlsConfig"]["insecureSkipVerify"], true);
     assert!(find(&docs, "Role", "-leader-election").is_err());
     let args = &find(&docs, "Deployment", "podset-operator")?["spec"]["template"]["spec"]["containers"]
         [0]["args"];
@@ -309,7 +198,102 @@ async fn chart_lints_and_renders_both_scopes() -> Result<()> {
             .expect("args")
             .contains(&json!("--leader-elect"))
     );
+
+    // A mounted certificate, verified by the ServiceMonitor.
+    let docs = render(&[
+        "--set",
+        "metrics.serviceMonitor.enabled=true,metrics.certSecret=metrics-tls",
+    ])
+    .await?;
+    let pod = &find(&docs, "Deployment", "podset-operator")?["spec"]["template"]["spec"];
+    assert_eq!(pod["volumes"][0]["secret"]["secretName"], "metrics-tls");
+    let mount = &pod["containers"][0]["volumeMounts"][0];
+    assert_eq!(mount["readOnly"], true);
+    let cert_dir = format!(
+        "--metrics-cert-dir={}",
+        mount["mountPath"].as_str().unwrap()
+    );
+    assert!(
+        pod["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .contains(&json!(cert_dir)),
+        "{pod}"
+    );
+    let sm = find(&docs, "ServiceMonitor", "podset-operator")?;
+    assert_eq!(
+        sm["spec"]["endpoints"][0]["tlsConfig"]["insecureSkipVerify"],
+        false
+    );
+
+    // Plain metrics, for development: no reviews, so no cluster-wide RBAC for them.
+    let docs = render(&[
+        "--set",
+        "metrics.secure=false,metrics.serviceMonitor.enabled=true",
+    ])
+    .await?;
+    assert!(find(&docs, "ClusterRole", "-metrics-auth").is_err());
+    assert!(find(&docs, "ClusterRole", "-metrics-reader").is_err());
+    let deploy = find(&docs, "Deployment", "podset-operator")?;
+    assert!(
+        deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .contains(&json!("--metrics-secure=false"))
+    );
+    let sm = find(&docs, "ServiceMonitor", "podset-operator")?;
+    assert!(sm["spec"]["endpoints"][0]["scheme"].is_null(), "{sm}");
     Ok(())
+}
+
+/// The metrics-auth ClusterRole bound to the operator's account (in `ns`), and the
+/// metrics-reader ClusterRole bound to no one, both with the generated rules.
+fn assert_metrics_rbac(docs: &[Value], ns: &str) -> Result<()> {
+    assert_rules(
+        find(docs, "ClusterRole", "-metrics-auth")?,
+        &generated(rbac::metrics_auth_rules()),
+    );
+    assert_rules(
+        find(docs, "ClusterRole", "-metrics-reader")?,
+        &generated(rbac::metrics_reader_rules()),
+    );
+    let binding = find(docs, "ClusterRoleBinding", "-metrics-auth")?;
+    assert!(
+        binding["roleRef"]["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("-metrics-auth"))
+    );
+    assert_eq!(binding["subjects"][0]["namespace"], ns);
+    assert!(
+        binding["subjects"][0]["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("podset-operator"))
+    );
+    let readers = docs.iter().filter(|d| {
+        d["roleRef"]["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("-metrics-reader"))
+    });
+    assert_eq!(
+        readers.count(),
+        0,
+        "metrics-reader is for the admin to bind"
+    );
+    Ok(())
+}
+
+/// `Kind/name` of every object without a namespace.
+fn cluster_wide_names(docs: &[Value]) -> BTreeSet<String> {
+    docs.iter()
+        .filter(|d| d["metadata"]["namespace"].is_null())
+        .map(|d| {
+            format!(
+                "{}/{}",
+                d["kind"].as_str().unwrap_or(""),
+                d["metadata"]["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
 }
 
 #[tokio::test]
@@ -338,12 +322,13 @@ async fn kustomize_default_renders_the_generated_manifests() -> Result<()> {
     }
     assert_rules(
         find(&docs, "ClusterRole", "podset-operator-manager")?,
-        &generated_rules(),
+        &generated(rbac::rules()),
     );
     assert_rules(
         find(&docs, "Role", "podset-operator-leader-election")?,
-        &generated_leader_rules(),
+        &generated(rbac::leader_election_rules()),
     );
+    assert_metrics_rbac(&docs, "podset-operator-system")?;
     let deploy = find(&docs, "Deployment", "controller-manager")?;
     assert_hardened_deployment(deploy);
     assert_eq!(
@@ -374,203 +359,13 @@ async fn kustomize_default_renders_the_generated_manifests() -> Result<()> {
     Ok(())
 }
 
-/// `kubectl auth can-i` as the ServiceAccount `ns/sa`; `scope` is `-n NS` or `--all-namespaces`.
-async fn can_i(
-    kc: &Path,
-    sa: (&str, &str),
-    verb: &str,
-    what: &str,
-    scope: &[&str],
-) -> Result<bool> {
-    let user = format!("--as=system:serviceaccount:{}:{}", sa.0, sa.1);
-    // `resource/subresource` becomes `resource --subresource=subresource`.
-    let (resource, sub) = what.split_once('/').unwrap_or((what, ""));
-    let sub = format!("--subresource={sub}");
-    let mut args = vec!["auth", "can-i", verb, resource, user.as_str()];
-    if sub.len() > "--subresource=".len() {
-        args.push(&sub);
-    }
-    args.extend_from_slice(scope);
-    let kc = kc.display().to_string();
-    let mut full = vec!["--kubeconfig", kc.as_str()];
-    full.extend_from_slice(&args);
-    let out = tokio::process::Command::new("kubectl")
-        .args(&full)
-        .output()
-        .await?;
-    let answer = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    match answer.as_str() {
-        "yes" => Ok(true),
-        "no" => Ok(false),
-        _ => bail!(
-            "kubectl {} answered {answer:?}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    }
-}
-
-/// Polls until the ServiceAccount may do it (RBAC caches catch up in moments).
-async fn assert_can(
-    kc: &Path,
-    sa: (&str, &str),
-    verb: &str,
-    what: &str,
-    scope: &[&str],
-) -> Result<()> {
-    poll(
-        Duration::from_secs(30),
-        &format!("{}/{} may {verb} {what} {scope:?}", sa.0, sa.1),
-        || can_i(kc, sa, verb, what, scope),
-    )
-    .await
-}
-
-async fn assert_cannot(
-    kc: &Path,
-    sa: (&str, &str),
-    verb: &str,
-    what: &str,
-    scope: &[&str],
-) -> Result<()> {
-    ensure!(
-        !can_i(kc, sa, verb, what, scope).await?,
-        "{}/{} may {verb} {what} {scope:?}, and must not",
-        sa.0,
-        sa.1
-    );
-    Ok(())
-}
-
-/// What the operator must never be able to do, wherever it is installed.
-async fn assert_least_privilege(kc: &Path, sa: (&str, &str), namespaces: &[&str]) -> Result<()> {
-    for ns in namespaces {
-        let scope = ["-n", ns];
-        for verb in ["get", "list", "watch"] {
-            assert_cannot(kc, sa, verb, "secrets", &scope).await?;
-        }
-        for verb in ["get", "list", "create", "update", "patch", "delete"] {
-            assert_cannot(kc, sa, verb, "deployments.apps", &scope).await?;
-        }
-        assert_cannot(kc, sa, "update", "pods", &scope).await?;
-        assert_cannot(kc, sa, "create", "podsets.app.example.com", &scope).await?;
-        assert_cannot(kc, sa, "delete", "podsets.app.example.com", &scope).await?;
-    }
-    for verb in ["create", "update", "patch", "delete"] {
-        for what in [
-            "customresourcedefinitions.apiextensions.k8s.io",
-            "mutatingwebhookconfigurations.admissionregistration.k8s.io",
-            "validatingwebhookconfigurations.admissionregistration.k8s.io",
-            "clusterroles.rbac.authorization.k8s.io",
-            "clusterrolebindings.rbac.authorization.k8s.io",
-        ] {
-            assert_cannot(kc, sa, verb, what, &[]).await?;
-        }
-    }
-    assert_cannot(kc, sa, "list", "secrets", &["--all-namespaces"]).await?;
-    Ok(())
-}
-
-/// What the operator needs in a namespace it watches.
-async fn assert_manager_rights(kc: &Path, sa: (&str, &str), ns: &str) -> Result<()> {
-    let scope = ["-n", ns];
-    for verb in ["get", "list", "watch", "create", "delete"] {
-        assert_can(kc, sa, verb, "pods", &scope).await?;
-    }
-    for verb in ["list", "watch"] {
-        assert_can(kc, sa, verb, "podsets.app.example.com", &scope).await?;
-        assert_can(kc, sa, verb, "ats.cnat.programming-kubernetes.info", &scope).await?;
-    }
-    assert_can(kc, sa, "patch", "podsets.app.example.com/status", &scope).await?;
-    assert_can(
-        kc,
-        sa,
-        "patch",
-        "ats.cnat.programming-kubernetes.info/status",
-        &scope,
-    )
-    .await?;
-    assert_can(
-        kc,
-        sa,
-        "update",
-        "podsets.app.example.com/finalizers",
-        &scope,
-    )
-    .await?;
-    assert_can(kc, sa, "create", "events.events.k8s.io", &scope).await
-}
-
-/// Waits for the objects (`kind/name`) in `ns` ("" for cluster-scoped) to exist, or be gone.
-async fn wait_objects(kc: &Path, ns: &str, objects: &[String], present: bool) -> Result<()> {
-    for obj in objects {
-        let what = format!(
-            "{obj} in {ns:?} {}",
-            if present { "present" } else { "gone" }
-        );
-        poll(Duration::from_secs(90), &what, || async {
-            let mut args = vec!["get", obj.as_str(), "--ignore-not-found", "-o", "name"];
-            if !ns.is_empty() {
-                args.extend_from_slice(&["-n", ns]);
-            }
-            let out = kubectl(kc, &args).await?;
-            Ok(out.trim().is_empty() != present)
-        })
-        .await?;
-    }
-    Ok(())
-}
-
-/// Both replicas of the Deployment scheduled onto (hollow) nodes.
-async fn wait_pods_scheduled(kc: &Path, ns: &str, selector: &str) -> Result<()> {
-    poll(
-        Duration::from_secs(120),
-        &format!("2 pods {selector} in {ns} scheduled and Running"),
-        || async {
-            let out = kubectl(kc, &["get", "pods", "-n", ns, "-l", selector, "-o", "json"]).await?;
-            let list: Value = serde_json::from_str(&out)?;
-            let items = list["items"].as_array().cloned().unwrap_or_default();
-            let running = items
-                .iter()
-                .filter(|p| {
-                    p["spec"]["nodeName"]
-                        .as_str()
-                        .is_some_and(|n| !n.is_empty())
-                        && p["status"]["phase"] == "Running"
-                })
-                .count();
-            Ok(running == 2)
-        },
-    )
-    .await
-}
-
-async fn wait_no_pods(kc: &Path, ns: &str, selector: &str) -> Result<()> {
-    poll(
-        Duration::from_secs(120),
-        &format!("pods {selector} in {ns} gone"),
-        || async {
-            let out = kubectl(kc, &["get", "pods", "-n", ns, "-l", selector, "-o", "name"]).await?;
-            Ok(out.trim().is_empty())
-        },
-    )
-    .await
-}
-
-/// Both CRDs of the operator Established.
-async fn wait_crds_established(kc: &Path) -> Result<()> {
-    for crd in [
-        "podsets.app.example.com",
-        "ats.cnat.programming-kubernetes.info",
-    ] {
-        let crd = format!("crd/{crd}");
-        kubectl(
-            kc,
-            &["wait", "--for=condition=Established", "--timeout=60s", &crd],
-        )
-        .await?;
-    }
-    Ok(())
+/// The cluster-wide RBAC of secure metrics, as `kubectl get -o name` lists them.
+fn metrics_rbac_objects(fullname: &str) -> Vec<String> {
+    vec![
+        format!("clusterrole.rbac.authorization.k8s.io/{fullname}-metrics-auth"),
+        format!("clusterrole.rbac.authorization.k8s.io/{fullname}-metrics-reader"),
+        format!("clusterrolebinding.rbac.authorization.k8s.io/{fullname}-metrics-auth"),
+    ]
 }
 
 /// A Helm release installed with real Helm into its own namespace.
@@ -657,10 +452,11 @@ async fn helm_install_cluster_wide_then_uninstall() -> Result<()> {
     cluster.create_namespace(&other).await?;
     let release = Release::install(&cluster, "ps-cw", &[]).await?;
     let (ns, fullname) = (&release.ns, &release.fullname);
-    let cluster_objects = vec![
+    let mut cluster_objects = vec![
         format!("clusterrole/{fullname}-manager"),
         format!("clusterrolebinding/{fullname}-manager"),
     ];
+    cluster_objects.extend(metrics_rbac_objects(fullname));
     wait_objects(kc, "", &cluster_objects, true).await?;
 
     // RBAC: the manager rules in every namespace, leases in its own, nothing more.
@@ -703,14 +499,20 @@ async fn helm_install_single_namespace_then_uninstall() -> Result<()> {
         format!("rolebinding/{fullname}-manager"),
     ];
     wait_objects(kc, &watched, &watched_objects, true).await?;
+    let metrics_objects = metrics_rbac_objects(fullname);
+    wait_objects(kc, "", &metrics_objects, true).await?;
     let out = kubectl(
         kc,
         &["get", "clusterroles,clusterrolebindings", "-o", "name"],
     )
     .await?;
-    assert!(
-        !out.contains(fullname.as_str()),
-        "a namespaced install made cluster-wide RBAC:\n{out}"
+    let cluster_wide: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains(fullname.as_str()))
+        .collect();
+    assert_eq!(
+        cluster_wide, metrics_objects,
+        "a namespaced install made more cluster-wide RBAC than the metrics reviews need"
     );
     let deploy = kubectl(kc, &["get", "deployment", fullname, "-n", ns, "-o", "json"]).await?;
     let deploy: Value = serde_json::from_str(&deploy)?;
@@ -741,7 +543,15 @@ async fn helm_install_single_namespace_then_uninstall() -> Result<()> {
     .await?;
     assert_least_privilege(kc, sa, &[ns, &watched, &other]).await?;
 
-    release.uninstall(&[(&watched, watched_objects)]).await
+    let installed = Installed::start(&cluster, ns, fullname, &release.fullname).await?;
+    installed
+        .assert_metrics_guarded(&cluster, ns, &format!("{fullname}-metrics-reader"))
+        .await?;
+    drop(installed);
+
+    release
+        .uninstall(&[(&watched, watched_objects), ("", metrics_objects)])
+        .await
 }
 
 /// `kubectl apply --server-side -k config/default`, as `make deploy` runs it. Kubernetes 1.20
@@ -774,7 +584,9 @@ async fn kustomize_deploy_installs_everything_then_undeploy() -> Result<()> {
         "clusterrolebinding/podset-operator-manager",
     ]
     .map(String::from)
-    .into();
+    .into_iter()
+    .chain(metrics_rbac_objects("podset-operator"))
+    .collect();
     wait_objects(kc, "", &cluster_objects, true).await?;
     let selector = "app.kubernetes.io/name=podset-operator,app.kubernetes.io/component=manager";
     wait_pods_scheduled(kc, ns, selector).await?;
@@ -785,6 +597,13 @@ async fn kustomize_deploy_installs_everything_then_undeploy() -> Result<()> {
     assert_manager_rights(kc, sa, &other).await?;
     assert_can(kc, sa, "create", "leases.coordination.k8s.io", &["-n", ns]).await?;
     assert_least_privilege(kc, sa, &[ns, &other]).await?;
+
+    let deployment = "podset-operator-controller-manager";
+    let installed = Installed::start(&cluster, ns, deployment, "podset-operator").await?;
+    installed
+        .assert_metrics_guarded(&cluster, ns, "podset-operator-metrics-reader")
+        .await?;
+    drop(installed);
 
     // `make undeploy`; the namespace's own deletion is left to the namespace controller.
     kubectl(
@@ -800,10 +619,4 @@ async fn kustomize_deploy_installs_everything_then_undeploy() -> Result<()> {
     .await?;
     wait_objects(kc, "", &cluster_objects[1..], false).await?;
     Ok(())
-}
-
-/// Fails unless the documents hold exactly these kinds.
-fn assert_kinds(docs: &[Value], want: &[&str]) {
-    let want: BTreeSet<String> = want.iter().map(|k| k.to_string()).collect();
-    assert_eq!(kinds(docs), want);
 }
