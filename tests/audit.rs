@@ -41,9 +41,13 @@ const EXPECTED_REFUSALS: &[(&str, &str, &str, &str)] = &[(
     "podset::quota_refusal_is_reported_and_retried_with_backoff fills a ResourceQuota",
 )];
 
-/// A 403, unless admission refused it and a suite does that on purpose.
+/// A 403, unless admission refused it and a suite does that on purpose, or a suite's API
+/// server was restarting (its RBAC informers not yet synced; the operator retries).
 fn unexpected_refusal(r: &Record) -> bool {
     let q = &r.request;
+    if q.refusal == audit::REFUSED_BEFORE_READY {
+        return false;
+    }
     let expected = q.refusal == audit::REFUSED_BY_ADMISSION
         && EXPECTED_REFUSALS.iter().any(|(verb, group, resource, _)| {
             q.verb == *verb && q.api_group == *group && q.rbac_resource() == *resource
@@ -228,7 +232,8 @@ fn unused<'a>(records: &[Record], grants: &'a [Grant]) -> Vec<&'a Grant> {
     let used = |g: &Grant| {
         records
             .iter()
-            .any(|r| r.request.refusal != audit::REFUSED_BY_RBAC && g.covers(r))
+            .filter(|r| r.request.code != 403 || r.request.refusal == audit::REFUSED_BY_ADMISSION)
+            .any(|r| g.covers(r))
     };
     grants
         .iter()

@@ -20,11 +20,13 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 /// A client that opens a connection and never finishes its handshake holds one task, not the
 /// listener, and only this long.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// After a failed accept, as axum's own server waits.
+const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The server's TLS settings: the certificate in `cert_dir`, or a fresh self-signed one.
 pub fn server_config(cert_dir: Option<&Path>) -> anyhow::Result<Arc<ServerConfig>> {
@@ -75,7 +77,9 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
                 Err(e) => {
-                    debug!(error = %e, "accepting a metrics connection failed");
+                    // Out of file descriptors, typically: accepting again at once would spin.
+                    warn!(error = %e, "accepting a metrics connection failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             },

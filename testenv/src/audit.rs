@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -101,6 +102,14 @@ pub struct Record {
     pub example: String,
 }
 
+/// From the start of an API server process to its first `/readyz` 200. A restarted API server
+/// serves requests before its RBAC informers have synced, and refuses them as if no binding
+/// existed; a client retries, and the same request is allowed moments later.
+pub type NotReady = (SystemTime, SystemTime);
+
+/// A 403 from the authorizer of an API server that was still starting (see [`NotReady`]).
+pub const REFUSED_BEFORE_READY: &str = "RBAC, API server not ready";
+
 /// The fields of an audit event (audit.k8s.io/v1 Event) that matter here.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -116,6 +125,8 @@ struct Event {
     response_status: Option<Status>,
     #[serde(default)]
     annotations: BTreeMap<String, String>,
+    #[serde(default)]
+    request_received_timestamp: String,
 }
 
 #[derive(Deserialize)]
@@ -144,9 +155,11 @@ struct Status {
 }
 
 impl Event {
-    fn record(self) -> Record {
+    fn record(self, not_ready: &[NotReady]) -> Record {
+        let starting = self.received_in(not_ready);
         let status = self.response_status.unwrap_or_default();
         let refusal = match (status.code, self.annotations.get(DECISION)) {
+            (403, Some(d)) if d == "forbid" && starting => REFUSED_BEFORE_READY,
             (403, Some(d)) if d == "forbid" => REFUSED_BY_RBAC,
             (403, _) => REFUSED_BY_ADMISSION,
             _ => "",
@@ -176,6 +189,16 @@ impl Event {
             count: 1,
             example: self.request_uri,
         }
+    }
+}
+
+impl Event {
+    fn received_in(&self, windows: &[NotReady]) -> bool {
+        let Ok(at) = self.request_received_timestamp.parse::<jiff::Timestamp>() else {
+            return false;
+        };
+        let at = SystemTime::from(at);
+        windows.iter().any(|(from, to)| *from <= at && at <= *to)
     }
 }
 
@@ -239,9 +262,16 @@ pub fn merge(records: impl IntoIterator<Item = Record>) -> Vec<Record> {
 /// Writes the aggregate of the operator's requests in the audit log of the cluster in `dir`
 /// into `out`, one file per cluster: the test process, the API server's port and a count name
 /// it (a process that starts clusters one after another may get the same port twice).
-pub(crate) fn collect(dir: &Path, out: &Path, api_port: u16) -> Result<PathBuf> {
+/// `not_ready`: when the API server was starting.
+pub(crate) fn collect(
+    dir: &Path,
+    out: &Path,
+    api_port: u16,
+    not_ready: &[NotReady],
+) -> Result<PathBuf> {
     static COLLECTED: AtomicUsize = AtomicUsize::new(0);
-    let records = merge(operator_events(dir)?.into_iter().map(Event::record));
+    let events = operator_events(dir)?;
+    let records = merge(events.into_iter().map(|e| e.record(not_ready)));
     std::fs::create_dir_all(out)?;
     let n = COLLECTED.fetch_add(1, Ordering::Relaxed);
     let file = out.join(format!("audit-{}-{api_port}-{n}.json", std::process::id()));
@@ -288,7 +318,26 @@ mod tests {
     }
 
     fn event(id: &str, stage: &str, verb: &str, code: u16, decision: &str) -> String {
+        event_at(
+            id,
+            stage,
+            verb,
+            code,
+            decision,
+            "2026-11-23T10:00:00.000000Z",
+        )
+    }
+
+    fn event_at(
+        id: &str,
+        stage: &str,
+        verb: &str,
+        code: u16,
+        decision: &str,
+        received: &str,
+    ) -> String {
         serde_json::json!({
+            "requestReceivedTimestamp": received,
             "kind": "Event", "level": "Metadata", "auditID": id, "stage": stage,
             "requestURI": format!("/api/v1/namespaces/n/pods?{verb}"), "verb": verb,
             "user": {"username": "system:serviceaccount:n:podset-operator"},
@@ -300,10 +349,49 @@ mod tests {
     }
 
     fn records_of(log: &[String]) -> Vec<Record> {
+        records_with(log, &[])
+    }
+
+    fn records_with(log: &[String], not_ready: &[NotReady]) -> Vec<Record> {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("audit.log"), log.join("\n")).unwrap();
         let events = operator_events(dir.path()).unwrap();
-        merge(events.into_iter().map(Event::record))
+        merge(events.into_iter().map(|e| e.record(not_ready)))
+    }
+
+    #[test]
+    fn rbac_refusals_of_a_starting_api_server_are_told_apart() {
+        let at = |s: &str| SystemTime::from(s.parse::<jiff::Timestamp>().unwrap());
+        let starting = (at("2026-11-23T10:00:00Z"), at("2026-11-23T10:00:05Z"));
+        let records = records_with(
+            &[
+                event_at(
+                    "a1",
+                    "ResponseComplete",
+                    "watch",
+                    403,
+                    "forbid",
+                    "2026-11-23T10:00:04.5Z",
+                ),
+                event_at(
+                    "a2",
+                    "ResponseComplete",
+                    "list",
+                    403,
+                    "forbid",
+                    "2026-11-23T10:00:06Z",
+                ),
+            ],
+            &[starting],
+        );
+        let refusals: Vec<(&str, &str)> = records
+            .iter()
+            .map(|r| (r.request.verb.as_str(), r.request.refusal.as_str()))
+            .collect();
+        assert_eq!(
+            refusals,
+            [("list", REFUSED_BY_RBAC), ("watch", REFUSED_BEFORE_READY)]
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub mod process;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, anyhow, bail};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -95,6 +95,8 @@ pub struct Cluster {
     kubeconfig: PathBuf,
     components: Vec<Process>,
     audit: bool,
+    /// When the API server was starting, each time (see [`audit::NotReady`]).
+    not_ready: Vec<audit::NotReady>,
 }
 
 enum Root {
@@ -177,6 +179,7 @@ impl Cluster {
             kubeconfig,
             components: Vec::new(),
             audit: opts.audit,
+            not_ready: Vec::new(),
         };
         cluster.write_kubeconfig(&cluster.kubeconfig, &cluster.admin_token.clone())?;
         cluster.start_etcd()?;
@@ -299,6 +302,7 @@ impl Cluster {
 
     /// Polls `/readyz` until it answers 200, or fails with the apiserver's log.
     pub async fn wait_for_apiserver(&mut self) -> Result<()> {
+        let began = SystemTime::now();
         let http = reqwest::Client::builder()
             .add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(
                 &self.pki.ca_cert,
@@ -316,6 +320,7 @@ impl Cluster {
                 .map(|r| r.status().is_success())
                 .unwrap_or(false);
             if ok {
+                self.not_ready.push((began, SystemTime::now()));
                 return Ok(());
             }
             for name in ["etcd", "kube-apiserver"] {
@@ -523,7 +528,8 @@ impl Cluster {
         let Some(out) = std::env::var_os(audit::DIR_ENV).filter(|_| self.audit) else {
             return;
         };
-        if let Err(e) = audit::collect(self.dir(), Path::new(&out), self.api_port) {
+        let collected = audit::collect(self.dir(), Path::new(&out), self.api_port, &self.not_ready);
+        if let Err(e) = collected {
             eprintln!(
                 "testenv: collecting the audit log of {}: {e:#}",
                 self.dir().display()
