@@ -102,9 +102,10 @@ pub struct Record {
     pub example: String,
 }
 
-/// From the start of an API server process to its first `/readyz` 200. A restarted API server
-/// serves requests before its RBAC informers have synced, and refuses them as if no binding
-/// existed; a client retries, and the same request is allowed moments later.
+/// From the (re)start of an API server, or of its etcd, to its next `/readyz` 200. A
+/// restarted API server serves requests before its RBAC informers have synced, and refuses
+/// them as if no binding existed; a client retries, and the same request is allowed moments
+/// later.
 pub type NotReady = (SystemTime, SystemTime);
 
 /// A 403 from the authorizer of an API server that was still starting (see [`NotReady`]).
@@ -348,6 +349,14 @@ mod tests {
         .to_string()
     }
 
+    /// (verb, refusal) of each record.
+    fn refusals(records: &[Record]) -> Vec<(&str, &str)> {
+        records
+            .iter()
+            .map(|r| (r.request.verb.as_str(), r.request.refusal.as_str()))
+            .collect()
+    }
+
     fn records_of(log: &[String]) -> Vec<Record> {
         records_with(log, &[])
     }
@@ -384,12 +393,8 @@ mod tests {
             ],
             &[starting],
         );
-        let refusals: Vec<(&str, &str)> = records
-            .iter()
-            .map(|r| (r.request.verb.as_str(), r.request.refusal.as_str()))
-            .collect();
         assert_eq!(
-            refusals,
+            refusals(&records),
             [("list", REFUSED_BY_RBAC), ("watch", REFUSED_BEFORE_READY)]
         );
     }
@@ -418,12 +423,8 @@ mod tests {
             event("a2", "ResponseComplete", "list", 403, "allow"),
             event("a3", "ResponseComplete", "delete", 200, "allow"),
         ]);
-        let refusals: Vec<(&str, &str)> = records
-            .iter()
-            .map(|r| (r.request.verb.as_str(), r.request.refusal.as_str()))
-            .collect();
         assert_eq!(
-            refusals,
+            refusals(&records),
             [
                 ("create", REFUSED_BY_RBAC),
                 ("delete", ""),

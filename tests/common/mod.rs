@@ -85,19 +85,22 @@ impl TestNs {
 
     /// The generated ClusterRole, bound in this namespace only to the operator's account.
     async fn grant_operator_rbac(&self) -> Result<()> {
-        let ssa = PatchParams::apply("podset-operator-tests").force();
-        let roles: Api<ClusterRole> = Api::all(self.client.clone());
-        roles
-            .patch(
-                rbac::MANAGER_ROLE,
-                &ssa,
-                &Patch::Apply(rbac::manager_cluster_role()),
-            )
+        let role = self
+            .apply_cluster_role(rbac::manager_cluster_role())
             .await?;
         self.create_service_account(OPERATOR_SA).await?;
-        self.bind_operator("ClusterRole", rbac::MANAGER_ROLE)
-            .await?;
+        self.bind_operator("ClusterRole", &role).await?;
         Ok(())
+    }
+
+    /// Applies `role` (shared by every test of the cluster, hence server-side apply); its name.
+    async fn apply_cluster_role(&self, role: ClusterRole) -> Result<String> {
+        let name = role.metadata.name.clone().unwrap_or_default();
+        let ssa = PatchParams::apply("podset-operator-tests").force();
+        Api::<ClusterRole>::all(self.client.clone())
+            .patch(&name, &ssa, &Patch::Apply(role))
+            .await?;
+        Ok(name)
     }
 
     /// Creates ServiceAccount `name` in this namespace, with no rights yet.
@@ -150,11 +153,7 @@ impl TestNs {
     /// of this namespace (TokenReviews, SubjectAccessReviews and `/metrics` have no
     /// namespace).
     pub async fn grant_cluster_role(&self, account: &str, role: ClusterRole) -> Result<()> {
-        let name = role.metadata.name.clone().unwrap_or_default();
-        let ssa = PatchParams::apply("podset-operator-tests").force();
-        Api::<ClusterRole>::all(self.client.clone())
-            .patch(&name, &ssa, &Patch::Apply(role))
-            .await?;
+        let name = self.apply_cluster_role(role).await?;
         let binding = ClusterRoleBinding {
             metadata: ObjectMeta {
                 name: Some(format!("{name}-{}-{account}", self.name)),

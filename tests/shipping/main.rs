@@ -543,7 +543,7 @@ async fn helm_install_single_namespace_then_uninstall() -> Result<()> {
     .await?;
     assert_least_privilege(kc, sa, &[ns, &watched, &other]).await?;
 
-    let installed = Installed::start(&cluster, ns, fullname, &release.fullname).await?;
+    let installed = Installed::start(&cluster, sa.0, fullname, sa.1).await?;
     installed
         .assert_metrics_guarded(&cluster, ns, &format!("{fullname}-metrics-reader"))
         .await?;
