@@ -25,8 +25,9 @@ deps: ## Install system packages the project needs (apt) and check the Rust tool
 	@bash hack/install-deps.sh
 
 .PHONY: kubernetes
-kubernetes: deps ## Build (once, cached) the Kubernetes 1.20.2 control plane from Debian's source
+kubernetes: deps ## Build (once, cached) Kubernetes 1.20.2 (control plane, kubelet) and the node images from Debian's source
 	@bash hack/build-kubernetes.sh >/dev/null
+	@bash hack/build-node-images.sh
 
 .PHONY: build
 build: deps ## Build the operator and the local-cluster tool

@@ -7,7 +7,7 @@ set -euo pipefail
 K8S_DEB_VERSION="1.20.5+really1.20.2-1.1+deb12u1"
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/podset-operator/kubernetes-v1.20.2"
 BIN="$CACHE/bin"
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubemark)
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubemark kubelet)
 
 say() { printf '\033[1m[build-kubernetes]\033[0m %s\n' "$*" >&2; }
 
@@ -81,7 +81,7 @@ compile() {
   local start=$SECONDS
   (
     cd "$src"
-    HOME="$CACHE/home" GOFLAGS=-mod=vendor make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler cmd/kubemark" \
+    HOME="$CACHE/home" GOFLAGS=-mod=vendor make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler cmd/kubemark cmd/kubelet" \
       KUBE_BUILD_PLATFORMS=linux/amd64 2>&1 | sed -u 's/^/  [go] /'
   ) &
   local pid=$!

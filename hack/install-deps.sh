@@ -16,6 +16,11 @@ command -v kubectl >/dev/null || missing+=(kubernetes-client)
 command -v etcd >/dev/null || missing+=(etcd-server)
 command -v jq >/dev/null || missing+=(jq)
 command -v python3 >/dev/null || missing+=(python3)
+# Real nodes: a containerd per node with runc and the CNI bridge plugin; the cluster's own
+# registry; busybox and the operator's image built offline (buildah) and pushed (skopeo).
+for pkg in containerd runc containernetworking-plugins busybox-static docker-registry buildah skopeo iproute2; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
 if [ ${#missing[@]} -gt 0 ]; then
   say "apt-get install ${missing[*]}"
   as_root apt-get update -qq

@@ -10,10 +10,12 @@
 
 pub mod audit;
 mod max_pods;
+pub mod node;
 pub mod pki;
 pub mod process;
+pub mod registry;
 
-use std::net::TcpListener;
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -40,8 +42,12 @@ pub struct Options {
     pub controller_manager_args: Vec<String>,
     /// Run kube-scheduler.
     pub scheduler: bool,
-    /// kubemark hollow nodes; pods bound to them go Running. Needs the scheduler.
+    /// kubemark hollow nodes; pods bound to them go Running, but no container starts.
+    /// Needs the scheduler. With real nodes too, they carry [`HOLLOW_TAINT`].
     pub nodes: usize,
+    /// Real nodes (kubelet + containerd + runc): pods run real containers. Needs the
+    /// scheduler; the cluster then also runs its own image registry.
+    pub real_nodes: usize,
     /// Extra kube-apiserver flags.
     pub apiserver_args: Vec<String>,
     /// Keep the state here instead of a temporary directory (for `make cluster-up`).
@@ -62,6 +68,7 @@ impl Default for Options {
             controller_manager_args: Vec::new(),
             scheduler: false,
             nodes: 0,
+            real_nodes: 0,
             apiserver_args: Vec::new(),
             dir: None,
             crds: None,
@@ -78,11 +85,22 @@ impl Options {
         self
     }
 
+    /// Scheduler plus `n` real nodes.
+    pub fn with_real_nodes(mut self, n: usize) -> Self {
+        self.scheduler = n > 0 || self.scheduler;
+        self.real_nodes = n;
+        self
+    }
+
     pub fn without_controller_manager(mut self) -> Self {
         self.controller_manager = false;
         self
     }
 }
+
+/// The taint hollow nodes carry in a cluster that also has real nodes: only pods that want
+/// a hollow node (scale tests) tolerate it, so everything else runs for real.
+pub const HOLLOW_TAINT: &str = "podset-testenv/hollow";
 
 /// A running control plane. Dropping it stops every component.
 pub struct Cluster {
@@ -90,10 +108,16 @@ pub struct Cluster {
     bin: PathBuf,
     pki: pki::Pki,
     admin_token: String,
+    /// Where the API server listens: loopback, or with real nodes the gateway address of
+    /// the first node's bridge, so that pods reach it too (and nothing beyond the machine).
+    pub api_host: IpAddr,
     pub api_port: u16,
     pub etcd_port: u16,
     kubeconfig: PathBuf,
     components: Vec<Process>,
+    nodes: Vec<node::RealNode>,
+    /// The image registry's `host:port`, with real nodes.
+    registry: Option<String>,
     audit: bool,
     /// When the API server was starting, each time (see [`audit::NotReady`]).
     not_ready: Vec<audit::NotReady>,
@@ -140,6 +164,7 @@ impl Cluster {
             "kube-controller-manager",
             "kube-scheduler",
             "kubemark",
+            "kubelet",
         ] {
             if !bin.join(b).exists() {
                 bail!(
@@ -160,7 +185,26 @@ impl Cluster {
             )),
         };
         let dir = root.path().to_path_buf();
-        let pki = pki::Pki::generate(&dir.join("pki"))?;
+        let first_bridge = match opts.real_nodes {
+            0 => None,
+            _ => {
+                node::cleanup::sweep();
+                let prefix = if matches!(root, Root::Temp(_)) {
+                    "pst"
+                } else {
+                    "psl"
+                };
+                Some(node::network::Bridge::create(prefix)?)
+            }
+        };
+        let api_host = first_bridge
+            .as_ref()
+            .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |b| IpAddr::V4(b.gateway()));
+        let extra_ips: Vec<IpAddr> = first_bridge
+            .iter()
+            .map(|b| IpAddr::V4(b.gateway()))
+            .collect();
+        let pki = pki::Pki::generate(&dir.join("pki"), &extra_ips)?;
         let admin_token = format!("{:032x}", rand_u128());
         std::fs::write(
             dir.join("tokens.csv"),
@@ -174,16 +218,31 @@ impl Cluster {
             bin,
             pki,
             admin_token,
+            api_host,
             api_port,
             etcd_port,
             kubeconfig,
             components: Vec::new(),
+            nodes: Vec::new(),
+            registry: None,
             audit: opts.audit,
             not_ready: Vec::new(),
         };
         cluster.write_kubeconfig(&cluster.kubeconfig, &cluster.admin_token.clone())?;
         cluster.start_etcd()?;
         let mut apiserver_args = opts.apiserver_args.clone();
+        if opts.real_nodes > 0 {
+            let kc = cluster.pki.client_cert(
+                "apiserver-kubelet-client",
+                "kube-apiserver-kubelet-client",
+                &["system:masters"],
+            )?;
+            apiserver_args.push(format!(
+                "--kubelet-client-certificate={}",
+                kc.cert.display()
+            ));
+            apiserver_args.push(format!("--kubelet-client-key={}", kc.key.display()));
+        }
         if opts.audit {
             apiserver_args.extend(audit::apiserver_args(&dir)?);
         }
@@ -198,15 +257,20 @@ impl Cluster {
             cluster.start_scheduler()?;
         }
         for i in 0..opts.nodes {
-            cluster.start_hollow_node(i)?;
+            cluster.start_hollow_node(i, opts.real_nodes > 0)?;
+        }
+        if let Some(bridge) = first_bridge {
+            cluster.start_real_nodes(bridge, opts.real_nodes).await?;
         }
         if opts.controller_manager {
             cluster
                 .wait_for_service_account("default", "default")
                 .await?;
         }
-        if opts.nodes > 0 {
-            cluster.wait_for_ready_nodes(opts.nodes).await?;
+        if opts.nodes + opts.real_nodes > 0 {
+            cluster
+                .wait_for_ready_nodes(opts.nodes + opts.real_nodes)
+                .await?;
         }
         Ok(cluster)
     }
@@ -221,7 +285,66 @@ impl Cluster {
     }
 
     pub fn server_url(&self) -> String {
-        format!("https://127.0.0.1:{}", self.api_port)
+        format!("https://{}:{}", self.api_host, self.api_port)
+    }
+
+    /// The image registry's `host:port`, when the cluster has real nodes. An image pushed
+    /// there as `R/name:tag` is pulled by pods as `localhost:PORT/name:tag`, see
+    /// [`Cluster::image_ref`].
+    pub fn registry(&self) -> Option<&str> {
+        self.registry.as_deref()
+    }
+
+    /// How pods name an image pushed to [`Cluster::registry`] as `repo` (`name:tag`):
+    /// containerd pulls from `localhost:PORT` over plain HTTP.
+    pub fn image_ref(&self, repo: &str) -> Option<String> {
+        let port = self.registry.as_deref()?.rsplit(':').next()?;
+        Some(format!("localhost:{port}/{repo}"))
+    }
+
+    /// The names of the real nodes.
+    pub fn real_nodes(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.name.clone()).collect()
+    }
+
+    /// The kubelets' and containerds' resident memory, in bytes.
+    pub fn real_nodes_rss_bytes(&self) -> u64 {
+        self.nodes.iter().map(node::RealNode::rss_bytes).sum()
+    }
+
+    /// The CA bundle clients (and pods) verify the API server with.
+    pub fn ca_cert(&self) -> &Path {
+        &self.pki.ca_cert
+    }
+
+    /// Starts the registry, pushes busybox and pause into it, then `n` real nodes (the
+    /// first on `first`, the bridge the API server listens on).
+    async fn start_real_nodes(&mut self, first: node::network::Bridge, n: usize) -> Result<()> {
+        let (registry, addr) = registry::start(self.dir()).await?;
+        self.components.push(registry);
+        let images = node::images_dir();
+        registry::push(&addr, &images.join("busybox.tar"), "library/busybox:latest").await?;
+        registry::push(&addr, &images.join("pause.tar"), "pause:3.2").await?;
+        let prefix = first.name[..3].to_string();
+        let mut bridge = Some(first);
+        for i in 0..n {
+            let b = match bridge.take() {
+                Some(b) => b,
+                None => node::network::Bridge::create(&prefix)?,
+            };
+            let server_url = self.server_url();
+            let kubelet_path = self.bin.join("kubelet");
+            let cluster = node::ClusterRef {
+                server_url: &server_url,
+                pki: &self.pki,
+                registry: &addr,
+                kubelet_path: &kubelet_path,
+            };
+            let node = node::RealNode::start(&self.dir().join(format!("node-{i}")), b, &cluster)?;
+            self.nodes.push(node);
+        }
+        self.registry = Some(addr);
+        Ok(())
     }
 
     /// An admin client.
@@ -266,15 +389,16 @@ impl Cluster {
         let d = self.dir().to_path_buf();
         let mut args = vec![
             format!("--etcd-servers=http://127.0.0.1:{}", self.etcd_port),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
+            format!("--bind-address={}", self.api_host),
+            format!("--advertise-address={}", self.api_host),
             format!("--secure-port={}", self.api_port),
             "--insecure-port=0".into(),
             format!("--tls-cert-file={}", self.pki.serving_cert.display()),
             format!("--tls-private-key-file={}", self.pki.serving_key.display()),
             format!("--client-ca-file={}", self.pki.ca_cert.display()),
             format!("--token-auth-file={}", d.join("tokens.csv").display()),
-            "--authorization-mode=RBAC".into(),
+            // Node: kubelets get exactly what their pods need, as on a real cluster.
+            "--authorization-mode=Node,RBAC".into(),
             format!(
                 "--service-account-key-file={}",
                 self.pki.service_account_pub.display()
@@ -289,7 +413,8 @@ impl Cluster {
             "--enable-priority-and-fairness=false".into(),
             // Not in 1.20's defaults: setting blockOwnerDeletion on an ownerReference then
             // needs update on the owner's finalizers, as on most production clusters.
-            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),
+            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement,NodeRestriction"
+                .into(),
             format!("--cert-dir={}", d.join("apiserver-certs").display()),
             "--v=1".into(),
         ];
@@ -393,9 +518,9 @@ impl Cluster {
         Ok(())
     }
 
-    fn start_hollow_node(&mut self, i: usize) -> Result<()> {
+    fn start_hollow_node(&mut self, i: usize, tainted: bool) -> Result<()> {
         let name = format!("hollow-node-{i}");
-        let args = vec![
+        let mut args = vec![
             "--morph=kubelet".into(),
             format!("--name={name}"),
             format!("--kubeconfig={}", self.kubeconfig.display()),
@@ -403,6 +528,11 @@ impl Cluster {
             format!("--kubelet-read-only-port={}", free_port()?),
             "--v=1".into(),
         ];
+        if tainted {
+            args.push(format!(
+                "--register-with-taints={HOLLOW_TAINT}=true:NoSchedule"
+            ));
+        }
         let mut p = Process::new(&name, self.bin.join("kubemark"), args, self.dir());
         p.start()?;
         self.components.push(p);
@@ -512,7 +642,7 @@ impl Cluster {
         let nodes: Api<Node> = Api::all(self.client().await?);
         poll(
             Duration::from_secs(120),
-            &format!("{n} Ready, untainted nodes"),
+            &format!("{n} Ready nodes"),
             || async {
                 let list = nodes.list(&Default::default()).await?;
                 let ready = list.items.iter().filter(|n| node_schedulable(n)).count();
@@ -553,6 +683,7 @@ impl Cluster {
     }
 }
 
+/// Ready, and free of the taints a node carries until it is (`node.kubernetes.io/...`).
 fn node_schedulable(node: &Node) -> bool {
     let ready = node
         .status
@@ -563,13 +694,19 @@ fn node_schedulable(node: &Node) -> bool {
         .spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| t.effect == "NoSchedule"));
+        .is_some_and(|ts| {
+            ts.iter()
+                .any(|t| t.effect == "NoSchedule" && t.key.starts_with("node.kubernetes.io/"))
+        });
     ready && !tainted
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
         let failing = failing();
+        // Real nodes first: their teardown needs nothing else, and nothing then restarts
+        // their pods.
+        self.nodes.clear();
         // Reverse order: nodes and controllers before the apiserver, etcd last.
         while let Some(mut p) = self.components.pop() {
             p.stop_with(libc::SIGTERM, Duration::from_secs(3));

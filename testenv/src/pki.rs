@@ -1,12 +1,19 @@
-//! Certificates and keys for one cluster: a CA, the apiserver's serving certificate for
-//! loopback, and the ServiceAccount token signing key.
+//! Certificates and keys for one cluster: a CA, the apiserver's serving certificate (for
+//! loopback and, with real nodes, the address pods reach it at), client certificates (the
+//! kubelets', the apiserver's to the kubelets), and the ServiceAccount token signing key.
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair,
+};
 
 pub struct Pki {
+    dir: PathBuf,
+    ca: CertifiedIssuer<'static, KeyPair>,
     pub ca_cert: PathBuf,
     pub serving_cert: PathBuf,
     pub serving_key: PathBuf,
@@ -14,8 +21,15 @@ pub struct Pki {
     pub service_account_pub: PathBuf,
 }
 
+/// A certificate and its key, as PEM files.
+pub struct KeyPairFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
 impl Pki {
-    pub fn generate(dir: &Path) -> Result<Self> {
+    /// `extra_ips`: addresses besides loopback the apiserver serves on.
+    pub fn generate(dir: &Path, extra_ips: &[IpAddr]) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -24,12 +38,14 @@ impl Pki {
             .push(DnType::CommonName, "podset-testenv-ca");
         let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
 
-        let mut serving = CertificateParams::new(vec![
+        let mut names = vec![
             "localhost".to_string(),
             "127.0.0.1".to_string(),
             "kubernetes".to_string(),
             "kubernetes.default.svc".to_string(),
-        ])?;
+        ];
+        names.extend(extra_ips.iter().map(IpAddr::to_string));
+        let mut serving = CertificateParams::new(names)?;
         serving
             .distinguished_name
             .push(DnType::CommonName, "kube-apiserver");
@@ -38,17 +54,40 @@ impl Pki {
 
         let sa_key = KeyPair::generate()?;
         let pki = Self {
+            dir: dir.to_path_buf(),
             ca_cert: dir.join("ca.crt"),
             serving_cert: dir.join("apiserver.crt"),
             serving_key: dir.join("apiserver.key"),
             service_account_key: dir.join("sa.key"),
             service_account_pub: dir.join("sa.pub"),
+            ca,
         };
-        std::fs::write(&pki.ca_cert, ca.pem())?;
+        std::fs::write(&pki.ca_cert, pki.ca.pem())?;
         std::fs::write(&pki.serving_cert, serving_cert.pem())?;
         std::fs::write(&pki.serving_key, serving_key.serialize_pem())?;
         std::fs::write(&pki.service_account_key, sa_key.serialize_pem())?;
         std::fs::write(&pki.service_account_pub, sa_key.public_key_pem())?;
         Ok(pki)
+    }
+
+    /// A client certificate for user `cn` in groups `orgs`, written as `<file>.crt/.key`.
+    pub fn client_cert(&self, file: &str, cn: &str, orgs: &[&str]) -> Result<KeyPairFiles> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, cn);
+        for org in orgs {
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, *org);
+        }
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.ca)?;
+        let files = KeyPairFiles {
+            cert: self.dir.join(format!("{file}.crt")),
+            key: self.dir.join(format!("{file}.key")),
+        };
+        std::fs::write(&files.cert, cert.pem())?;
+        std::fs::write(&files.key, key.serialize_pem())?;
+        Ok(files)
     }
 }

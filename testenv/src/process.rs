@@ -161,3 +161,13 @@ impl Drop for Process {
         self.stop_with(libc::SIGKILL, Duration::from_secs(2));
     }
 }
+
+/// A process's resident memory (VmRSS), in bytes; 0 if it is gone.
+pub fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}

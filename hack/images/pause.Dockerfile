@@ -1,0 +1,6 @@
+# The pod sandbox image (registry.k8s.io/pause:3.2), built from the Kubernetes source's own
+# build/pause/linux/pause.c.
+FROM scratch
+COPY pause /pause
+USER 65535:65535
+ENTRYPOINT ["/pause"]

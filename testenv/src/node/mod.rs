@@ -1,0 +1,186 @@
+//! Real nodes: a kubelet 1.20.2 and a containerd of its own (runc, the CNI bridge plugin),
+//! so pods run real containers. Everything a node creates is named after it or lives under
+//! its directory, so any number of clusters with real nodes run at once on one machine.
+
+pub mod cleanup;
+pub mod config;
+pub mod network;
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::pki::Pki;
+use crate::process::Process;
+use cleanup::Footprint;
+use network::Bridge;
+
+/// The kubelet's port, on the node's own loopback address.
+const KUBELET_PORT: u16 = 10250;
+
+/// One running real node. Dropping it stops the kubelet and containerd and removes every
+/// trace (see [`cleanup`]).
+pub struct RealNode {
+    /// The node's name: its loopback address.
+    pub name: String,
+    pub bridge: Bridge,
+    footprint: Footprint,
+    kubelet: Process,
+    containerd: Process,
+}
+
+/// What a node needs from its cluster.
+pub struct ClusterRef<'a> {
+    pub server_url: &'a str,
+    pub pki: &'a Pki,
+    pub registry: &'a str,
+    pub kubelet_path: &'a Path,
+}
+
+impl RealNode {
+    /// Starts containerd, then the kubelet, on `bridge`. The node registers itself; the
+    /// caller waits for it to be Ready.
+    pub fn start(dir: &Path, bridge: Bridge, cluster: &ClusterRef) -> Result<Self> {
+        let address = free_loopback_address()?;
+        let name = address.to_string();
+        for sub in [
+            "containerd",
+            "cni/net.d",
+            "cni/ipam",
+            "kubelet",
+            "kubelet-pki",
+        ] {
+            std::fs::create_dir_all(dir.join(sub))?;
+        }
+        let footprint = Footprint {
+            owner: std::process::id(),
+            dir: dir.to_path_buf(),
+            bridge: bridge.name.clone(),
+        };
+        footprint
+            .record()
+            .context("recording the node's footprint in /run/podset-testenv")?;
+        let containerd = start_containerd(dir, &name, cluster.registry)?;
+        std::fs::write(
+            dir.join("cni/net.d/10-podset-testenv.conflist"),
+            config::cni_conflist(&bridge, &dir.join("cni/ipam")),
+        )?;
+        let kubelet = start_kubelet(dir, address, cluster)?;
+        Ok(Self {
+            name,
+            bridge,
+            footprint,
+            kubelet,
+            containerd,
+        })
+    }
+
+    /// The kubelet's and containerd's resident memory, in bytes (for the benchmarks' notes).
+    pub fn rss_bytes(&self) -> u64 {
+        [&self.kubelet, &self.containerd]
+            .iter()
+            .filter_map(|p| p.pid())
+            .map(crate::process::rss_bytes)
+            .sum()
+    }
+
+    pub fn logs(&self, lines: usize) -> String {
+        [&self.kubelet, &self.containerd]
+            .iter()
+            .map(|p| format!("----- {} -----\n{}\n", p.name, p.log_tail(lines)))
+            .collect()
+    }
+}
+
+impl Drop for RealNode {
+    fn drop(&mut self) {
+        if crate::failing() {
+            eprint!("{}", self.logs(60));
+        }
+        // The kubelet first, so it does not restart what the teardown kills.
+        self.kubelet
+            .stop_with(libc::SIGTERM, Duration::from_secs(5));
+        self.containerd
+            .stop_with(libc::SIGTERM, Duration::from_secs(5));
+        self.footprint.tear_down();
+    }
+}
+
+fn start_containerd(dir: &Path, name: &str, registry: &str) -> Result<Process> {
+    let conf = dir.join("containerd.toml");
+    std::fs::write(&conf, config::containerd_toml(dir, registry))?;
+    let mut p = Process::new(
+        &format!("containerd-{name}"),
+        "containerd",
+        vec![format!("--config={}", conf.display())],
+        dir,
+    );
+    p.start()?;
+    let socket = dir.join("containerd.sock");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !socket.exists() {
+        if let Some(status) = p.exited() {
+            bail!("containerd exited ({status}):\n{}", p.log_tail(30));
+        }
+        if Instant::now() > deadline {
+            bail!("containerd socket not up after 30s:\n{}", p.log_tail(30));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(p)
+}
+
+fn start_kubelet(dir: &Path, address: Ipv4Addr, cluster: &ClusterRef) -> Result<Process> {
+    let name = address.to_string();
+    let cert = cluster.pki.client_cert(
+        &format!("kubelet-{name}"),
+        &format!("system:node:{name}"),
+        &["system:nodes"],
+    )?;
+    let kubeconfig = dir.join("kubelet.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        config::cert_kubeconfig(
+            cluster.server_url,
+            &cluster.pki.ca_cert,
+            &cert.cert,
+            &cert.key,
+        ),
+    )?;
+    let args = config::kubelet_args(dir, address, &kubeconfig, &cluster.pki.ca_cert);
+    let mut p = Process::new(&format!("kubelet-{name}"), cluster.kubelet_path, args, dir);
+    p.start()?;
+    Ok(p)
+}
+
+/// A loopback address (127.x.y.z) whose kubelet port nobody holds.
+fn free_loopback_address() -> Result<Ipv4Addr> {
+    for _ in 0..50 {
+        let r = random_u32();
+        let addr = Ipv4Addr::new(
+            127,
+            1 + (r % 250) as u8,
+            (r >> 8) as u8,
+            2 + (r >> 16) as u8 % 250,
+        );
+        if TcpListener::bind((addr, KUBELET_PORT)).is_ok() {
+            return Ok(addr);
+        }
+    }
+    bail!("no free loopback address for a kubelet")
+}
+
+pub(crate) fn random_u32() -> u32 {
+    crate::rand_u128() as u32
+}
+
+/// Where `hack/build-node-images.sh` leaves busybox.tar and pause.tar.
+pub fn images_dir() -> PathBuf {
+    crate::kube_bin_dir()
+        .parent()
+        .and_then(Path::parent)
+        .map(|cache| cache.join("images"))
+        .unwrap_or_else(|| PathBuf::from("images"))
+}
