@@ -20,6 +20,6 @@ LABEL org.opencontainers.image.title="podset-operator" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/podset-operator /podset-operator
 USER 65532:65532
-EXPOSE 8080 8081
+EXPOSE 8443 8081
 ENTRYPOINT ["/podset-operator"]
 CMD ["run"]

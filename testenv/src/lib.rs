@@ -343,6 +343,8 @@ impl Cluster {
             let node = node::RealNode::start(&self.dir().join(format!("node-{i}")), b, &cluster)?;
             self.nodes.push(node);
         }
+        // hack/deploy-local.sh finds the registry here.
+        std::fs::write(self.dir().join("registry-address"), &addr)?;
         self.registry = Some(addr);
         Ok(())
     }

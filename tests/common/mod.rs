@@ -1,7 +1,7 @@
 //! End-to-end harness: a shared real control plane per test binary, a namespace per test,
 //! and the operator binary run as a separate process under its own ServiceAccount, bound to
 //! exactly the generated RBAC rules.
-#![allow(dead_code)] // each test binary uses its own part of the harness
+#![allow(dead_code, unused_imports)] // each test binary uses its own part of the harness
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,6 +40,16 @@ pub async fn cluster_without_nodes() -> Result<Arc<Cluster>> {
     testenv::shared("no-nodes", || Options {
         crds: Some(podset_operator::api::crds_yaml()),
         ..Options::default()
+    })
+    .await
+}
+
+/// The control plane shared by this test binary with one real node (kubelet, containerd,
+/// runc): pods run real busybox containers, so commands really run and end.
+pub async fn cluster_with_real_node() -> Result<Arc<Cluster>> {
+    testenv::shared("real-node", || Options {
+        crds: Some(podset_operator::api::crds_yaml()),
+        ..Options::default().with_real_nodes(1)
     })
     .await
 }

@@ -114,6 +114,18 @@ fn pids_in(cgroup: &Path) -> Vec<i32> {
         .collect()
 }
 
+/// SIGKILLs the processes of one container (`containerd://<id>` or `<id>`), as the
+/// kernel's OOM killer or a crash would end them; how many there were.
+pub fn kill_container(container_id: &str) -> usize {
+    let id = container_id.trim_start_matches("containerd://");
+    let pids: Vec<i32> = cgroup_dirs(id).iter().flat_map(|cg| pids_in(cg)).collect();
+    for pid in &pids {
+        // SAFETY: a plain syscall; the pid is in the container's own cgroup.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    pids.len()
+}
+
 /// SIGKILLs the containers' processes until none is left (a dying parent can fork).
 fn kill_until_empty(containers: &[String]) {
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -1,0 +1,342 @@
+//! The walkthroughs on a real node: the At's command really runs in busybox (its output is
+//! the pod's log, its exit code the At's outcome), and PodSet pods are real containers
+//! that run with the restricted security context, are restarted by the kubelet, and run
+//! a user's own template.
+
+mod common;
+
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use common::{PROMPTLY, TestNs, cluster_with_real_node, converged, poll_some};
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, LogParams, PostParams};
+use podset_operator::api::{At, AtPhase, AtSpec, PodSet};
+use podset_operator::plan::at::CONDITION_COMPLETED;
+
+async fn namespace(prefix: &str) -> Result<TestNs> {
+    TestNs::new_in(cluster_with_real_node().await?, prefix).await
+}
+
+fn at(name: &str, schedule: &str, command: &str) -> At {
+    At::new(
+        name,
+        AtSpec {
+            schedule: schedule.into(),
+            command: command.into(),
+        },
+    )
+}
+
+/// Waits for the At to be DONE; returns it.
+async fn done(api: &Api<At>, name: &str) -> Result<At> {
+    poll_some(PROMPTLY, &format!("at {name} DONE"), || async {
+        let a = api.get(name).await?;
+        let phase = a.status.as_ref().and_then(|s| s.phase);
+        Ok((phase == Some(AtPhase::Done)).then_some(a))
+    })
+    .await
+}
+
+/// The At's pod (named in its status), and that pod's log through the API server.
+async fn pod_and_log(ns: &TestNs, at: &At) -> Result<(Pod, String)> {
+    let name = at
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_name.clone())
+        .unwrap_or_default();
+    let pods = ns.api::<Pod>();
+    let pod = pods.get(&name).await?;
+    Ok((pod, pods.logs(&name, &LogParams::default()).await?))
+}
+
+fn completed_message(at: &At) -> String {
+    at.status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| c.type_ == CONDITION_COMPLETED)
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+/// The seed's walkthrough: `echo YAY` at a past time runs at once, the At ends DONE, its
+/// pod Succeeded, and `kubectl logs` prints YAY.
+#[tokio::test]
+async fn at_echo_yay_ends_done_and_its_log_says_yay() -> Result<()> {
+    let ns = namespace("at-yay").await?;
+    let _op = ns.start_operator(&["--controllers=at"]).await?;
+    let api = ns.api::<At>();
+    api.create(
+        &PostParams::default(),
+        &at("example-at", "2019-04-12T10:12:00Z", "echo YAY"),
+    )
+    .await?;
+    let a = done(&api, "example-at").await?;
+    assert_eq!(a.status.as_ref().and_then(|s| s.succeeded), Some(true));
+    let (pod, log) = pod_and_log(&ns, &a).await?;
+    assert_eq!(pod.name_any(), "example-at-pod");
+    assert_eq!(common::phase(&pod), "Succeeded");
+    assert_eq!(log, "YAY\n");
+    Ok(())
+}
+
+#[tokio::test]
+async fn at_exit_3_ends_done_unsucceeded_with_the_exit_code() -> Result<()> {
+    let ns = namespace("at-exit").await?;
+    let _op = ns.start_operator(&["--controllers=at"]).await?;
+    let api = ns.api::<At>();
+    api.create(
+        &PostParams::default(),
+        &at("fails", "2019-04-12T10:12:00Z", "echo before; exit 3"),
+    )
+    .await?;
+    let a = done(&api, "fails").await?;
+    assert_eq!(a.status.as_ref().and_then(|s| s.succeeded), Some(false));
+    let message = completed_message(&a);
+    assert!(message.contains("exit code 3"), "{message}");
+    let (pod, log) = pod_and_log(&ns, &a).await?;
+    assert_eq!(common::phase(&pod), "Failed");
+    assert_eq!(log, "before\n");
+    Ok(())
+}
+
+#[tokio::test]
+async fn at_command_is_shell_syntax() -> Result<()> {
+    let ns = namespace("at-shell").await?;
+    let _op = ns.start_operator(&["--controllers=at"]).await?;
+    let api = ns.api::<At>();
+    let command = "echo $((1+2)); date -u +%Y; [ -n \"$HOSTNAME\" ] && echo host";
+    api.create(
+        &PostParams::default(),
+        &at("shell", "2019-04-12T10:12:00Z", command),
+    )
+    .await?;
+    let a = done(&api, "shell").await?;
+    let (_, log) = pod_and_log(&ns, &a).await?;
+    let year = Timestamp::now().strftime("%Y").to_string();
+    assert_eq!(log, format!("3\n{year}\nhost\n"));
+    Ok(())
+}
+
+/// A command due in the future starts on time (the pod is not created early, and its
+/// container starts within a few seconds), and runs once.
+#[tokio::test]
+async fn at_due_later_runs_on_time_and_once() -> Result<()> {
+    let ns = namespace("at-later").await?;
+    let _op = ns.start_operator(&["--controllers=at"]).await?;
+    let api = ns.api::<At>();
+    // Whole seconds (the schedule's resolution), far enough ahead to be seen PENDING.
+    let due = Timestamp::from_second(Timestamp::now().as_second() + 6)?;
+    let schedule = due.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    api.create(
+        &PostParams::default(),
+        &at("later", &schedule, "date -u +%s"),
+    )
+    .await?;
+    let a = done(&api, "later").await?;
+    let (pod, log) = pod_and_log(&ns, &a).await?;
+    let created = pod.creation_timestamp().expect("created").0;
+    let started = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| {
+            cs.first()?
+                .state
+                .as_ref()?
+                .terminated
+                .as_ref()?
+                .started_at
+                .clone()
+        })
+        .expect("a terminated container with its start time")
+        .0;
+    let ran_at: i64 = log.trim().parse()?;
+    let lateness = SignedDuration::from_secs(ran_at - due.as_second());
+    println!(
+        "at lateness on a real node: pod created {:?} after the schedule, container started {:?}, command ran {lateness:?}",
+        created.duration_since(due),
+        started.duration_since(due),
+    );
+    ensure!(
+        created >= due,
+        "pod created before its schedule ({created} < {due})"
+    );
+    ensure!(
+        lateness >= SignedDuration::ZERO && lateness <= SignedDuration::from_secs(5),
+        "command ran {lateness:?} after its schedule"
+    );
+    let pods = ns.api::<Pod>().list(&Default::default()).await?;
+    assert_eq!(pods.items.len(), 1, "the command ran in more than one pod");
+    assert_eq!(log.lines().count(), 1);
+    Ok(())
+}
+
+/// The seed's PodSet walkthrough with real containers: 3 Running, scaled to 5, then 2.
+#[tokio::test]
+async fn podset_walkthrough_with_running_busybox_pods() -> Result<()> {
+    let ns = namespace("ps-walk").await?;
+    let _op = ns.start_operator(&["--controllers=podset"]).await?;
+    let api = ns.api::<PodSet>();
+    api.create(&PostParams::default(), &common::podset("example-podset", 3))
+        .await?;
+    let pods = converged(&ns, "example-podset", 3).await?;
+    let node = cluster_with_real_node().await?.real_nodes();
+    for p in &pods {
+        assert_eq!(
+            Some(&node[0]),
+            p.spec.as_ref().and_then(|s| s.node_name.as_ref())
+        );
+    }
+    for n in [5, 2] {
+        scale(&api, "example-podset", n).await?;
+        converged(&ns, "example-podset", n as usize).await?;
+    }
+    Ok(())
+}
+
+async fn scale(api: &Api<PodSet>, name: &str, n: i32) -> Result<()> {
+    let patch = serde_json::json!({"spec": {"replicas": n}});
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Runs `command` in the pod's container with `kubectl exec` (through the API server and
+/// the kubelet, as a user would); its stdout.
+async fn exec(ns: &TestNs, pod: &str, command: &[&str]) -> Result<String> {
+    let kubeconfig = ns.cluster.kubeconfig().display().to_string();
+    let mut args = vec![
+        "--kubeconfig",
+        &kubeconfig,
+        "-n",
+        &ns.name,
+        "exec",
+        pod,
+        "--",
+    ];
+    args.extend_from_slice(command);
+    let out = tokio::process::Command::new("kubectl")
+        .args(&args)
+        .kill_on_drop(true)
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "kubectl exec {pod} {command:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// The field of /proc/1/status (`Uid:`, `Seccomp:` ...) as the container's PID 1 sees it.
+fn status_field<'a>(status: &'a str, field: &str) -> &'a str {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .unwrap_or_default()
+        .trim()
+}
+
+/// The pods' restricted security context, enforced by the runtime: PID 1 runs as nobody,
+/// under seccomp, without capabilities, unable to gain privileges.
+#[tokio::test]
+async fn podset_pods_run_restricted() -> Result<()> {
+    let ns = namespace("ps-sec").await?;
+    let _op = ns.start_operator(&["--controllers=podset"]).await?;
+    ns.api::<PodSet>()
+        .create(&PostParams::default(), &common::podset("sec", 1))
+        .await?;
+    let pod = converged(&ns, "sec", 1).await?.remove(0).name_any();
+    let status = exec(&ns, &pod, &["cat", "/proc/1/status"]).await?;
+    assert_eq!(status_field(&status, "Uid:"), "65534\t65534\t65534\t65534");
+    assert_eq!(status_field(&status, "Seccomp:"), "2");
+    assert_eq!(status_field(&status, "CapEff:"), "0000000000000000");
+    assert_eq!(status_field(&status, "CapBnd:"), "0000000000000000");
+    assert_eq!(status_field(&status, "NoNewPrivs:"), "1");
+    Ok(())
+}
+
+/// A container killed inside its pod is restarted by the kubelet; the pod keeps counting.
+#[tokio::test]
+async fn a_killed_container_is_restarted_and_still_counts() -> Result<()> {
+    let ns = namespace("ps-kill").await?;
+    let _op = ns.start_operator(&["--controllers=podset"]).await?;
+    ns.api::<PodSet>()
+        .create(&PostParams::default(), &common::podset("kill", 2))
+        .await?;
+    let before = converged(&ns, "kill", 2).await?;
+    let victim = before[0].name_any();
+    let pods = ns.api::<Pod>();
+    let container = pods
+        .get(&victim)
+        .await?
+        .status
+        .and_then(|s| s.container_statuses)
+        .and_then(|cs| cs.first()?.container_id.clone())
+        .expect("a running container has an id");
+    // From the host, as an OOM kill or a crash ends it: PID 1 of a container cannot be
+    // killed from inside.
+    ensure!(
+        testenv::node::cleanup::kill_container(&container) > 0,
+        "no process in {container}"
+    );
+    poll_some(
+        Duration::from_secs(60),
+        "the kubelet restarted the killed container",
+        || async {
+            let p = pods.get(&victim).await?;
+            let restarts = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|cs| cs.first().map(|c| c.restart_count))
+                .unwrap_or(0);
+            Ok((restarts >= 1 && common::phase(&p) == "Running").then_some(()))
+        },
+    )
+    .await?;
+    let after = converged(&ns, "kill", 2).await?;
+    let mut names: Vec<String> = after.iter().map(|p| p.name_any()).collect();
+    names.sort();
+    let mut was: Vec<String> = before.iter().map(|p| p.name_any()).collect();
+    was.sort();
+    assert_eq!(
+        names, was,
+        "the restarted pod was replaced instead of counted"
+    );
+    Ok(())
+}
+
+/// A user's template with its own command runs as written.
+#[tokio::test]
+async fn a_user_template_runs_its_own_command() -> Result<()> {
+    let ns = namespace("ps-tmpl").await?;
+    let _op = ns.start_operator(&["--controllers=podset"]).await?;
+    let ps: PodSet = serde_json::from_value(serde_json::json!({
+        "apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+        "metadata": {"name": "tmpl"},
+        "spec": {"replicas": 1, "template": {"spec": {"containers": [{
+            "name": "web", "image": "busybox",
+            "command": ["sh", "-c", "echo serving from $(hostname); exec sleep 3600"]
+        }]}}}
+    }))?;
+    ns.api::<PodSet>()
+        .create(&PostParams::default(), &ps)
+        .await?;
+    let pod = converged(&ns, "tmpl", 1).await?.remove(0).name_any();
+    let pods = ns.api::<Pod>();
+    let log = poll_some(Duration::from_secs(30), "the template's output", || async {
+        let log = pods.logs(&pod, &LogParams::default()).await?;
+        Ok((!log.is_empty()).then_some(log))
+    })
+    .await?;
+    assert_eq!(log, format!("serving from {pod}\n"));
+    Ok(())
+}
