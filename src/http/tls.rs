@@ -40,7 +40,9 @@ pub fn server_config(cert_dir: Option<&Path>) -> anyhow::Result<Arc<ServerConfig
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .context("the metrics certificate and key do not match")?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // Only what the server speaks (hyper's HTTP/1): offering h2 made Go clients (the API
+    // server's pod proxy, Prometheus) negotiate it and fail with "unexpected EOF".
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
 
@@ -135,6 +137,7 @@ mod tests {
 
     #[test]
     fn without_a_directory_a_self_signed_certificate_is_made() {
-        assert!(server_config(None).is_ok());
+        let config = server_config(None).unwrap();
+        assert_eq!(config.alpn_protocols, [b"http/1.1".to_vec()]);
     }
 }

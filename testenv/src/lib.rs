@@ -312,6 +312,22 @@ impl Cluster {
         self.nodes.iter().map(node::RealNode::rss_bytes).sum()
     }
 
+    /// `GET path` on the API server as the admin, whatever the answer: its status and body
+    /// (for proxied answers, which a client library would read as its own errors).
+    pub async fn get_raw(&self, path: &str) -> Result<(u16, String)> {
+        let http = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(
+                &self.pki.ca_cert,
+            )?)?)
+            .build()?;
+        let resp = http
+            .get(format!("{}{path}", self.server_url()))
+            .bearer_auth(&self.admin_token)
+            .send()
+            .await?;
+        Ok((resp.status().as_u16(), resp.text().await?))
+    }
+
     /// The CA bundle clients (and pods) verify the API server with.
     pub fn ca_cert(&self) -> &Path {
         &self.pki.ca_cert
@@ -625,7 +641,9 @@ impl Cluster {
         self.wait_for_service_account(name, "default").await
     }
 
-    async fn wait_for_service_account(&self, ns: &str, name: &str) -> Result<()> {
+    /// Waits until the service-account controllers gave `ns/name` its token: pods using the
+    /// account are refused until then.
+    pub async fn wait_for_service_account(&self, ns: &str, name: &str) -> Result<()> {
         let sas: Api<ServiceAccount> = Api::namespaced(self.client().await?, ns);
         poll(
             Duration::from_secs(60),
@@ -872,10 +890,19 @@ extern "C" fn stop_shared() {
 /// `GET https://127.0.0.1:<port>/metrics` as a scraper would, with `token` as the bearer
 /// token if any, trusting any certificate (the operator's is self-signed): status and body.
 pub async fn get_metrics(port: u16, token: Option<&str>) -> Result<(u16, String)> {
+    get_metrics_from(IpAddr::V4(Ipv4Addr::LOCALHOST), port, token).await
+}
+
+/// [`get_metrics`] from any address, a pod's IP on a real node's bridge for instance.
+pub async fn get_metrics_from(
+    host: IpAddr,
+    port: u16,
+    token: Option<&str>,
+) -> Result<(u16, String)> {
     let client = reqwest::Client::builder()
         .danger_accept_invalid_certs(true)
         .build()?;
-    let mut req = client.get(format!("https://127.0.0.1:{port}/metrics"));
+    let mut req = client.get(format!("https://{host}:{port}/metrics"));
     if let Some(token) = token {
         req = req.bearer_auth(token);
     }
@@ -883,6 +910,8 @@ pub async fn get_metrics(port: u16, token: Option<&str>) -> Result<(u16, String)
     Ok((resp.status().as_u16(), resp.text().await?))
 }
 
+/// Whether a test is failing: panicking, or a [`poll`] timed out (a test that returns its
+/// error instead of panicking). Drop impls print the logs then.
 pub fn failing() -> bool {
     std::thread::panicking() || FAILED.load(std::sync::atomic::Ordering::Relaxed)
 }

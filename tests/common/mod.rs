@@ -164,6 +164,12 @@ impl TestNs {
     /// namespace).
     pub async fn grant_cluster_role(&self, account: &str, role: ClusterRole) -> Result<()> {
         let name = self.apply_cluster_role(role).await?;
+        self.bind_cluster_role(account, name).await
+    }
+
+    /// Binds the existing ClusterRole `name` cluster-wide to ServiceAccount `account` of
+    /// this namespace.
+    pub async fn bind_cluster_role(&self, account: &str, name: String) -> Result<()> {
         let binding = ClusterRoleBinding {
             metadata: ObjectMeta {
                 name: Some(format!("{name}-{}-{account}", self.name)),

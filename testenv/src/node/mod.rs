@@ -67,7 +67,8 @@ impl RealNode {
             dir.join("cni/net.d/10-podset-testenv.conflist"),
             config::cni_conflist(&bridge, &dir.join("cni/ipam")),
         )?;
-        let kubelet = start_kubelet(dir, address, cluster)?;
+        let namespace = format!("/proc/{}/ns/mnt", containerd.pid().unwrap_or_default());
+        let kubelet = start_kubelet(dir, address, cluster, &namespace)?;
         Ok(Self {
             name,
             bridge,
@@ -108,13 +109,30 @@ impl Drop for RealNode {
     }
 }
 
+/// containerd in a mount namespace of the node's own, where `/var/log/pods` (a path the
+/// 1.20 kubelet hard-codes, and whose pods it does not know it garbage-collects) is the
+/// node's own directory: two nodes would otherwise delete each other's pod logs. The kubelet
+/// joins this namespace; everything the node mounts stays in it and goes with it.
 fn start_containerd(dir: &Path, name: &str, registry: &str) -> Result<Process> {
     let conf = dir.join("containerd.toml");
     std::fs::write(&conf, config::containerd_toml(dir, registry))?;
+    let logs = dir.join("pod-logs");
+    std::fs::create_dir_all(&logs)?;
+    std::fs::create_dir_all("/var/log/pods")?;
+    let script = r#"mount --bind "$0" /var/log/pods && exec containerd --config "$1""#;
+    let args = [
+        "--mount",
+        "--propagation=private",
+        "sh",
+        "-c",
+        script,
+        &logs.to_string_lossy(),
+        &conf.to_string_lossy(),
+    ];
     let mut p = Process::new(
         &format!("containerd-{name}"),
-        "containerd",
-        vec![format!("--config={}", conf.display())],
+        "unshare",
+        args.map(String::from).into(),
         dir,
     );
     p.start()?;
@@ -132,7 +150,12 @@ fn start_containerd(dir: &Path, name: &str, registry: &str) -> Result<Process> {
     Ok(p)
 }
 
-fn start_kubelet(dir: &Path, address: Ipv4Addr, cluster: &ClusterRef) -> Result<Process> {
+fn start_kubelet(
+    dir: &Path,
+    address: Ipv4Addr,
+    cluster: &ClusterRef,
+    mount_namespace: &str,
+) -> Result<Process> {
     let name = address.to_string();
     let cert = cluster.pki.client_cert(
         &format!("kubelet-{name}"),
@@ -149,8 +172,18 @@ fn start_kubelet(dir: &Path, address: Ipv4Addr, cluster: &ClusterRef) -> Result<
             &cert.key,
         ),
     )?;
-    let args = config::kubelet_args(dir, address, &kubeconfig, &cluster.pki.ca_cert);
-    let mut p = Process::new(&format!("kubelet-{name}"), cluster.kubelet_path, args, dir);
+    let mut args = vec![
+        format!("--mount={mount_namespace}"),
+        "--".into(),
+        cluster.kubelet_path.to_string_lossy().into_owned(),
+    ];
+    args.extend(config::kubelet_args(
+        dir,
+        address,
+        &kubeconfig,
+        &cluster.pki.ca_cert,
+    ));
+    let mut p = Process::new(&format!("kubelet-{name}"), "nsenter", args, dir);
     p.start()?;
     Ok(p)
 }

@@ -1,0 +1,314 @@
+//! The operator as it ships: its own image (built offline by hack/build-image.sh) running as
+//! two pods on a real node, installed by kustomize (`make deploy-local`, the very script) and
+//! by the Helm chart. Both replicas become Ready through their probes, exactly one holds the
+//! Lease, PodSets converge, deleting the leader's pod hands the Lease over within its
+//! duration, the logs are JSON lines, and /metrics answers in the cluster.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use common::{TestNs, converged, poll_some};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
+use podset_operator::api::PodSet;
+use testenv::{Cluster, Options};
+
+/// The Lease duration of both installs (their default).
+const LEASE_DURATION: Duration = Duration::from_secs(15);
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+async fn real_node_cluster(key: &'static str) -> Result<Arc<Cluster>> {
+    testenv::shared(key, || Options::default().with_real_nodes(1)).await
+}
+
+async fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<String> {
+    let out = tokio::process::Command::new(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(repo())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .with_context(|| format!("running {program}"))?;
+    if !out.status.success() {
+        bail!(
+            "{program} {} failed ({}):\n{}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// One image build at a time: both tests build it, and hack/build-static.sh writes one
+/// output path.
+static IMAGE_BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// An installed operator: its namespace, its pods' selector, its Lease.
+struct Install {
+    cluster: Arc<Cluster>,
+    ns: String,
+    selector: String,
+    deployment: String,
+    lease: String,
+    /// The installed ClusterRole that allows `get /metrics`.
+    metrics_reader: String,
+}
+
+impl Install {
+    fn pods(&self) -> Result<Api<Pod>> {
+        Ok(Api::namespaced(self.client()?, &self.ns))
+    }
+
+    fn client(&self) -> Result<kube::Client> {
+        futures::executor::block_on(self.cluster.client())
+    }
+
+    /// Waits for both replicas Ready (their readiness probes, through the kubelet) and the
+    /// Lease held by one of them; returns the holder.
+    async fn ready_with_leader(&self, not: Option<&str>) -> Result<String> {
+        let deployments: Api<Deployment> = Api::namespaced(self.client()?, &self.ns);
+        let leases: Api<Lease> = Api::namespaced(self.client()?, &self.ns);
+        let pods = self.pods()?;
+        poll_some(
+            Duration::from_secs(180),
+            "2 Ready replicas and a leader",
+            || async {
+                let d = deployments.get(&self.deployment).await?;
+                let ready = d.status.and_then(|s| s.ready_replicas).unwrap_or(0);
+                let names: Vec<String> = pods
+                    .list(&ListParams::default().labels(&self.selector))
+                    .await?
+                    .items
+                    .iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+                    .map(ResourceExt::name_any)
+                    .collect();
+                let holder = leases
+                    .get_opt(&self.lease)
+                    .await?
+                    .and_then(|l| l.spec?.holder_identity)
+                    .unwrap_or_default();
+                let ok = ready == 2 && names.len() == 2 && names.contains(&holder);
+                Ok((ok && Some(holder.as_str()) != not).then_some(holder))
+            },
+        )
+        .await
+    }
+
+    /// The whole walkthrough, against this install.
+    async fn prove(&self) -> Result<()> {
+        let leader = self.ready_with_leader(None).await?;
+        let ns = TestNs::new_in(self.cluster.clone(), "in-cluster").await?;
+        let podsets = ns.api::<PodSet>();
+        podsets
+            .create(&PostParams::default(), &common::podset("before", 2))
+            .await?;
+        converged(&ns, "before", 2).await?;
+
+        let began = Instant::now();
+        self.pods()?
+            .delete(&leader, &DeleteParams::default())
+            .await?;
+        let leases: Api<Lease> = Api::namespaced(self.client()?, &self.ns);
+        let pods = self.pods()?;
+        let next = poll_some(
+            LEASE_DURATION,
+            "the Lease handed to the other replica",
+            || async {
+                let holder = leases
+                    .get(&self.lease)
+                    .await?
+                    .spec
+                    .and_then(|s| s.holder_identity)
+                    .unwrap_or_default();
+                let live = pods
+                    .get_opt(&holder)
+                    .await?
+                    .is_some_and(|p| p.metadata.deletion_timestamp.is_none());
+                Ok((holder != leader && live).then_some(holder))
+            },
+        )
+        .await?;
+        println!(
+            "{}: the Lease went from {leader} to {next} in {:?} after the leader's pod was deleted",
+            self.deployment,
+            began.elapsed()
+        );
+        podsets
+            .create(&PostParams::default(), &common::podset("after", 3))
+            .await?;
+        converged(&ns, "after", 3).await?;
+
+        self.assert_json_logs(&next).await?;
+        self.assert_metrics_in_cluster(&ns, &next).await
+    }
+
+    async fn assert_json_logs(&self, pod: &str) -> Result<()> {
+        let log = self.pods()?.logs(pod, &LogParams::default()).await?;
+        ensure!(log.lines().count() > 0, "no log from {pod}");
+        for line in log.lines() {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .with_context(|| format!("a log line of {pod} is not JSON: {line}"))?;
+            ensure!(v.get("level").is_some(), "no level in {line}");
+        }
+        ensure!(
+            log.contains("became the leader"),
+            "{pod} never said it leads:\n{log}"
+        );
+        Ok(())
+    }
+
+    /// Through the API server's pod proxy, /metrics is reachable and refuses the anonymous
+    /// caller (the API server does not forward credentials); scraped at the pod's IP, over
+    /// the node's bridge, with the token of a ServiceAccount bound to the installed
+    /// metrics-reader ClusterRole, it answers, as Prometheus scrapes it.
+    async fn assert_metrics_in_cluster(&self, ns: &TestNs, pod: &str) -> Result<()> {
+        let path = format!(
+            "/api/v1/namespaces/{}/pods/https:{pod}:8443/proxy/metrics",
+            self.ns
+        );
+        let (status, body) = self.cluster.get_raw(&path).await?;
+        ensure!(
+            status == 401 && body.contains("send a Kubernetes bearer token"),
+            "/metrics through the pod proxy: expected the operator's 401, got {status}: {body}"
+        );
+        let ip = self
+            .pods()?
+            .get(pod)
+            .await?
+            .status
+            .and_then(|s| s.pod_ip)
+            .context("the leader has no pod IP")?;
+        ns.create_service_account("scraper").await?;
+        ns.bind_cluster_role("scraper", self.metrics_reader.clone())
+            .await?;
+        let token = ns
+            .cluster
+            .service_account_token(&ns.name, "scraper")
+            .await?;
+        let ip: std::net::IpAddr = ip.parse()?;
+        // RBAC bindings reach the operator's SubjectAccessReview within moments.
+        let log = poll_some(
+            Duration::from_secs(30),
+            "an allowed scrape of the pod",
+            || async {
+                let (status, body) = testenv::get_metrics_from(ip, 8443, Some(&token)).await?;
+                Ok((status == 200).then_some(body))
+            },
+        )
+        .await?;
+        ensure!(
+            log.contains("podset_operator_reconcile"),
+            "no operator metrics in the scrape:\n{log}"
+        );
+        Ok(())
+    }
+}
+
+fn pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// `make deploy-local`'s script against this test's cluster, then its `undeploy`.
+#[tokio::test]
+async fn kustomize_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
+    let cluster = real_node_cluster("kustomize").await?;
+    let dir = cluster.dir().display().to_string();
+    let env = [("CLUSTER_DIR", dir.as_str())];
+    {
+        let _build = IMAGE_BUILD.lock().await;
+        run("bash", &["hack/deploy-local.sh"], &env).await?;
+    }
+    let install = Install {
+        cluster: cluster.clone(),
+        ns: "podset-operator-system".into(),
+        selector: "app.kubernetes.io/name=podset-operator".into(),
+        deployment: "podset-operator-controller-manager".into(),
+        lease: "podset-operator-leader".into(),
+        metrics_reader: podset_operator::rbac::METRICS_READER_ROLE.into(),
+    };
+    install.prove().await?;
+    run("bash", &["hack/deploy-local.sh", "undeploy"], &env).await?;
+    let deployments: Api<Deployment> = Api::namespaced(cluster.client().await?, &install.ns);
+    common::poll(Duration::from_secs(60), "the Deployment gone", || async {
+        Ok(deployments.get_opt(&install.deployment).await?.is_none())
+    })
+    .await
+}
+
+/// The Helm chart with the same image, pushed by the test into the cluster's registry.
+#[tokio::test]
+async fn helm_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
+    let cluster = real_node_cluster("helm").await?;
+    let archive: PathBuf = cluster.dir().join("podset-operator.tar");
+    {
+        let _build = IMAGE_BUILD.lock().await;
+        let out = archive.display().to_string();
+        run("bash", &["hack/build-image.sh", &out], &[]).await?;
+    }
+    let registry = cluster.registry().context("no registry")?;
+    testenv::registry::push(registry, &archive, "podset-operator:helm").await?;
+    let image = cluster
+        .image_ref("podset-operator")
+        .context("no registry")?;
+    let ns = "ps-helm";
+    cluster.create_namespace(ns).await?;
+    let host = cluster.api_host.to_string();
+    let port = cluster.api_port.to_string();
+    let values = [
+        format!("image.repository={image}"),
+        "image.tag=helm".into(),
+        "extraEnv[0].name=KUBERNETES_SERVICE_HOST".into(),
+        format!("extraEnv[0].value={host}"),
+        "extraEnv[1].name=KUBERNETES_SERVICE_PORT".into(),
+        format!("extraEnv[1].value={port}"),
+    ];
+    let python = repo().join(".local/helm-venv/bin/python");
+    ensure!(
+        python.exists(),
+        "{} is missing: run `make helm-sdk`",
+        python.display()
+    );
+    let kc = cluster.kubeconfig().display().to_string();
+    let sets = values.join(",");
+    let args = [
+        "hack/helm.py",
+        "install",
+        "charts/podset-operator",
+        "--name",
+        "ps",
+        "--namespace",
+        ns,
+        "--kubeconfig",
+        &kc,
+        "--set-string",
+        &sets,
+    ];
+    run(&python.display().to_string(), &args, &[]).await?;
+    Install {
+        cluster: cluster.clone(),
+        ns: ns.into(),
+        selector: "app.kubernetes.io/instance=ps".into(),
+        deployment: "ps-podset-operator".into(),
+        lease: "ps-podset-operator-leader".into(),
+        metrics_reader: "ps-podset-operator-metrics-reader".into(),
+    }
+    .prove()
+    .await
+}
