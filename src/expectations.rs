@@ -261,6 +261,32 @@ mod tests {
     }
 
     #[test]
+    fn an_expired_record_counts_as_nothing_and_lowering_keeps_its_expiry() {
+        let e = Expectations::default();
+        let t0 = Instant::now();
+        // Two creates whose pods the watch never showed: the record expires.
+        e.expect_creates("o", 2, t0);
+        let later = t0 + EXPECTATIONS_TTL + Duration::from_secs(1);
+        assert_eq!(e.readiness("o", later), Readiness::Satisfied);
+        // A fresh round of one create is met by one pod, not by three.
+        e.expect_creates("o", 1, later);
+        e.observe(&touched("o", "p1", Change::Added));
+        assert_eq!(
+            e.readiness("o", later),
+            Readiness::Satisfied,
+            "the expired creates were added to the new ones"
+        );
+        // Lowering a record does not push its expiry out.
+        e.expect_creates("q", 2, t0);
+        e.creates_failed("q", 1, t0 + Duration::from_secs(240));
+        assert_eq!(
+            e.readiness("q", t0 + EXPECTATIONS_TTL),
+            Readiness::Satisfied,
+            "a lowering restarted the five minutes"
+        );
+    }
+
+    #[test]
     fn expectations_expire() {
         let e = Expectations::default();
         let t0 = Instant::now();
