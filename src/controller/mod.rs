@@ -11,7 +11,7 @@ pub mod podset;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
@@ -286,7 +286,7 @@ async fn watch_pods(ctx: Arc<Context>, namespace: Option<String>, router: Router
         match event {
             Ok(event) => {
                 for touched in ctx.pods.apply(event) {
-                    ctx.expectations.observe(&touched);
+                    ctx.expectations.observe(&touched, Instant::now());
                     router.route(&touched);
                 }
             }
