@@ -34,9 +34,12 @@ pub fn error_policy(ps: Arc<PodSet>, error: &Error, ctx: Arc<Context>) -> Action
 
 async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
     let uid = ps.uid().unwrap_or_default();
-    let pods = ctx.pods.owned_by(&uid);
+    let (readiness, pods) = snapshot(
+        || ctx.expectations.readiness(&uid, Instant::now()),
+        || ctx.pods.owned_by(&uid),
+    );
     let deleting = ps.meta().deletion_timestamp.is_some();
-    let outcome = match ctx.expectations.readiness(&uid, Instant::now()) {
+    let outcome = match readiness {
         // Being deleted: the garbage collector removes the pods; creating more would race it.
         Readiness::Satisfied if !deleting => manage(ps, &pods, ctx).await,
         _ => Outcome::NotActed,
@@ -60,6 +63,15 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
             Action::await_change()
         }
     })
+}
+
+/// The expectations and the pods a reconcile acts on.
+fn snapshot(
+    readiness: impl FnOnce() -> Readiness,
+    pods: impl FnOnce() -> Vec<Arc<CachedPod>>,
+) -> (Readiness, Vec<Arc<CachedPod>>) {
+    let pods = pods();
+    (readiness(), pods)
 }
 
 async fn manage(ps: &PodSet, pods: &[Arc<CachedPod>], ctx: &Context) -> Outcome {
@@ -231,6 +243,52 @@ async fn write_status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::PodCache;
+    use crate::expectations::Expectations;
+    use std::cell::Cell;
+
+    /// The watch adds the one expected pod while a reconcile takes its snapshot: whichever
+    /// read comes first, the event lands right after it.
+    #[test]
+    fn a_pod_seen_between_the_reads_is_not_created_again() {
+        let (cache, expectations, now) =
+            (PodCache::default(), Expectations::default(), Instant::now());
+        expectations.expect_creates("ps-uid", 1, now);
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-pod1", "namespace": "ns", "uid": "p1",
+                "ownerReferences": [{"apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+                    "name": "web", "uid": "ps-uid", "controller": true}]},
+            "status": {"phase": "Pending"}
+        }))
+        .unwrap();
+        let landed = Cell::new(false);
+        let land = || {
+            if !landed.replace(true) {
+                for t in cache.apply(kube::runtime::watcher::Event::Apply(pod.clone())) {
+                    expectations.observe(&t, now);
+                }
+            }
+        };
+        let (readiness, pods) = snapshot(
+            || {
+                let r = expectations.readiness("ps-uid", now);
+                land();
+                r
+            },
+            || {
+                let p = cache.owned_by("ps-uid");
+                land();
+                p
+            },
+        );
+        if readiness == Readiness::Satisfied {
+            assert_eq!(
+                plan::plan(1, &pods),
+                Plan::Steady,
+                "acted on a snapshot that lacks a pod the expectations already counted"
+            );
+        }
+    }
 
     fn api_error(code: u16, reason: &str) -> kube::Error {
         let status: kube::core::Status = serde_json::from_value(serde_json::json!({
