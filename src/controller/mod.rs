@@ -285,6 +285,9 @@ async fn watch_pods(ctx: Arc<Context>, namespace: Option<String>, router: Router
     while let Some(event) = events.next().await {
         match event {
             Ok(event) => {
+                // The cache first, then the expectations: a reconcile reads them in the
+                // opposite order (see `podset::snapshot`), so it never sees an expectation
+                // met by a pod it cannot see.
                 for touched in ctx.pods.apply(event) {
                     ctx.expectations.observe(&touched, Instant::now());
                     router.route(&touched);

@@ -65,13 +65,17 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
     })
 }
 
-/// The expectations and the pods a reconcile acts on.
+/// The expectations and the pods a reconcile acts on, read in that order as the ReplicaSet
+/// controller does. The pod watch puts a pod in the cache before it lowers the expectation,
+/// so every pod that met an expectation read here is in the pods read after. The other way
+/// round, a pod landing between the reads is counted by the expectations yet missing from
+/// the snapshot, and made (or deleted) a second time.
 fn snapshot(
     readiness: impl FnOnce() -> Readiness,
     pods: impl FnOnce() -> Vec<Arc<CachedPod>>,
 ) -> (Readiness, Vec<Arc<CachedPod>>) {
-    let pods = pods();
-    (readiness(), pods)
+    let readiness = readiness();
+    (readiness, pods())
 }
 
 async fn manage(ps: &PodSet, pods: &[Arc<CachedPod>], ctx: &Context) -> Outcome {
