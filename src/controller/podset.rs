@@ -110,15 +110,15 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
                 Ok(p) => created.push(p.name_any()),
                 Err(e) => {
                     failed += 1;
-                    if !may_have_landed(&e) {
+                    if !client::may_have_acted(&e) {
                         refused += 1;
                     }
                     error.get_or_insert(e);
                 }
             }
         }
-        // A create that timed out stays expected: if it landed, the watch shows the pod; if
-        // not, the expectation expires and the pod is created then. Never both.
+        // A create whose outcome is unknown stays expected: if it landed, the watch shows the
+        // pod; if not, the expectation expires and the pod is created then. Never both.
         if refused > 0 {
             ctx.expectations
                 .creates_failed(&uid, refused, Instant::now());
@@ -128,12 +128,6 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
         }
     }
     report(ps, ctx, Verb::Create, &created, error).await
-}
-
-/// Whether a failed create may still have made its pod: the API server gave up waiting on
-/// storage (504, reason Timeout), not on the request.
-fn may_have_landed(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(s) if s.code == 504 || s.reason == "Timeout")
 }
 
 /// Deletes exactly these pods, each guarded by a UID precondition so that a pod of the same
@@ -167,8 +161,11 @@ async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> 
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
                 ctx.expectations.delete_done(&uid, &pod.uid, Instant::now())
             }
+            // A delete that may have been carried out stays expected, as a create does.
             Err(e) => {
-                ctx.expectations.delete_done(&uid, &pod.uid, Instant::now());
+                if !client::may_have_acted(&e) {
+                    ctx.expectations.delete_done(&uid, &pod.uid, Instant::now());
+                }
                 error.get_or_insert(e);
             }
         }
@@ -292,110 +289,5 @@ mod tests {
                 "acted on a snapshot that lacks a pod the expectations already counted"
             );
         }
-    }
-
-    fn api_error(code: u16, reason: &str) -> kube::Error {
-        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
-            "status": "Failure", "code": code, "reason": reason, "message": "m"
-        }))
-        .unwrap();
-        kube::Error::Api(Box::new(status))
-    }
-
-    /// What the API server turned away made nothing; anything else may have acted.
-    #[test]
-    fn only_a_refusal_counts_as_not_done() {
-        for (code, reason) in [
-            (504, "Timeout"),
-            (500, "InternalError"),
-            (503, "ServiceUnavailable"),
-            (502, "BadGateway"),
-        ] {
-            assert!(may_have_landed(&api_error(code, reason)), "{code} {reason}");
-        }
-        for (code, reason) in [
-            (403, "Forbidden"),
-            (422, "Invalid"),
-            (429, "TooManyRequests"),
-            (409, "AlreadyExists"),
-            (500, "ServerTimeout"),
-        ] {
-            assert!(
-                !may_have_landed(&api_error(code, reason)),
-                "{code} {reason}"
-            );
-        }
-    }
-
-    /// A create through the operator's real client against a local socket.
-    async fn create_through(addr: std::net::SocketAddr) -> kube::Error {
-        let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
-        let client = client::build(config, Default::default(), 1).unwrap();
-        let api: Api<Pod> = Api::namespaced(client, "ns");
-        api.create(&Default::default(), &plan::pod_for(&podset()))
-            .await
-            .expect_err("the server never answers")
-    }
-
-    /// The server reads the whole request, then resets the connection: the reply is lost
-    /// after the create may have been stored.
-    #[tokio::test]
-    async fn a_create_whose_reply_is_lost_may_have_landed() {
-        use tokio::io::AsyncReadExt;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let mut request = Vec::new();
-            let mut buf = [0u8; 4096];
-            while !whole_request(&request) {
-                let n = socket.read(&mut buf).await.unwrap();
-                assert!(n > 0, "the client closed first");
-                request.extend_from_slice(&buf[..n]);
-            }
-            socket.set_linger(Some(std::time::Duration::ZERO)).unwrap();
-        });
-        let error = create_through(addr).await;
-        assert!(may_have_landed(&error), "taken as not created: {error}");
-    }
-
-    /// Nothing listens: the request was never sent.
-    #[tokio::test]
-    async fn a_create_that_could_not_connect_did_not_land() {
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        let error = create_through(addr).await;
-        assert!(!may_have_landed(&error), "{error}");
-    }
-
-    fn whole_request(bytes: &[u8]) -> bool {
-        let text = String::from_utf8_lossy(bytes);
-        let Some(end) = text.find("\r\n\r\n") else {
-            return false;
-        };
-        let length = text[..end]
-            .lines()
-            .find_map(|l| {
-                l.to_ascii_lowercase()
-                    .strip_prefix("content-length:")
-                    .map(|v| v.trim().parse::<usize>().unwrap())
-            })
-            .unwrap_or(0);
-        bytes.len() >= end + 4 + length
-    }
-
-    fn podset() -> PodSet {
-        let mut ps = PodSet::new(
-            "web",
-            crate::api::PodSetSpec {
-                replicas: 1,
-                template: None,
-            },
-        );
-        ps.metadata.namespace = Some("ns".into());
-        ps.metadata.uid = Some("ps-uid".into());
-        ps
     }
 }
