@@ -313,6 +313,16 @@ mod tests {
     }
 
     #[test]
+    fn records_of_owners_never_seen_again_are_dropped() {
+        let e = Expectations::default();
+        let t0 = Instant::now();
+        // An owner deleted while the watch was away: nothing reads or lowers its record again.
+        e.expect_creates("gone", 1, t0);
+        e.expect_creates("o", 1, t0 + EXPECTATIONS_TTL);
+        assert_eq!(e.owners.lock().unwrap().len(), 1, "an expired record kept");
+    }
+
+    #[test]
     fn expectations_expire() {
         let e = Expectations::default();
         let t0 = Instant::now();

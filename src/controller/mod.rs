@@ -132,12 +132,7 @@ pub async fn run(
         backoff: Backoff::default(),
         podset_statuses: StatusWrites::default(),
     });
-    let (podset_tx, podset_rx) = unbounded::<ObjectRef<PodSet>>();
-    let (at_tx, at_rx) = unbounded::<ObjectRef<At>>();
-    let router = Router {
-        podset: podset_tx,
-        at: at_tx,
-    };
+    let (router, queues) = Router::new(&settings);
     let pod_watch = {
         let (ctx, health, namespace) = (ctx.clone(), health.clone(), settings.namespace.clone());
         tokio::spawn(async move {
@@ -168,13 +163,13 @@ pub async fn run(
         ctx: &ctx,
         shutdown: &shutdown,
     };
-    if settings.podset {
+    if let (true, Some(podset_rx)) = (settings.podset, queues.podset) {
         let (task, ready) =
             launch.spawn("podset", podset_rx, podset::reconcile, podset::error_policy);
         controllers.push(task);
         stores.push(ready);
     }
-    if settings.at {
+    if let (true, Some(at_rx)) = (settings.at, queues.at) {
         let (task, ready) = launch.spawn("at", at_rx, at::reconcile, at::error_policy);
         controllers.push(task);
         stores.push(ready);
@@ -231,19 +226,8 @@ impl Launch<'_> {
         let (reader, writer) = reflector::store();
         let (synced, ready) = tokio::sync::watch::channel(false);
         let api = scoped::<K>(self.client.clone(), self.settings.namespace.as_deref());
-        // The primary objects, triggering only on spec (generation) changes; `synced` turns
-        // true once the first full list is in the store.
-        let primary = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .modify(|o: &mut K| o.managed_fields_mut().clear())
-            .reflect(writer)
-            .inspect(move |event| {
-                if let Ok(watcher::Event::InitDone) = event {
-                    synced.send_replace(true);
-                }
-            })
-            .applied_objects()
-            .predicate_filter(predicates::generation, Default::default());
+        let events = watcher(api, watcher::Config::default()).default_backoff();
+        let primary = primary(events, writer, synced, self.ctx.clone());
         let controller = Controller::for_stream(primary, reader)
             .with_config(ControllerConfig::default().concurrency(self.settings.concurrency))
             .reconcile_on(owned)
@@ -254,13 +238,56 @@ impl Launch<'_> {
     }
 }
 
+/// The primary objects, triggering only on spec (generation) changes; `synced` turns true
+/// once the first full list is in the store.
+fn primary<K>(
+    events: impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
+    writer: reflector::store::Writer<K>,
+    synced: tokio::sync::watch::Sender<bool>,
+    _ctx: Arc<Context>,
+) -> impl futures::Stream<Item = watcher::Result<K>> + Send
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+{
+    events
+        .modify(|o: &mut K| o.managed_fields_mut().clear())
+        .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(watcher::Event::InitDone) = event {
+                synced.send_replace(true);
+            }
+        })
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default())
+}
+
 /// Sends each owner whose pods changed to its controller.
 struct Router {
     podset: UnboundedSender<ObjectRef<PodSet>>,
     at: UnboundedSender<ObjectRef<At>>,
 }
 
+/// The receiving ends of the router's queues, for the controllers to drain.
+struct Queues {
+    podset: Option<UnboundedReceiver<ObjectRef<PodSet>>>,
+    at: Option<UnboundedReceiver<ObjectRef<At>>>,
+}
+
 impl Router {
+    fn new(_settings: &Settings) -> (Self, Queues) {
+        let (podset_tx, podset_rx) = unbounded::<ObjectRef<PodSet>>();
+        let (at_tx, at_rx) = unbounded::<ObjectRef<At>>();
+        let router = Router {
+            podset: podset_tx,
+            at: at_tx,
+        };
+        let queues = Queues {
+            podset: Some(podset_rx),
+            at: Some(at_rx),
+        };
+        (router, queues)
+    }
+
     fn route(&self, t: &Touched) {
         // A send fails only when that controller is not running; nothing to route then.
         match t.owner.kind.as_str() {
@@ -400,6 +427,107 @@ mod tests {
         assert!(cut.starts_with("éé"));
         let exact = "a".repeat(1024);
         assert_eq!(truncate_note(exact.clone()), exact);
+    }
+
+    fn settings(podset: bool, at: bool) -> Settings {
+        Settings {
+            namespace: None,
+            podset,
+            at,
+            concurrency: 0,
+            instance: "test".into(),
+        }
+    }
+
+    fn touched(kind: &str, owner_uid: &str) -> Touched {
+        Touched {
+            owner: crate::cache::Owner {
+                kind: kind.into(),
+                name: "x".into(),
+                uid: owner_uid.into(),
+            },
+            namespace: "ns".into(),
+            pod_uid: "p".into(),
+            change: crate::cache::Change::Updated,
+        }
+    }
+
+    #[test]
+    fn a_disabled_controllers_queue_is_never_fed() {
+        let (router, queues) = Router::new(&settings(true, false));
+        for _ in 0..3 {
+            router.route(&touched("At", "a"));
+            router.route(&touched("PodSet", "p"));
+        }
+        if let Some(mut at) = queues.at {
+            assert!(
+                at.try_recv().is_err(),
+                "pod events queued for the At controller, which never runs"
+            );
+        }
+        let mut podset = queues.podset.expect("the PodSet controller runs");
+        assert!(podset.try_recv().is_ok());
+    }
+
+    /// A Context whose API answers nothing (no test here calls it).
+    fn context() -> Arc<Context> {
+        let svc = tower::service_fn(|_req: http::Request<kube::client::Body>| async {
+            Err::<http::Response<kube::client::Body>, tower::BoxError>(
+                "no API in unit tests".into(),
+            )
+        });
+        let client = Client::new(svc, "default");
+        Arc::new(Context {
+            client: client.clone(),
+            pods: Default::default(),
+            expectations: Expectations::default(),
+            recorder: Recorder::new(
+                client,
+                Reporter {
+                    controller: "test".into(),
+                    instance: None,
+                },
+            ),
+            metrics: Default::default(),
+            backoff: Backoff::default(),
+            podset_statuses: StatusWrites::default(),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_deleted_objects_records_are_dropped() {
+        let ctx = context();
+        let mut ps = PodSet::new(
+            "web",
+            crate::api::PodSetSpec {
+                replicas: 1,
+                template: None,
+            },
+        );
+        ps.metadata.namespace = Some("ns".into());
+        ps.metadata.uid = Some("ps-uid".into());
+        ctx.backoff.next("ps-uid");
+        ctx.expectations.expect_creates("ps-uid", 1, Instant::now());
+        let events = futures::stream::iter([
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(ps.clone())),
+            Ok(watcher::Event::InitDone),
+            Ok(watcher::Event::Delete(ps)),
+        ]);
+        let (_reader, writer) = reflector::store();
+        let (synced, _ready) = tokio::sync::watch::channel(false);
+        primary(events, writer, synced, ctx.clone())
+            .for_each(|_| async {})
+            .await;
+        assert!(
+            ctx.backoff.failures.lock().unwrap().is_empty(),
+            "backoff kept"
+        );
+        assert_eq!(
+            ctx.expectations.readiness("ps-uid", Instant::now()),
+            crate::expectations::Readiness::Satisfied,
+            "expectations kept"
+        );
     }
 
     #[test]
