@@ -62,6 +62,10 @@ impl Expectations {
     /// never be seen, and adding to it would make every later round wait the full TTL.
     fn with<R>(&self, owner_uid: &str, now: Instant, f: impl FnOnce(&mut Pending) -> R) -> R {
         let mut owners = self.owners.lock().expect("expectations lock");
+        if !owners.contains_key(owner_uid) {
+            // An owner deleted while the watch was away leaves a record nothing reads again.
+            owners.retain(|_, p| !p.expired(now));
+        }
         let pending = owners
             .entry(owner_uid.to_string())
             .or_insert_with(|| Pending::new(now));
@@ -185,6 +189,11 @@ impl<S> StatusWrites<S> {
             .get(uid)
             .filter(|w| w.over == seen && now.duration_since(w.at) < Self::KEEP)
             .map(|w| w.status.clone())
+    }
+
+    /// Drops the record of a deleted object.
+    pub fn forget(&self, uid: &str) {
+        self.by_uid.lock().expect("status writes lock").remove(uid);
     }
 
     /// Records a status written over the copy at resourceVersion `over`.

@@ -68,10 +68,24 @@ pub struct Context {
     pub podset_statuses: StatusWrites<PodSetStatus>,
 }
 
+impl Context {
+    /// Drops everything kept for an object that was deleted.
+    fn forget(&self, uid: &str) {
+        self.expectations.forget(uid);
+        self.backoff.reset(uid);
+        self.podset_statuses.forget(uid);
+    }
+}
+
 /// Per-object retry delays that double on each failure: 1 s, 2 s, 4 s ... up to 5 minutes.
 #[derive(Default)]
 pub struct Backoff {
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Mutex<HashMap<String, Failures>>,
+}
+
+struct Failures {
+    count: u32,
+    last: Instant,
 }
 
 impl Backoff {
@@ -79,12 +93,25 @@ impl Backoff {
     const MAX: Duration = Duration::from_secs(300);
 
     pub fn next(&self, key: &str) -> Duration {
+        self.next_at(key, Instant::now())
+    }
+
+    fn next_at(&self, key: &str, now: Instant) -> Duration {
         let mut failures = self.failures.lock().expect("backoff lock");
-        let n = failures.entry(key.to_string()).or_insert(0);
+        if !failures.contains_key(key) {
+            // An object deleted while the watch was away is never reset. One that still fails
+            // comes back within MAX, so an entry idle for twice that is stale.
+            failures.retain(|_, f| now.duration_since(f.last) < Self::MAX * 2);
+        }
+        let f = failures.entry(key.to_string()).or_insert(Failures {
+            count: 0,
+            last: now,
+        });
+        f.last = now;
         let delay = Self::BASE
-            .saturating_mul(1u32 << (*n).min(16))
+            .saturating_mul(1u32 << f.count.min(16))
             .min(Self::MAX);
-        *n += 1;
+        f.count += 1;
         delay
     }
 
@@ -163,13 +190,13 @@ pub async fn run(
         ctx: &ctx,
         shutdown: &shutdown,
     };
-    if let (true, Some(podset_rx)) = (settings.podset, queues.podset) {
+    if let Some(podset_rx) = queues.podset {
         let (task, ready) =
             launch.spawn("podset", podset_rx, podset::reconcile, podset::error_policy);
         controllers.push(task);
         stores.push(ready);
     }
-    if let (true, Some(at_rx)) = (settings.at, queues.at) {
+    if let Some(at_rx) = queues.at {
         let (task, ready) = launch.spawn("at", at_rx, at::reconcile, at::error_policy);
         controllers.push(task);
         stores.push(ready);
@@ -239,12 +266,13 @@ impl Launch<'_> {
 }
 
 /// The primary objects, triggering only on spec (generation) changes; `synced` turns true
-/// once the first full list is in the store.
+/// once the first full list is in the store. A deleted object's records (backoff,
+/// expectations, status memo) go with it: nothing would ever reconcile it to reset them.
 fn primary<K>(
     events: impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
     writer: reflector::store::Writer<K>,
     synced: tokio::sync::watch::Sender<bool>,
-    _ctx: Arc<Context>,
+    ctx: Arc<Context>,
 ) -> impl futures::Stream<Item = watcher::Result<K>> + Send
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
@@ -252,19 +280,20 @@ where
     events
         .modify(|o: &mut K| o.managed_fields_mut().clear())
         .reflect(writer)
-        .inspect(move |event| {
-            if let Ok(watcher::Event::InitDone) = event {
-                synced.send_replace(true);
-            }
+        .inspect(move |event| match event {
+            Ok(watcher::Event::InitDone) => drop(synced.send_replace(true)),
+            Ok(watcher::Event::Delete(obj)) => ctx.forget(&obj.uid().unwrap_or_default()),
+            _ => {}
         })
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default())
 }
 
-/// Sends each owner whose pods changed to its controller.
+/// Sends each owner whose pods changed to its controller. A controller that does not run has
+/// no queue: nothing would ever drain it.
 struct Router {
-    podset: UnboundedSender<ObjectRef<PodSet>>,
-    at: UnboundedSender<ObjectRef<At>>,
+    podset: Option<UnboundedSender<ObjectRef<PodSet>>>,
+    at: Option<UnboundedSender<ObjectRef<At>>>,
 }
 
 /// The receiving ends of the router's queues, for the controllers to drain.
@@ -274,33 +303,32 @@ struct Queues {
 }
 
 impl Router {
-    fn new(_settings: &Settings) -> (Self, Queues) {
-        let (podset_tx, podset_rx) = unbounded::<ObjectRef<PodSet>>();
-        let (at_tx, at_rx) = unbounded::<ObjectRef<At>>();
-        let router = Router {
-            podset: podset_tx,
-            at: at_tx,
-        };
+    fn new(settings: &Settings) -> (Self, Queues) {
+        let (podset, podset_rx) = settings.podset.then(unbounded).unzip();
+        let (at, at_rx) = settings.at.then(unbounded).unzip();
         let queues = Queues {
-            podset: Some(podset_rx),
-            at: Some(at_rx),
+            podset: podset_rx,
+            at: at_rx,
         };
-        (router, queues)
+        (Router { podset, at }, queues)
     }
 
     fn route(&self, t: &Touched) {
-        // A send fails only when that controller is not running; nothing to route then.
         match t.owner.kind.as_str() {
-            "PodSet" => drop(
-                self.podset
-                    .unbounded_send(ObjectRef::new(&t.owner.name).within(&t.namespace)),
-            ),
-            "At" => drop(
-                self.at
-                    .unbounded_send(ObjectRef::new(&t.owner.name).within(&t.namespace)),
-            ),
+            "PodSet" => enqueue(self.podset.as_ref(), t),
+            "At" => enqueue(self.at.as_ref(), t),
             _ => {}
         }
+    }
+}
+
+fn enqueue<K: Resource<DynamicType = ()>>(
+    queue: Option<&UnboundedSender<ObjectRef<K>>>,
+    t: &Touched,
+) {
+    // A send fails only once the controller stopped; nothing to route then.
+    if let Some(tx) = queue {
+        drop(tx.unbounded_send(ObjectRef::new(&t.owner.name).within(&t.namespace)));
     }
 }
 
@@ -528,6 +556,18 @@ mod tests {
             crate::expectations::Readiness::Satisfied,
             "expectations kept"
         );
+    }
+
+    #[test]
+    fn stale_backoff_entries_are_dropped() {
+        let (b, t0) = (Backoff::default(), Instant::now());
+        b.next_at("gone", t0);
+        b.next_at("failing", t0 + Backoff::MAX);
+        b.next_at("new", t0 + Backoff::MAX * 2);
+        let failures = b.failures.lock().unwrap();
+        let mut keys: Vec<_> = failures.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["failing", "new"]);
     }
 
     #[test]
