@@ -407,6 +407,34 @@ mod tests {
         assert_eq!(seen.load(Ordering::SeqCst), 3);
     }
 
+    /// A collision says "try again", not "at once": an immediate re-send mostly collides
+    /// with the same load.
+    #[tokio::test]
+    async fn a_create_told_to_try_again_waits_before_sending_again() {
+        let (client, _) = colliding_server(2);
+        let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::default_namespaced(client);
+        let start = std::time::Instant::now();
+        create(&api, &api_pod())
+            .await
+            .expect("created on the third attempt");
+        assert!(
+            start.elapsed() >= Duration::from_millis(50),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn retry_delays_are_jittered() {
+        let delays: std::collections::HashSet<_> = (0..32)
+            .map(|_| retry_delay(&Method::GET, StatusCode::TOO_MANY_REQUESTS, None, 3))
+            .collect();
+        assert!(
+            delays.len() > 1,
+            "every client retries in lockstep: {delays:?}"
+        );
+    }
+
     #[tokio::test]
     async fn a_create_gives_up_after_five_attempts() {
         let (client, seen) = colliding_server(usize::MAX);

@@ -559,6 +559,65 @@ mod tests {
     }
 
     #[test]
+    fn backoff_is_jittered() {
+        let b = Backoff::default();
+        let delays: std::collections::HashSet<_> =
+            (0..32).map(|i| b.next(&i.to_string())).collect();
+        assert!(delays.len() > 1, "failures retry in lockstep: {delays:?}");
+    }
+
+    /// Collects what `f` logs.
+    fn logs(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        String::from_utf8(sink.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_failed_reconcile_is_logged_once() {
+        let ctx = context();
+        let mut ps = PodSet::new(
+            "web",
+            crate::api::PodSetSpec {
+                replicas: 1,
+                template: None,
+            },
+        );
+        ps.metadata.namespace = Some("ns".into());
+        ps.metadata.uid = Some("ps-uid".into());
+        let ps = Arc::new(ps);
+        let failure = || Error::PodApi(kube::Error::LinesCodecMaxLineLengthExceeded);
+        let out = logs(|| {
+            podset::error_policy(ps.clone(), &failure(), ctx.clone());
+            let res: Result<
+                (ObjectRef<PodSet>, Action),
+                kube::runtime::controller::Error<Error, std::convert::Infallible>,
+            > = Err(kube::runtime::controller::Error::ReconcilerFailed(
+                failure(),
+                Box::new(ObjectRef::from_obj(ps.as_ref()).erase()),
+            ));
+            log_result("podset", res);
+        });
+        assert_eq!(out.matches("reconcile failed").count(), 1, "{out}");
+    }
+
+    #[test]
     fn stale_backoff_entries_are_dropped() {
         let (b, t0) = (Backoff::default(), Instant::now());
         b.next_at("gone", t0);

@@ -365,6 +365,47 @@ mod tests {
         assert_eq!(names(&victims(arcs(all), 2)), ["unscheduled", "pending"]);
     }
 
+    /// As upstream's `FilterActivePods`: a pod whose node stopped reporting still counts.
+    #[test]
+    fn pods_in_phase_unknown_count_as_active() {
+        let mut unknown = pod("u");
+        unknown.phase = Phase::Unknown;
+        assert_eq!(plan(2, &arcs(vec![pod("a"), unknown])), Plan::Steady);
+    }
+
+    /// The parts of upstream's `ActivePodsWithRanks` order beyond the basic keys.
+    #[test]
+    fn ranks_doubled_up_pods_and_empty_times_as_upstream() {
+        let mut alone = pod("a-alone");
+        alone.node_name = Some("n2".into());
+        let pods = arcs(vec![alone, pod("b1"), pod("b2")]);
+        assert_ne!(
+            names(&victims(pods, 1)),
+            ["a-alone"],
+            "a pod sharing its node with more of its PodSet's pods goes first"
+        );
+        let mut no_time = pod("y-no-ready-time");
+        no_time.ready_since = None;
+        let pods = arcs(vec![pod("x"), no_time]);
+        assert_eq!(
+            names(&victims(pods, 1)),
+            ["y-no-ready-time"],
+            "ready for an unknown time goes first"
+        );
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "status": {"containerStatuses": [
+                {"name": "a", "image": "i", "imageID": "", "ready": true, "restartCount": 3},
+                {"name": "b", "image": "i", "imageID": "", "ready": true, "restartCount": 3}
+            ]}
+        }))
+        .unwrap();
+        assert_eq!(
+            CachedPod::from_pod(&pod).restarts,
+            3,
+            "ranked by the most restarted container"
+        );
+    }
+
     #[test]
     fn slow_start_doubles_and_sums_to_total() {
         assert_eq!(slow_start_batches(0), Vec::<usize>::new());
