@@ -98,18 +98,21 @@ fn released(leases: Api<Lease>, name: String) -> impl Stream<Item = ()> {
 }
 
 /// The lease duration and how long before its expiry the holder renews, in whole seconds.
+/// A third of the duration, and at least a second: renewing only at expiry would let the
+/// lease lapse on every renewal of a 2 s lease.
 fn lease_timing(duration: Duration) -> (u64, u64) {
     let seconds = duration.as_secs().max(2);
-    // Renew a third of the duration before expiry.
-    (seconds, seconds / 3)
+    (seconds, (seconds / 3).max(1))
 }
 
 /// This instance's name in the Lease and in events, outside a cluster (where the pod name is
-/// given): the hostname.
+/// given): the hostname plus a random suffix, as client-go's leader election does, so that
+/// two instances on one host never both believe they hold the lease.
 pub fn default_identity() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "podset-operator".into())
+        .unwrap_or_else(|_| "podset-operator".into());
+    format!("{host}_{:08x}", fastrand::u32(..))
 }
 
 #[cfg(test)]

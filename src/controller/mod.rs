@@ -6,27 +6,32 @@
 //! status writes never trigger them again.
 
 pub mod at;
+mod backoff;
+#[cfg(test)]
+mod fixtures;
 pub mod podset;
+mod routing;
 
-use std::collections::HashMap;
+pub use backoff::Backoff;
+use routing::{Router, primary, watch_pods};
+
 use std::future::Future;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
-use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
-use k8s_openapi::api::core::v1::Pod;
+use futures::channel::mpsc::UnboundedReceiver;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::api::{At, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet, PodSetStatus};
-use crate::cache::{PodCache, Touched};
+use crate::api::PodSetStatus;
+use crate::cache::PodCache;
 use crate::error::Error;
 use crate::expectations::{Expectations, StatusWrites};
 use crate::health::Health;
@@ -74,49 +79,6 @@ impl Context {
         self.expectations.forget(uid);
         self.backoff.reset(uid);
         self.podset_statuses.forget(uid);
-    }
-}
-
-/// Per-object retry delays that double on each failure: 1 s, 2 s, 4 s ... up to 5 minutes.
-#[derive(Default)]
-pub struct Backoff {
-    failures: Mutex<HashMap<String, Failures>>,
-}
-
-struct Failures {
-    count: u32,
-    last: Instant,
-}
-
-impl Backoff {
-    const BASE: Duration = Duration::from_secs(1);
-    const MAX: Duration = Duration::from_secs(300);
-
-    pub fn next(&self, key: &str) -> Duration {
-        self.next_at(key, Instant::now())
-    }
-
-    fn next_at(&self, key: &str, now: Instant) -> Duration {
-        let mut failures = self.failures.lock().expect("backoff lock");
-        if !failures.contains_key(key) {
-            // An object deleted while the watch was away is never reset. One that still fails
-            // comes back within MAX, so an entry idle for twice that is stale.
-            failures.retain(|_, f| now.duration_since(f.last) < Self::MAX * 2);
-        }
-        let f = failures.entry(key.to_string()).or_insert(Failures {
-            count: 0,
-            last: now,
-        });
-        f.last = now;
-        let delay = Self::BASE
-            .saturating_mul(1u32 << f.count.min(16))
-            .min(Self::MAX);
-        f.count += 1;
-        delay
-    }
-
-    pub fn reset(&self, key: &str) {
-        self.failures.lock().expect("backoff lock").remove(key);
     }
 }
 
@@ -265,94 +227,6 @@ impl Launch<'_> {
     }
 }
 
-/// The primary objects, triggering only on spec (generation) changes; `synced` turns true
-/// once the first full list is in the store. A deleted object's records (backoff,
-/// expectations, status memo) go with it: nothing would ever reconcile it to reset them.
-fn primary<K>(
-    events: impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
-    writer: reflector::store::Writer<K>,
-    synced: tokio::sync::watch::Sender<bool>,
-    ctx: Arc<Context>,
-) -> impl futures::Stream<Item = watcher::Result<K>> + Send
-where
-    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
-{
-    events
-        .modify(|o: &mut K| o.managed_fields_mut().clear())
-        .reflect(writer)
-        .inspect(move |event| match event {
-            Ok(watcher::Event::InitDone) => drop(synced.send_replace(true)),
-            Ok(watcher::Event::Delete(obj)) => ctx.forget(&obj.uid().unwrap_or_default()),
-            _ => {}
-        })
-        .applied_objects()
-        .predicate_filter(predicates::generation, Default::default())
-}
-
-/// Sends each owner whose pods changed to its controller. A controller that does not run has
-/// no queue: nothing would ever drain it.
-struct Router {
-    podset: Option<UnboundedSender<ObjectRef<PodSet>>>,
-    at: Option<UnboundedSender<ObjectRef<At>>>,
-}
-
-/// The receiving ends of the router's queues, for the controllers to drain.
-struct Queues {
-    podset: Option<UnboundedReceiver<ObjectRef<PodSet>>>,
-    at: Option<UnboundedReceiver<ObjectRef<At>>>,
-}
-
-impl Router {
-    fn new(settings: &Settings) -> (Self, Queues) {
-        let (podset, podset_rx) = settings.podset.then(unbounded).unzip();
-        let (at, at_rx) = settings.at.then(unbounded).unzip();
-        let queues = Queues {
-            podset: podset_rx,
-            at: at_rx,
-        };
-        (Router { podset, at }, queues)
-    }
-
-    fn route(&self, t: &Touched) {
-        match t.owner.kind.as_str() {
-            "PodSet" => enqueue(self.podset.as_ref(), t),
-            "At" => enqueue(self.at.as_ref(), t),
-            _ => {}
-        }
-    }
-}
-
-fn enqueue<K: Resource<DynamicType = ()>>(
-    queue: Option<&UnboundedSender<ObjectRef<K>>>,
-    t: &Touched,
-) {
-    // A send fails only once the controller stopped; nothing to route then.
-    if let Some(tx) = queue {
-        drop(tx.unbounded_send(ObjectRef::new(&t.owner.name).within(&t.namespace)));
-    }
-}
-
-async fn watch_pods(ctx: Arc<Context>, namespace: Option<String>, router: Router) {
-    let api = scoped::<Pod>(ctx.client.clone(), namespace.as_deref());
-    let config =
-        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
-    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(event) => {
-                // The cache first, then the expectations: a reconcile reads them in the
-                // opposite order (see `podset::snapshot`), so it never sees an expectation
-                // met by a pod it cannot see.
-                for touched in ctx.pods.apply(event) {
-                    ctx.expectations.observe(&touched, Instant::now());
-                    router.route(&touched);
-                }
-            }
-            Err(e) => warn!(error = %e, "pod watch failed; retrying with backoff"),
-        }
-    }
-}
-
 fn log_result<K: Resource, E: std::fmt::Display>(
     controller: &'static str,
     res: Result<(ObjectRef<K>, Action), kube::runtime::controller::Error<Error, E>>,
@@ -444,6 +318,8 @@ pub async fn timed<F: Future<Output = crate::error::Result<Action>>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::fixtures::{context, podset};
+    use std::sync::Mutex;
 
     #[test]
     fn event_notes_fit_the_api_limit() {
@@ -455,115 +331,6 @@ mod tests {
         assert!(cut.starts_with("éé"));
         let exact = "a".repeat(1024);
         assert_eq!(truncate_note(exact.clone()), exact);
-    }
-
-    fn settings(podset: bool, at: bool) -> Settings {
-        Settings {
-            namespace: None,
-            podset,
-            at,
-            concurrency: 0,
-            instance: "test".into(),
-        }
-    }
-
-    fn touched(kind: &str, owner_uid: &str) -> Touched {
-        Touched {
-            owner: crate::cache::Owner {
-                kind: kind.into(),
-                name: "x".into(),
-                uid: owner_uid.into(),
-            },
-            namespace: "ns".into(),
-            pod_uid: "p".into(),
-            change: crate::cache::Change::Updated,
-        }
-    }
-
-    #[test]
-    fn a_disabled_controllers_queue_is_never_fed() {
-        let (router, queues) = Router::new(&settings(true, false));
-        for _ in 0..3 {
-            router.route(&touched("At", "a"));
-            router.route(&touched("PodSet", "p"));
-        }
-        if let Some(mut at) = queues.at {
-            assert!(
-                at.try_recv().is_err(),
-                "pod events queued for the At controller, which never runs"
-            );
-        }
-        let mut podset = queues.podset.expect("the PodSet controller runs");
-        assert!(podset.try_recv().is_ok());
-    }
-
-    /// A Context whose API answers nothing (no test here calls it).
-    fn context() -> Arc<Context> {
-        let svc = tower::service_fn(|_req: http::Request<kube::client::Body>| async {
-            Err::<http::Response<kube::client::Body>, tower::BoxError>(
-                "no API in unit tests".into(),
-            )
-        });
-        let client = Client::new(svc, "default");
-        Arc::new(Context {
-            client: client.clone(),
-            pods: Default::default(),
-            expectations: Expectations::default(),
-            recorder: Recorder::new(
-                client,
-                Reporter {
-                    controller: "test".into(),
-                    instance: None,
-                },
-            ),
-            metrics: Default::default(),
-            backoff: Backoff::default(),
-            podset_statuses: StatusWrites::default(),
-        })
-    }
-
-    #[tokio::test]
-    async fn a_deleted_objects_records_are_dropped() {
-        let ctx = context();
-        let mut ps = PodSet::new(
-            "web",
-            crate::api::PodSetSpec {
-                replicas: 1,
-                template: None,
-            },
-        );
-        ps.metadata.namespace = Some("ns".into());
-        ps.metadata.uid = Some("ps-uid".into());
-        ctx.backoff.next("ps-uid");
-        ctx.expectations.expect_creates("ps-uid", 1, Instant::now());
-        let events = futures::stream::iter([
-            Ok(watcher::Event::Init),
-            Ok(watcher::Event::InitApply(ps.clone())),
-            Ok(watcher::Event::InitDone),
-            Ok(watcher::Event::Delete(ps)),
-        ]);
-        let (_reader, writer) = reflector::store();
-        let (synced, _ready) = tokio::sync::watch::channel(false);
-        primary(events, writer, synced, ctx.clone())
-            .for_each(|_| async {})
-            .await;
-        assert!(
-            ctx.backoff.failures.lock().unwrap().is_empty(),
-            "backoff kept"
-        );
-        assert_eq!(
-            ctx.expectations.readiness("ps-uid", Instant::now()),
-            crate::expectations::Readiness::Satisfied,
-            "expectations kept"
-        );
-    }
-
-    #[test]
-    fn backoff_is_jittered() {
-        let b = Backoff::default();
-        let delays: std::collections::HashSet<_> =
-            (0..32).map(|i| b.next(&i.to_string())).collect();
-        assert!(delays.len() > 1, "failures retry in lockstep: {delays:?}");
     }
 
     /// Collects what `f` logs.
@@ -592,21 +359,12 @@ mod tests {
     #[tokio::test]
     async fn a_failed_reconcile_is_logged_once() {
         let ctx = context();
-        let mut ps = PodSet::new(
-            "web",
-            crate::api::PodSetSpec {
-                replicas: 1,
-                template: None,
-            },
-        );
-        ps.metadata.namespace = Some("ns".into());
-        ps.metadata.uid = Some("ps-uid".into());
-        let ps = Arc::new(ps);
+        let ps = Arc::new(podset());
         let failure = || Error::PodApi(kube::Error::LinesCodecMaxLineLengthExceeded);
         let out = logs(|| {
             podset::error_policy(ps.clone(), &failure(), ctx.clone());
             let res: Result<
-                (ObjectRef<PodSet>, Action),
+                (ObjectRef<crate::api::PodSet>, Action),
                 kube::runtime::controller::Error<Error, std::convert::Infallible>,
             > = Err(kube::runtime::controller::Error::ReconcilerFailed(
                 failure(),
@@ -615,28 +373,5 @@ mod tests {
             log_result("podset", res);
         });
         assert_eq!(out.matches("reconcile failed").count(), 1, "{out}");
-    }
-
-    #[test]
-    fn stale_backoff_entries_are_dropped() {
-        let (b, t0) = (Backoff::default(), Instant::now());
-        b.next_at("gone", t0);
-        b.next_at("failing", t0 + Backoff::MAX);
-        b.next_at("new", t0 + Backoff::MAX * 2);
-        let failures = b.failures.lock().unwrap();
-        let mut keys: Vec<_> = failures.keys().map(String::as_str).collect();
-        keys.sort();
-        assert_eq!(keys, ["failing", "new"]);
-    }
-
-    #[test]
-    fn backoff_doubles_to_a_cap_and_resets() {
-        let b = Backoff::default();
-        let delays: Vec<u64> = (0..12).map(|_| b.next("x").as_secs()).collect();
-        assert_eq!(&delays[..5], [1, 2, 4, 8, 16]);
-        assert_eq!(*delays.last().unwrap(), 300);
-        assert_eq!(b.next("y").as_secs(), 1, "per object");
-        b.reset("x");
-        assert_eq!(b.next("x").as_secs(), 1);
     }
 }

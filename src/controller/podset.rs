@@ -27,8 +27,8 @@ pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action> {
     timed(&ctx, CONTROLLER, reconcile_podset(&ps, &ctx)).await
 }
 
-pub fn error_policy(ps: Arc<PodSet>, error: &Error, ctx: Arc<Context>) -> Action {
-    warn!(controller = CONTROLLER, namespace = ps.namespace(), name = ps.name_any(), %error, "reconcile failed");
+/// Only decides the delay: the failure is logged once, where the controller reports it.
+pub fn error_policy(ps: Arc<PodSet>, _error: &Error, ctx: Arc<Context>) -> Action {
     retry_after(ps.as_ref(), &ctx)
 }
 

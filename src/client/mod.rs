@@ -32,6 +32,9 @@ use tower::{BoxError, Layer, Service, ServiceBuilder};
 
 use crate::metrics::Metrics;
 
+mod outcome;
+pub use outcome::may_have_acted;
+
 /// Builds the operator's client from a kubeconfig or in-cluster config.
 pub fn build(
     config: kube::Config,
@@ -99,11 +102,13 @@ pub fn retry_delay(
     if !repeatable || attempt >= ATTEMPTS {
         return None;
     }
-    let backoff = Duration::from_millis(50) * 2u32.pow(attempt);
+    // The server's Retry-After is its own spreading of load; our backoff is jittered so that
+    // requests refused together are not sent again together.
+    let backoff = || crate::jitter::jittered(Duration::from_millis(50) * 2u32.pow(attempt));
     Some(
         retry_after
             .map(Duration::from_secs)
-            .unwrap_or(backoff)
+            .unwrap_or_else(backoff)
             .min(MAX_DELAY),
     )
 }
@@ -111,7 +116,8 @@ pub fn retry_delay(
 /// Creates `obj`, sending it again while the API server answers ServerTimeout: it says "try
 /// again" and made nothing. A `generateName` that collides with an existing name gets that
 /// answer (1000 pods with one prefix collide about once in 30 runs), as does a pod whose
-/// namespace's ServiceAccount is not ready yet.
+/// namespace's ServiceAccount is not ready yet. Each re-send waits a jittered 50, 100, 200,
+/// 400 ms: a ServiceAccount is not ready the instant after.
 pub async fn create<K>(api: &kube::Api<K>, obj: &K) -> kube::Result<K>
 where
     K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
@@ -122,37 +128,13 @@ where
     loop {
         match api.create(&params, obj).await {
             Err(kube::Error::Api(s)) if s.reason == "ServerTimeout" && attempt < ATTEMPTS => {
+                let delay = Duration::from_millis(50) * (1 << (attempt - 1));
+                tokio::time::sleep(crate::jitter::jittered(delay)).await;
                 attempt += 1;
             }
             result => return result,
         }
     }
-}
-
-/// Whether a failed create or delete may still have been carried out. Only what the API
-/// server turned away (a 4xx, or a 500 ServerTimeout, its "made nothing, try again") or what
-/// was never sent (no connection, a request that could not be built) surely made nothing. A
-/// connection reset or read timeout after sending, a 5xx, or a success that could not be
-/// read may all follow a write that reached etcd.
-pub fn may_have_acted(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(s) => s.code >= 500 && s.reason != "ServerTimeout",
-        kube::Error::Service(e) => !never_sent(e.as_ref()),
-        kube::Error::BuildRequest(_) | kube::Error::HttpError(_) => false,
-        _ => true,
-    }
-}
-
-/// A connection that could not be made: the request never left.
-fn never_sent(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(error);
-    while let Some(e) = cause {
-        if let Some(e) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
-            return e.is_connect();
-        }
-        cause = e.source();
-    }
-    false
 }
 
 /// Per-request retry state for [`retry_delay`].
@@ -302,9 +284,11 @@ mod tests {
         let delays: Vec<_> = (0..9)
             .map(|a| retry_delay(&Method::GET, StatusCode::TOO_MANY_REQUESTS, None, a))
             .collect();
-        assert_eq!(delays[0], Some(Duration::from_millis(50)));
-        assert_eq!(delays[1], Some(Duration::from_millis(100)));
-        assert_eq!(delays[7], Some(Duration::from_millis(6400)));
+        for (attempt, full) in [(0, 50), (1, 100), (7, 6400)] {
+            let delay = delays[attempt].expect("retried");
+            let full = Duration::from_millis(full);
+            assert!(delay >= full / 2 && delay <= full, "{attempt}: {delay:?}");
+        }
         assert_eq!(delays[8], None);
         assert_eq!(
             retry_delay(&Method::GET, StatusCode::TOO_MANY_REQUESTS, Some(3600), 0),
@@ -446,94 +430,5 @@ mod tests {
 
     fn api_pod() -> k8s_openapi::api::core::v1::Pod {
         serde_json::from_value(serde_json::json!({"metadata": {"generateName": "p-"}})).unwrap()
-    }
-
-    fn api_error(code: u16, reason: &str) -> kube::Error {
-        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
-            "status": "Failure", "code": code, "reason": reason, "message": "m"
-        }))
-        .unwrap();
-        kube::Error::Api(Box::new(status))
-    }
-
-    /// What the API server turned away made nothing; anything else may have acted.
-    #[test]
-    fn only_a_refusal_counts_as_not_done() {
-        for (code, reason) in [
-            (504, "Timeout"),
-            (500, "InternalError"),
-            (503, "ServiceUnavailable"),
-            (502, "BadGateway"),
-        ] {
-            assert!(may_have_acted(&api_error(code, reason)), "{code} {reason}");
-        }
-        for (code, reason) in [
-            (403, "Forbidden"),
-            (422, "Invalid"),
-            (429, "TooManyRequests"),
-            (409, "AlreadyExists"),
-            (500, "ServerTimeout"),
-        ] {
-            assert!(!may_have_acted(&api_error(code, reason)), "{code} {reason}");
-        }
-    }
-
-    /// A create through the operator's real client against a local socket.
-    async fn create_through(addr: std::net::SocketAddr) -> kube::Error {
-        let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
-        let client = build(config, Default::default(), 1).unwrap();
-        let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, "ns");
-        api.create(&Default::default(), &api_pod())
-            .await
-            .expect_err("the server never answers")
-    }
-
-    /// The server reads the whole request, then resets the connection: the reply is lost
-    /// after the create may have been stored.
-    #[tokio::test]
-    async fn a_create_whose_reply_is_lost_may_have_acted() {
-        use tokio::io::AsyncReadExt;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let mut request = Vec::new();
-            let mut buf = [0u8; 4096];
-            while !whole_request(&request) {
-                let n = socket.read(&mut buf).await.unwrap();
-                assert!(n > 0, "the client closed first");
-                request.extend_from_slice(&buf[..n]);
-            }
-            socket.set_zero_linger().unwrap();
-        });
-        let error = create_through(addr).await;
-        assert!(may_have_acted(&error), "taken as not created: {error}");
-    }
-
-    /// Nothing listens: the request was never sent.
-    #[tokio::test]
-    async fn a_create_that_could_not_connect_did_not_land() {
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        let error = create_through(addr).await;
-        assert!(!may_have_acted(&error), "{error}");
-    }
-
-    fn whole_request(bytes: &[u8]) -> bool {
-        let text = String::from_utf8_lossy(bytes);
-        let Some(end) = text.find("\r\n\r\n") else {
-            return false;
-        };
-        let length = text[..end]
-            .lines()
-            .find_map(|l| {
-                l.to_ascii_lowercase()
-                    .strip_prefix("content-length:")
-                    .map(|v| v.trim().parse::<usize>().unwrap())
-            })
-            .unwrap_or(0);
-        bytes.len() >= end + 4 + length
     }
 }
