@@ -5,7 +5,9 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 CLUSTER_DIR ?= $(CURDIR)/.local/cluster
-CLUSTER_NODES ?= 3
+# make cluster-up / make run: real nodes (pods run real containers) and kubemark hollow nodes.
+REAL_NODES ?= 1
+HOLLOW_NODES ?= 0
 KUBECONFIG_LOCAL := $(CLUSTER_DIR)/kubeconfig
 BIN := target/debug/podset-operator
 # Each test control plane leaves there the requests of the operator's ServiceAccount (testenv::audit).
@@ -41,7 +43,10 @@ test: kubernetes helm-sdk ## Build everything and run every test (unit, end to e
 	$(call say,checking formatting and lints)
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(call say,running tests: unit tests, then end-to-end tests that each start a real control plane)
+	$(call say,building the operator's image offline: static binary (hack/build-static.sh) + buildah; the in-cluster tests run it)
+	@bash hack/build-image.sh
+	@bash hack/check-static.sh
+	$(call say,running tests: unit tests, then end-to-end tests that each start a real control plane (real nodes run real containers))
 	rm -rf $(AUDIT_DIR)
 	PODSET_AUDIT_DIR=$(AUDIT_DIR) $(CARGO) test --workspace --no-fail-fast -- --test-threads=$${TEST_THREADS:-2}
 	$(call say,least privilege: every request the operator made in those tests against the generated RBAC rules)
@@ -49,9 +54,6 @@ test: kubernetes helm-sdk ## Build everything and run every test (unit, end to e
 	$(call say,benchmark harness smoke run: tiny sizes, checks the harness and its invariants, not speed)
 	target/debug/podset-bench --smoke --operator target/debug/podset-operator --csv target/bench/smoke.csv
 	@bash hack/check-no-leftovers.sh
-	$(call say,building the container image's static binary (hack/build-static.sh) and checking it)
-	@bash hack/build-static.sh
-	@bash hack/check-static.sh
 
 .PHONY: bench
 bench: kubernetes ## Benchmarks vs the ReplicaSet controller and the API floor (release build; ~30 min)
@@ -101,8 +103,18 @@ deploy: ## Install CRDs, namespace, RBAC and the Deployment into the kubeconfig'
 	kubectl apply --server-side -k config/default
 
 .PHONY: undeploy
-undeploy: ## Remove what `make deploy` installed, CRDs (and with them every PodSet and At) included
-	kubectl delete --ignore-not-found -k config/default
+undeploy: ## Remove what `make deploy` (or `make deploy-local`) installed, CRDs (so every PodSet and At) included
+	@if [ -f "$(CLUSTER_DIR)/deploy-local/kustomization.yaml" ] && [ -z "$${KUBECONFIG:-}" ]; then \
+	  CLUSTER_DIR="$(CLUSTER_DIR)" bash hack/deploy-local.sh undeploy; \
+	else kubectl delete --ignore-not-found -k config/default; fi
+
+.PHONY: image
+image: ## Build the operator's image offline (buildah, no Docker engine): target/image/podset-operator.tar
+	@bash hack/build-image.sh
+
+.PHONY: deploy-local
+deploy-local: ## With `make cluster-up` running: build the image, push it to its registry, install config/k8s-1.20 with it
+	@CLUSTER_DIR="$(CLUSTER_DIR)" bash hack/deploy-local.sh
 
 .PHONY: static
 static: ## Build the static release binary the image ships (target/static/podset-operator) and check it
@@ -110,7 +122,7 @@ static: ## Build the static release binary the image ships (target/static/podset
 	@bash hack/check-static.sh
 
 .PHONY: docker-build
-docker-build: ## Build the container image $(IMG) (needs a running Docker engine)
+docker-build: ## Build the container image $(IMG) with Docker (for real registries; `make image` needs no Docker)
 	docker build -t $(IMG) .
 
 .PHONY: helm-lint

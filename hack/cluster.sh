@@ -3,7 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR="${CLUSTER_DIR:-$PWD/.local/cluster}"
-NODES="${CLUSTER_NODES:-3}"
+REAL_NODES="${REAL_NODES:-1}"
+HOLLOW_NODES="${HOLLOW_NODES:-0}"
 PIDFILE="$DIR/local-cluster.pid"
 say() { printf '\033[1m[cluster]\033[0m %s\n' "$*" >&2; }
 
@@ -17,9 +18,9 @@ up() {
   mkdir -p "$DIR"
   local crds="$DIR/crds.yaml"
   target/debug/podset-operator crds > "$crds"
-  say "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and $NODES hollow nodes (log: $DIR/local-cluster.log)"
+  say "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, $REAL_NODES real node(s) (kubelet, containerd, runc) and $HOLLOW_NODES hollow node(s) (log: $DIR/local-cluster.log)"
   rm -f "$DIR/ready"
-  setsid nohup target/debug/local-cluster --dir "$DIR" --nodes "$NODES" --crds "$crds" > "$DIR/local-cluster.log" 2>&1 < /dev/null &
+  setsid nohup target/debug/local-cluster --dir "$DIR" --real-nodes "$REAL_NODES" --nodes "$HOLLOW_NODES" --crds "$crds" > "$DIR/local-cluster.log" 2>&1 < /dev/null &
   echo $! > "$PIDFILE"
   local deadline=$((SECONDS + 180))
   until [ -f "$DIR/ready" ]; do
@@ -27,7 +28,7 @@ up() {
     if [ $SECONDS -gt $deadline ]; then say "not ready after 180s"; tail -n 40 "$DIR/local-cluster.log" >&2; exit 1; fi
     sleep 0.5
   done
-  say "ready. Use it with:"
+  say "ready: $(kubectl --kubeconfig "$DIR/kubeconfig" get nodes --no-headers 2>/dev/null | wc -l) node(s), images from the cluster's registry $(cat "$DIR/registry-address" 2>/dev/null || echo -). Use it with:"
   echo "export KUBECONFIG=$DIR/kubeconfig"
 }
 
@@ -36,7 +37,8 @@ down() {
   local pid; pid=$(cat "$PIDFILE")
   say "stopping (pid $pid)"
   kill -TERM "$pid"
-  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  # Real nodes stop their pods, shims, mounts and bridges first: give them time.
+  for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   kill -0 "$pid" 2>/dev/null && kill -KILL -- "-$pid" 2>/dev/null || true
   rm -f "$PIDFILE"
   say "stopped"

@@ -8,13 +8,17 @@ use clap::Parser;
 use testenv::{Cluster, Options};
 
 #[derive(Parser)]
-#[command(about = "Run a local Kubernetes 1.20 control plane with kubemark hollow nodes")]
+#[command(about = "Run a local Kubernetes 1.20 control plane with real and kubemark hollow nodes")]
 struct Args {
     /// State directory: kubeconfig, certificates, component logs.
     #[arg(long, default_value = ".local/cluster")]
     dir: PathBuf,
-    /// Number of hollow nodes (simulated kubelets).
-    #[arg(long, default_value_t = 3)]
+    /// Real nodes (kubelet + containerd + runc): pods run real containers. Needs root.
+    #[arg(long, default_value_t = 1)]
+    real_nodes: usize,
+    /// kubemark hollow nodes (no container ever starts), for scale; with real nodes too they
+    /// carry the taint `podset-testenv/hollow=true:NoSchedule`.
+    #[arg(long, default_value_t = 0)]
     nodes: usize,
     /// CRD manifests to install once the apiserver is ready (YAML, `---` separated).
     #[arg(long)]
@@ -28,7 +32,8 @@ async fn main() -> Result<()> {
     let ready_marker = dir.join("ready");
     let _ = std::fs::remove_file(&ready_marker);
     eprintln!(
-        "local-cluster: starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and {} hollow nodes in {}",
+        "local-cluster: starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, {} real and {} hollow nodes in {}",
+        args.real_nodes,
         args.nodes,
         dir.display()
     );
@@ -40,7 +45,9 @@ async fn main() -> Result<()> {
     let cluster = Cluster::start(Options {
         dir: Some(dir.clone()),
         crds,
-        ..Options::default().with_nodes(args.nodes)
+        ..Options::default()
+            .with_nodes(args.nodes)
+            .with_real_nodes(args.real_nodes)
     })
     .await?;
     std::fs::write(
