@@ -4,6 +4,7 @@
 //! and writes CSV. `--smoke` runs tiny sizes once (as `make test` does, so the harness cannot
 //! rot); `soak` runs the soak test.
 
+mod node;
 mod system;
 mod workload;
 
@@ -24,7 +25,7 @@ use testenv::MaxPods;
 use testenv::{Cluster, Options, Process};
 use workload::{Convergence, Kind};
 
-const NS: &str = "bench";
+pub(crate) const NS: &str = "bench";
 
 #[derive(Parser)]
 #[command(
@@ -45,6 +46,14 @@ enum Command {
         minutes: u64,
         #[arg(long, default_value = "target/release/podset-operator")]
         operator: PathBuf,
+    },
+    /// A real node: time to Ready, pod start latency, At lateness, kubelet + containerd RSS.
+    Node {
+        #[arg(long, default_value = "target/release/podset-operator")]
+        operator: PathBuf,
+        /// Pods created at once for the start latency.
+        #[arg(long, default_value_t = 20)]
+        pods: usize,
     },
 }
 
@@ -220,7 +229,7 @@ impl Env {
     }
 }
 
-async fn start_operator(
+pub(crate) async fn start_operator(
     cluster: &Cluster,
     bin: &PathBuf,
     controllers: &str,
@@ -881,6 +890,7 @@ async fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Soak { minutes, operator }) => soak(minutes, operator).await,
+        Some(Command::Node { operator, pods }) => node::node(operator, pods).await,
         None => bench(cli.bench).await,
     }
 }

@@ -121,6 +121,8 @@ pub struct Cluster {
     audit: bool,
     /// When the API server was starting, each time (see [`audit::NotReady`]).
     not_ready: Vec<audit::NotReady>,
+    /// How long the real nodes took from their registry's start to Ready (benchmarks).
+    pub real_nodes_ready_in: Option<Duration>,
 }
 
 enum Root {
@@ -227,6 +229,7 @@ impl Cluster {
             registry: None,
             audit: opts.audit,
             not_ready: Vec::new(),
+            real_nodes_ready_in: None,
         };
         cluster.write_kubeconfig(&cluster.kubeconfig, &cluster.admin_token.clone())?;
         cluster.start_etcd()?;
@@ -259,6 +262,7 @@ impl Cluster {
         for i in 0..opts.nodes {
             cluster.start_hollow_node(i, opts.real_nodes > 0)?;
         }
+        let nodes_began = Instant::now();
         if let Some(bridge) = first_bridge {
             cluster.start_real_nodes(bridge, opts.real_nodes).await?;
         }
@@ -271,6 +275,9 @@ impl Cluster {
             cluster
                 .wait_for_ready_nodes(opts.nodes + opts.real_nodes)
                 .await?;
+        }
+        if opts.real_nodes > 0 {
+            cluster.real_nodes_ready_in = Some(nodes_began.elapsed());
         }
         Ok(cluster)
     }
