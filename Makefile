@@ -61,6 +61,11 @@ bench: kubernetes ## Benchmarks vs the ReplicaSet controller and the API floor (
 	$(CARGO) build --release -p podset-operator -p podset-bench
 	target/release/podset-bench --operator target/release/podset-operator --runs $${BENCH_RUNS:-3} --csv target/bench/results.csv
 
+.PHONY: bench-node
+bench-node: kubernetes ## A real node: time to Ready, pod start latency (20 pods), At lateness, kubelet + containerd memory
+	$(CARGO) build --release -p podset-operator -p podset-bench
+	target/release/podset-bench node --operator target/release/podset-operator
+
 .PHONY: soak
 soak: kubernetes ## Soak test: 20 minutes of random scaling and pod deletions, RSS trend reported
 	$(CARGO) build --release -p podset-operator -p podset-bench

@@ -150,3 +150,37 @@ pub fn assert_kinds(docs: &[Value], want: &[&str]) {
     let want: BTreeSet<String> = want.iter().map(|k| k.to_string()).collect();
     assert_eq!(kinds(docs), want);
 }
+
+/// The runtime stage of a Dockerfile: USER, EXPOSE, ENTRYPOINT, CMD and where COPY puts files.
+fn runtime_layout(path: &str) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(repo().join(path))?;
+    let last_stage = text.rsplit("\nFROM ").next().unwrap_or_default();
+    Ok(last_stage
+        .lines()
+        .filter_map(|l| {
+            let (word, rest) = l.split_once(' ')?;
+            match word {
+                "USER" | "EXPOSE" | "ENTRYPOINT" | "CMD" => Some(l.to_string()),
+                "COPY" => Some(format!("COPY -> {}", rest.rsplit(' ').next()?)),
+                _ => None,
+            }
+        })
+        .collect())
+}
+
+/// The Dockerfile (real registries) and the offline buildah recipe give the same runtime.
+#[test]
+fn both_image_recipes_share_the_runtime_layout() -> Result<()> {
+    let docker = runtime_layout("Dockerfile")?;
+    let offline = runtime_layout("hack/images/operator.Dockerfile")?;
+    assert_eq!(docker, offline);
+    assert!(
+        docker.contains(&"USER 65532:65532".to_string()),
+        "{docker:?}"
+    );
+    assert!(
+        docker.contains(&"COPY -> /podset-operator".to_string()),
+        "{docker:?}"
+    );
+    Ok(())
+}
