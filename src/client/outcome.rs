@@ -1,19 +1,13 @@
 //! What a failed create or delete may still have done.
 
-/// Whether a failed create or delete may still have been carried out: a reply that never
-/// came (a connection reset or read timeout after sending, a success that could not be
-/// read), or the API server's 504 (the write may finish after it gave up waiting), as the
-/// Job controller reads it. What was never sent (no connection, a request that could not be
-/// built) and what the API server answered otherwise made nothing.
-///
-/// Known gap: a 500 can follow a write that reached etcd. It is read as "made nothing", as
-/// upstream does, because an etcd outage answers every create with a 500 and keeping each
-/// expected would stall the PodSet for the expectations' five minutes (the etcd restart
-/// fault test caught that); settling such creates needs a consistent read once the request
-/// can no longer land.
+/// Whether a failed create or delete may still have been carried out. Only what the API
+/// server turned away (a 4xx, or a 500 ServerTimeout, its "made nothing, try again") or what
+/// was never sent (no connection, a request that could not be built) surely made nothing. A
+/// connection reset or read timeout after sending, a 5xx, or a success that could not be
+/// read may all follow a write that reached etcd.
 pub fn may_have_acted(error: &kube::Error) -> bool {
     match error {
-        kube::Error::Api(s) => s.code == 504,
+        kube::Error::Api(s) => s.code >= 500 && s.reason != "ServerTimeout",
         kube::Error::Service(e) => !never_sent(e.as_ref()),
         kube::Error::BuildRequest(_) | kube::Error::HttpError(_) => false,
         _ => true,
@@ -45,18 +39,23 @@ mod tests {
         kube::Error::Api(Box::new(status))
     }
 
-    /// Of the API server's answers, only its 504 leaves the outcome open.
+    /// What the API server turned away made nothing; anything else may have acted.
     #[test]
-    fn only_a_timeout_answer_may_have_acted() {
-        assert!(may_have_acted(&api_error(504, "Timeout")));
+    fn only_a_refusal_counts_as_not_done() {
+        for (code, reason) in [
+            (504, "Timeout"),
+            (500, "InternalError"),
+            (503, "ServiceUnavailable"),
+            (502, "BadGateway"),
+        ] {
+            assert!(may_have_acted(&api_error(code, reason)), "{code} {reason}");
+        }
         for (code, reason) in [
             (403, "Forbidden"),
             (422, "Invalid"),
             (429, "TooManyRequests"),
             (409, "AlreadyExists"),
             (500, "ServerTimeout"),
-            (500, "InternalError"),
-            (503, "ServiceUnavailable"),
         ] {
             assert!(!may_have_acted(&api_error(code, reason)), "{code} {reason}");
         }
