@@ -111,7 +111,8 @@ deploy: ## Install CRDs, namespace, RBAC and the Deployment into the kubeconfig'
 undeploy: ## Remove what `make deploy` (or `make deploy-local`) installed, CRDs (so every PodSet and At) included
 	@if [ -f "$(CLUSTER_DIR)/deploy-local/kustomization.yaml" ] && [ -z "$${KUBECONFIG:-}" ]; then \
 	  CLUSTER_DIR="$(CLUSTER_DIR)" bash hack/deploy-local.sh undeploy; \
-	else kubectl delete --ignore-not-found -k config/default; fi
+	else kubectl -n podset-operator-system delete deployment podset-operator-controller-manager --ignore-not-found --wait=true; \
+	  kubectl delete --ignore-not-found -k config/default; fi
 
 .PHONY: image
 image: ## Build the operator's image offline (buildah, no Docker engine): target/image/podset-operator.tar

@@ -61,6 +61,10 @@ YAML
 
 undeploy() {
   [ -f "$OVERLAY/kustomization.yaml" ] || { say "nothing deployed from $OVERLAY"; return; }
+  # The operator first, while its RBAC still exists: it releases its Lease on SIGTERM.
+  say "stopping the operator"
+  k -n "$NS" delete deployment podset-operator-controller-manager --ignore-not-found --wait=true >&2
+  k -n "$NS" wait --for=delete pod -l app.kubernetes.io/name=podset-operator --timeout=120s >/dev/null 2>&1 || true
   say "removing what deploy-local installed (CRDs, and with them every PodSet and At, included)"
   k delete --ignore-not-found -k "$OVERLAY" >&2
 }
