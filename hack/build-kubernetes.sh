@@ -31,7 +31,7 @@ enable_deb_src() {
 }
 
 install_build_deps() {
-  local pkgs=(golang-go etcd-server rsync jq golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev dpkg-dev)
+  local pkgs=(golang-go etcd-server rsync jq golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev dpkg-dev patch)
   local missing=()
   for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if [ ${#missing[@]} -gt 0 ] || [ -z "${APT_UPDATED:-}" ]; then
@@ -74,6 +74,26 @@ patch_vendor() {
   touch "$src/.vendor-patched"
 }
 
+# Our fixes to the Kubernetes source (hack/patches/*.patch). Each leaves a stamp, so a
+# cached build without it is rebuilt (incrementally, from Go's build cache).
+PATCHES=("$(dirname "$0")"/patches/*.patch)
+
+patches_applied() {
+  local p
+  for p in "${PATCHES[@]}"; do [ -f "$CACHE/src/.patched-$(basename "$p")" ] || return 1; done
+}
+
+apply_patches() {
+  local p stamp
+  for p in "${PATCHES[@]}"; do
+    stamp="$CACHE/src/.patched-$(basename "$p")"
+    [ -f "$stamp" ] && continue
+    say "patching the source: $(basename "$p") ($(head -n1 "$p"))"
+    patch --forward --silent -p1 -d "$CACHE/src" < "$p"
+    touch "$stamp"
+  done
+}
+
 compile() {
   local src="$CACHE/src"
   say "compiling ${BINARIES[*]} with $(go version | cut -d' ' -f3) (about 15 minutes on 2 cores the first time)"
@@ -96,13 +116,14 @@ compile() {
 }
 
 main() {
-  if have_all; then
+  if have_all && patches_applied; then
     say "control plane binaries cached in $BIN"
   else
     enable_deb_src
     install_build_deps
     fetch_source
     patch_vendor
+    apply_patches
     compile
   fi
   command -v etcd >/dev/null || { APT_UPDATED=""; install_build_deps; }

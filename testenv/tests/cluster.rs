@@ -1,4 +1,4 @@
-//! The local control plane is real: pods schedule and run on hollow nodes, the garbage
+//! The local control plane is real: pods schedule and run on hollow nodes (many at once), the garbage
 //! collector deletes dependents, and RBAC refuses an identity without permission.
 
 use std::sync::Arc;
@@ -37,6 +37,43 @@ async fn pods_schedule_and_run_on_hollow_nodes() -> Result<()> {
                 .unwrap_or_default();
             let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
             Ok(node.starts_with("hollow-node-") && phase == "Running")
+        },
+    )
+    .await
+}
+
+/// Kubemark 1.20's hollow kubelet raced on its fake filesystem when it started several
+/// containers at once, and died (`fatal error: concurrent map writes`); we patch it
+/// (hack/patches/kubemark-fakeos-race.patch). Many pods bound to one node
+/// at the same moment all go Running only if it survives.
+#[tokio::test]
+async fn a_hollow_node_survives_many_pods_starting_at_once() -> Result<()> {
+    const PODS: usize = 30;
+    let cluster = cluster().await?;
+    cluster.create_namespace("burst").await?;
+    let pods: Api<Pod> = Api::namespaced(cluster.client().await?, "burst");
+    let creates = (0..PODS).map(|i| {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("burst-{i}")},
+            "spec": {"nodeName": "hollow-node-0", "containers": [{"name": "c", "image": "busybox"}]},
+        }))
+        .expect("a valid pod");
+        let pods = pods.clone();
+        async move { pods.create(&PostParams::default(), &pod).await }
+    });
+    futures::future::try_join_all(creates).await?;
+    poll(
+        Duration::from_secs(90),
+        &format!("all {PODS} pods Running on hollow-node-0"),
+        || async {
+            let running = pods
+                .list(&Default::default())
+                .await?
+                .items
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .count();
+            Ok(running == PODS)
         },
     )
     .await
