@@ -148,11 +148,16 @@ impl Process {
         self.child.is_some() && self.exited().is_none()
     }
 
-    /// The last `lines` lines of the log, for failure reports.
+    /// The last `lines` lines of the log, for failure reports; after a Go crash, its first
+    /// lines instead, which say why (the tail is a goroutine dump).
     pub fn log_tail(&self, lines: usize) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        let crash = all
+            .iter()
+            .position(|l| l.starts_with("panic: ") || l.starts_with("fatal error: "));
+        let from = crash.unwrap_or(all.len().saturating_sub(lines));
+        all[from..all.len().min(from + lines)].join("\n")
     }
 }
 
@@ -170,4 +175,62 @@ pub fn rss_bytes(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
+}
+
+/// Runs `program` to completion in `dir` with `env` added; its stdout, or an error with its
+/// status and output. Killed if the future is dropped (a test timing out).
+pub async fn run_command(
+    dir: &Path,
+    program: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    let out = tokio::process::Command::new(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(dir)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .with_context(|| format!("running {program}"))?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "{program} {} failed ({}):\n{}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_log(text: &str) -> (tempfile::TempDir, Process) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let p = Process::new("c", "/bin/true", vec![], dir.path());
+        std::fs::write(&p.log, text).expect("log written");
+        (dir, p)
+    }
+
+    #[test]
+    fn log_tail_is_the_last_lines() {
+        let (_dir, p) = with_log("a\nb\nc\nd\n");
+        assert_eq!(p.log_tail(2), "c\nd");
+        assert_eq!(p.log_tail(9), "a\nb\nc\nd");
+    }
+
+    #[test]
+    fn log_tail_of_a_go_crash_starts_at_its_reason() {
+        let (_dir, p) =
+            with_log("I1 ok\nfatal error: concurrent map writes\n\ngoroutine 1\nframe\nmore\n");
+        assert_eq!(
+            p.log_tail(3),
+            "fatal error: concurrent map writes\n\ngoroutine 1"
+        );
+    }
 }
