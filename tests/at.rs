@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use common::{Operator, PROMPTLY, TestNs, cluster_without_nodes, poll, poll_some};
+use common::{Operator, PROMPTLY, TestNs, at, cluster_without_nodes, poll, poll_some};
 use futures::TryStreamExt;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
@@ -16,7 +16,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use podset_operator::api::{At, AtPhase, AtSpec, AtStatus};
+use podset_operator::api::{At, AtPhase, AtStatus};
 use podset_operator::plan::at::{
     CONDITION_COMPLETED, CONDITION_SCHEDULED, REASON_FAILED, REASON_INVALID_SCHEDULE,
     REASON_POD_NAME_TAKEN, REASON_POD_VANISHED, REASON_SCHEDULED, REASON_SPEC_CHANGE_IGNORED,
@@ -32,16 +32,6 @@ async fn setup(prefix: &str) -> Result<(TestNs, Operator, Api<At>)> {
     let operator = ns.start_operator(&["--controllers=at"]).await?;
     let api = ns.api::<At>();
     Ok((ns, operator, api))
-}
-
-fn at(name: &str, schedule: &str, command: &str) -> At {
-    At::new(
-        name,
-        AtSpec {
-            schedule: schedule.into(),
-            command: command.into(),
-        },
-    )
 }
 
 fn sample() -> Result<At> {

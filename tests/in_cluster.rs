@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use common::{TestNs, converged, poll_some};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -32,24 +32,7 @@ async fn real_node_cluster(key: &'static str) -> Result<Arc<Cluster>> {
 }
 
 async fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<String> {
-    let out = tokio::process::Command::new(program)
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir(repo())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .with_context(|| format!("running {program}"))?;
-    if !out.status.success() {
-        bail!(
-            "{program} {} failed ({}):\n{}{}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8(out.stdout)?)
+    testenv::run_command(repo(), program, args, env).await
 }
 
 /// One image build at a time: both tests build it, and hack/build-static.sh writes one
@@ -59,6 +42,7 @@ static IMAGE_BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// An installed operator: its namespace, its pods' selector, its Lease.
 struct Install {
     cluster: Arc<Cluster>,
+    client: kube::Client,
     ns: String,
     selector: String,
     deployment: String,
@@ -68,20 +52,28 @@ struct Install {
 }
 
 impl Install {
-    fn pods(&self) -> Result<Api<Pod>> {
-        Ok(Api::namespaced(self.client()?, &self.ns))
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &self.ns)
     }
 
-    fn client(&self) -> Result<kube::Client> {
-        futures::executor::block_on(self.cluster.client())
+    /// Who holds the Lease ("" for no one).
+    async fn holder(&self) -> Result<String> {
+        Ok(self
+            .api::<Lease>()
+            .get_opt(&self.lease)
+            .await?
+            .and_then(|l| l.spec?.holder_identity)
+            .unwrap_or_default())
     }
 
     /// Waits for both replicas Ready (their readiness probes, through the kubelet) and the
     /// Lease held by one of them; returns the holder.
-    async fn ready_with_leader(&self, not: Option<&str>) -> Result<String> {
-        let deployments: Api<Deployment> = Api::namespaced(self.client()?, &self.ns);
-        let leases: Api<Lease> = Api::namespaced(self.client()?, &self.ns);
-        let pods = self.pods()?;
+    async fn ready_with_leader(&self) -> Result<String> {
+        let deployments = self.api::<Deployment>();
+        let pods = self.api::<Pod>();
         poll_some(
             Duration::from_secs(180),
             "2 Ready replicas and a leader",
@@ -96,13 +88,9 @@ impl Install {
                     .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
                     .map(ResourceExt::name_any)
                     .collect();
-                let holder = leases
-                    .get_opt(&self.lease)
-                    .await?
-                    .and_then(|l| l.spec?.holder_identity)
-                    .unwrap_or_default();
+                let holder = self.holder().await?;
                 let ok = ready == 2 && names.len() == 2 && names.contains(&holder);
-                Ok((ok && Some(holder.as_str()) != not).then_some(holder))
+                Ok(ok.then_some(holder))
             },
         )
         .await
@@ -110,7 +98,7 @@ impl Install {
 
     /// The whole walkthrough, against this install.
     async fn prove(&self) -> Result<()> {
-        let leader = self.ready_with_leader(None).await?;
+        let leader = self.ready_with_leader().await?;
         let ns = TestNs::new_in(self.cluster.clone(), "in-cluster").await?;
         let podsets = ns.api::<PodSet>();
         podsets
@@ -119,21 +107,16 @@ impl Install {
         converged(&ns, "before", 2).await?;
 
         let began = Instant::now();
-        self.pods()?
-            .delete(&leader, &DeleteParams::default())
-            .await?;
-        let leases: Api<Lease> = Api::namespaced(self.client()?, &self.ns);
-        let pods = self.pods()?;
+        let pods = self.api::<Pod>();
+        pods.delete(&leader, &DeleteParams::default()).await?;
         let next = poll_some(
             LEASE_DURATION,
             "the Lease handed to the other replica",
             || async {
-                let holder = leases
-                    .get(&self.lease)
-                    .await?
-                    .spec
-                    .and_then(|s| s.holder_identity)
-                    .unwrap_or_default();
+                let holder = self.holder().await?;
+                if holder.is_empty() {
+                    return Ok(None);
+                }
                 let live = pods
                     .get_opt(&holder)
                     .await?
@@ -157,7 +140,7 @@ impl Install {
     }
 
     async fn assert_json_logs(&self, pod: &str) -> Result<()> {
-        let log = self.pods()?.logs(pod, &LogParams::default()).await?;
+        let log = self.api::<Pod>().logs(pod, &LogParams::default()).await?;
         ensure!(log.lines().count() > 0, "no log from {pod}");
         for line in log.lines() {
             let v: serde_json::Value = serde_json::from_str(line)
@@ -186,7 +169,7 @@ impl Install {
             "/metrics through the pod proxy: expected the operator's 401, got {status}: {body}"
         );
         let ip = self
-            .pods()?
+            .api::<Pod>()
             .get(pod)
             .await?
             .status
@@ -237,6 +220,7 @@ async fn kustomize_install_from_the_local_image_runs_in_the_cluster() -> Result<
     }
     let install = Install {
         cluster: cluster.clone(),
+        client: cluster.client().await?,
         ns: "podset-operator-system".into(),
         selector: "app.kubernetes.io/name=podset-operator".into(),
         deployment: "podset-operator-controller-manager".into(),
@@ -245,7 +229,7 @@ async fn kustomize_install_from_the_local_image_runs_in_the_cluster() -> Result<
     };
     install.prove().await?;
     run("bash", &["hack/deploy-local.sh", "undeploy"], &env).await?;
-    let deployments: Api<Deployment> = Api::namespaced(cluster.client().await?, &install.ns);
+    let deployments = install.api::<Deployment>();
     common::poll(Duration::from_secs(60), "the Deployment gone", || async {
         Ok(deployments.get_opt(&install.deployment).await?.is_none())
     })
@@ -303,6 +287,7 @@ async fn helm_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
     run(&python.display().to_string(), &args, &[]).await?;
     Install {
         cluster: cluster.clone(),
+        client: cluster.client().await?,
         ns: ns.into(),
         selector: "app.kubernetes.io/instance=ps".into(),
         deployment: "ps-podset-operator".into(),

@@ -8,48 +8,48 @@ mod common;
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
-use common::{PROMPTLY, TestNs, cluster_with_real_node, converged, poll_some};
+use common::{PROMPTLY, TestNs, at, cluster_with_real_node, converged, poll_some};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, LogParams, PostParams};
-use podset_operator::api::{At, AtPhase, AtSpec, PodSet};
+use podset_operator::api::{At, AtPhase, PodSet};
 use podset_operator::plan::at::CONDITION_COMPLETED;
 
 async fn namespace(prefix: &str) -> Result<TestNs> {
     TestNs::new_in(cluster_with_real_node().await?, prefix).await
 }
 
-fn at(name: &str, schedule: &str, command: &str) -> At {
-    At::new(
-        name,
-        AtSpec {
-            schedule: schedule.into(),
-            command: command.into(),
-        },
-    )
+/// An At run to DONE by the At controller in a namespace of its own: the At, its pod
+/// (named in its status), and that pod's log through the API server.
+struct Ran {
+    ns: TestNs,
+    at: At,
+    pod: Pod,
+    log: String,
 }
 
-/// Waits for the At to be DONE; returns it.
-async fn done(api: &Api<At>, name: &str) -> Result<At> {
-    poll_some(PROMPTLY, &format!("at {name} DONE"), || async {
+async fn run_at(prefix: &str, name: &str, schedule: &str, command: &str) -> Result<Ran> {
+    let ns = namespace(prefix).await?;
+    let _op = ns.start_operator(&["--controllers=at"]).await?;
+    let api = ns.api::<At>();
+    api.create(&PostParams::default(), &at(name, schedule, command))
+        .await?;
+    let at = poll_some(PROMPTLY, &format!("at {name} DONE"), || async {
         let a = api.get(name).await?;
         let phase = a.status.as_ref().and_then(|s| s.phase);
         Ok((phase == Some(AtPhase::Done)).then_some(a))
     })
-    .await
-}
-
-/// The At's pod (named in its status), and that pod's log through the API server.
-async fn pod_and_log(ns: &TestNs, at: &At) -> Result<(Pod, String)> {
-    let name = at
+    .await?;
+    let pod_name = at
         .status
         .as_ref()
         .and_then(|s| s.pod_name.clone())
         .unwrap_or_default();
     let pods = ns.api::<Pod>();
-    let pod = pods.get(&name).await?;
-    Ok((pod, pods.logs(&name, &LogParams::default()).await?))
+    let pod = pods.get(&pod_name).await?;
+    let log = pods.logs(&pod_name, &LogParams::default()).await?;
+    Ok(Ran { ns, at, pod, log })
 }
 
 fn completed_message(at: &At) -> String {
@@ -65,58 +65,40 @@ fn completed_message(at: &At) -> String {
 /// pod Succeeded, and `kubectl logs` prints YAY.
 #[tokio::test]
 async fn at_echo_yay_ends_done_and_its_log_says_yay() -> Result<()> {
-    let ns = namespace("at-yay").await?;
-    let _op = ns.start_operator(&["--controllers=at"]).await?;
-    let api = ns.api::<At>();
-    api.create(
-        &PostParams::default(),
-        &at("example-at", "2019-04-12T10:12:00Z", "echo YAY"),
-    )
-    .await?;
-    let a = done(&api, "example-at").await?;
-    assert_eq!(a.status.as_ref().and_then(|s| s.succeeded), Some(true));
-    let (pod, log) = pod_and_log(&ns, &a).await?;
-    assert_eq!(pod.name_any(), "example-at-pod");
-    assert_eq!(common::phase(&pod), "Succeeded");
-    assert_eq!(log, "YAY\n");
+    let ran = run_at("at-yay", "example-at", "2019-04-12T10:12:00Z", "echo YAY").await?;
+    assert_eq!(ran.at.status.as_ref().and_then(|s| s.succeeded), Some(true));
+    assert_eq!(ran.pod.name_any(), "example-at-pod");
+    assert_eq!(common::phase(&ran.pod), "Succeeded");
+    assert_eq!(ran.log, "YAY\n");
     Ok(())
 }
 
 #[tokio::test]
 async fn at_exit_3_ends_done_unsucceeded_with_the_exit_code() -> Result<()> {
-    let ns = namespace("at-exit").await?;
-    let _op = ns.start_operator(&["--controllers=at"]).await?;
-    let api = ns.api::<At>();
-    api.create(
-        &PostParams::default(),
-        &at("fails", "2019-04-12T10:12:00Z", "echo before; exit 3"),
+    let ran = run_at(
+        "at-exit",
+        "fails",
+        "2019-04-12T10:12:00Z",
+        "echo before; exit 3",
     )
     .await?;
-    let a = done(&api, "fails").await?;
-    assert_eq!(a.status.as_ref().and_then(|s| s.succeeded), Some(false));
-    let message = completed_message(&a);
+    assert_eq!(
+        ran.at.status.as_ref().and_then(|s| s.succeeded),
+        Some(false)
+    );
+    let message = completed_message(&ran.at);
     assert!(message.contains("exit code 3"), "{message}");
-    let (pod, log) = pod_and_log(&ns, &a).await?;
-    assert_eq!(common::phase(&pod), "Failed");
-    assert_eq!(log, "before\n");
+    assert_eq!(common::phase(&ran.pod), "Failed");
+    assert_eq!(ran.log, "before\n");
     Ok(())
 }
 
 #[tokio::test]
 async fn at_command_is_shell_syntax() -> Result<()> {
-    let ns = namespace("at-shell").await?;
-    let _op = ns.start_operator(&["--controllers=at"]).await?;
-    let api = ns.api::<At>();
     let command = "echo $((1+2)); date -u +%Y; [ -n \"$HOSTNAME\" ] && echo host";
-    api.create(
-        &PostParams::default(),
-        &at("shell", "2019-04-12T10:12:00Z", command),
-    )
-    .await?;
-    let a = done(&api, "shell").await?;
-    let (_, log) = pod_and_log(&ns, &a).await?;
+    let ran = run_at("at-shell", "shell", "2019-04-12T10:12:00Z", command).await?;
     let year = Timestamp::now().strftime("%Y").to_string();
-    assert_eq!(log, format!("3\n{year}\nhost\n"));
+    assert_eq!(ran.log, format!("3\n{year}\nhost\n"));
     Ok(())
 }
 
@@ -124,19 +106,10 @@ async fn at_command_is_shell_syntax() -> Result<()> {
 /// container starts within a few seconds), and runs once.
 #[tokio::test]
 async fn at_due_later_runs_on_time_and_once() -> Result<()> {
-    let ns = namespace("at-later").await?;
-    let _op = ns.start_operator(&["--controllers=at"]).await?;
-    let api = ns.api::<At>();
     // Whole seconds (the schedule's resolution), far enough ahead to be seen PENDING.
     let due = Timestamp::from_second(Timestamp::now().as_second() + 6)?;
     let schedule = due.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-    api.create(
-        &PostParams::default(),
-        &at("later", &schedule, "date -u +%s"),
-    )
-    .await?;
-    let a = done(&api, "later").await?;
-    let (pod, log) = pod_and_log(&ns, &a).await?;
+    let Ran { ns, pod, log, .. } = run_at("at-later", "later", &schedule, "date -u +%s").await?;
     let created = pod.creation_timestamp().expect("created").0;
     let started = pod
         .status

@@ -27,7 +27,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 pub use max_pods::{MaxPods, controller_uid, live_pods_by_owner};
-pub use process::{Process, spawn_tied};
+pub use process::{Process, run_command, spawn_tied};
 
 const ADMIN_TOKEN_USER: &str = "testenv-admin";
 
@@ -322,12 +322,8 @@ impl Cluster {
     /// `GET path` on the API server as the admin, whatever the answer: its status and body
     /// (for proxied answers, which a client library would read as its own errors).
     pub async fn get_raw(&self, path: &str) -> Result<(u16, String)> {
-        let http = reqwest::Client::builder()
-            .add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(
-                &self.pki.ca_cert,
-            )?)?)
-            .build()?;
-        let resp = http
+        let resp = self
+            .https(Duration::from_secs(30))?
             .get(format!("{}{path}", self.server_url()))
             .bearer_auth(&self.admin_token)
             .send()
@@ -335,9 +331,13 @@ impl Cluster {
         Ok((resp.status().as_u16(), resp.text().await?))
     }
 
-    /// The CA bundle clients (and pods) verify the API server with.
-    pub fn ca_cert(&self) -> &Path {
-        &self.pki.ca_cert
+    /// An HTTP client that trusts the cluster's CA, for raw requests to the API server.
+    fn https(&self, timeout: Duration) -> Result<reqwest::Client> {
+        let ca = reqwest::Certificate::from_pem(&std::fs::read(&self.pki.ca_cert)?)?;
+        Ok(reqwest::Client::builder()
+            .add_root_certificate(ca)
+            .timeout(timeout)
+            .build()?)
     }
 
     /// Starts the registry, pushes busybox and pause into it, then `n` real nodes (the
@@ -453,12 +453,7 @@ impl Cluster {
     /// Polls `/readyz` until it answers 200, or fails with the apiserver's log.
     pub async fn wait_for_apiserver(&mut self) -> Result<()> {
         let began = SystemTime::now();
-        let http = reqwest::Client::builder()
-            .add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(
-                &self.pki.ca_cert,
-            )?)?)
-            .timeout(Duration::from_secs(2))
-            .build()?;
+        let http = self.https(Duration::from_secs(2))?;
         let url = format!("{}/readyz", self.server_url());
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {

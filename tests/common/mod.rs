@@ -14,7 +14,7 @@ use k8s_openapi::api::rbac::v1::{
 };
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use podset_operator::api::{PodSet, PodSetSpec};
+use podset_operator::api::{At, AtSpec, PodSet, PodSetSpec};
 use podset_operator::plan::podset::CONDITION_AVAILABLE;
 use podset_operator::rbac;
 use testenv::{Cluster, Options, Process};
@@ -338,6 +338,16 @@ impl Drop for Operator {
 pub const PROMPTLY: Duration = Duration::from_secs(60);
 
 // PodSet helpers shared by the PodSet, lifecycle and fault tests.
+
+pub fn at(name: &str, schedule: &str, command: &str) -> At {
+    At::new(
+        name,
+        AtSpec {
+            schedule: schedule.into(),
+            command: command.into(),
+        },
+    )
+}
 
 pub fn podset(name: &str, replicas: i32) -> PodSet {
     PodSet::new(

@@ -49,23 +49,7 @@ fn unique(prefix: &str) -> String {
 }
 
 async fn run(program: &str, args: &[&str]) -> Result<String> {
-    let out = tokio::process::Command::new(program)
-        .args(args)
-        .current_dir(repo())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .with_context(|| format!("running {program}"))?;
-    if !out.status.success() {
-        bail!(
-            "{program} {} failed ({}):\n{}{}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8(out.stdout)?)
+    testenv::run_command(repo(), program, args, &[]).await
 }
 
 /// hack/helm.py under the helm-python-sdk venv.

@@ -46,8 +46,16 @@ impl Footprint {
     /// Removes what the node left; call once its kubelet and containerd have stopped.
     pub fn tear_down(&self) {
         let containers = container_ids(&self.dir.join("containerd/state"));
-        kill_until_empty(&containers);
-        kill_shims(&self.socket());
+        // A dying parent can fork: kill until none is left.
+        kill_until_gone(Duration::from_secs(10), || {
+            containers
+                .iter()
+                .flat_map(|id| cgroup_dirs(id))
+                .flat_map(|cg| pids_in(&cg))
+                .collect()
+        });
+        let socket = self.socket().to_string_lossy().into_owned();
+        kill_until_gone(Duration::from_secs(5), || processes_with_arg(&socket));
         unmount_under(&self.dir);
         super::network::Bridge::delete(&self.bridge);
         for id in &containers {
@@ -126,20 +134,17 @@ pub fn kill_container(container_id: &str) -> usize {
     pids.len()
 }
 
-/// SIGKILLs the containers' processes until none is left (a dying parent can fork).
-fn kill_until_empty(containers: &[String]) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+/// SIGKILLs what `find` returns (processes of this node's containers, or its shims, by
+/// how they were found) until it returns nothing or `within` has passed.
+fn kill_until_gone(within: Duration, find: impl Fn() -> Vec<i32>) {
+    let deadline = Instant::now() + within;
     loop {
-        let pids: Vec<i32> = containers
-            .iter()
-            .flat_map(|id| cgroup_dirs(id))
-            .flat_map(|cg| pids_in(&cg))
-            .collect();
+        let pids = find();
         if pids.is_empty() || Instant::now() > deadline {
             return;
         }
         for pid in pids {
-            // SAFETY: a plain syscall; the pid is in one of this node's container cgroups.
+            // SAFETY: a plain syscall on a process `find` attributed to this node.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -159,21 +164,6 @@ pub fn processes_with_arg(needle: &str) -> Vec<i32> {
                 .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == needle.as_bytes()))
         })
         .collect()
-}
-
-fn kill_shims(socket: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let shims = processes_with_arg(&socket.to_string_lossy());
-        if shims.is_empty() || Instant::now() > deadline {
-            return;
-        }
-        for pid in shims {
-            // SAFETY: a plain syscall; the process names this node's containerd socket.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Unmounts (lazily, deepest first) every mount point under `dir`.
