@@ -64,6 +64,7 @@ pub struct CachedPod {
     pub created: Option<Timestamp>,
     /// The `controller.kubernetes.io/pod-deletion-cost` annotation (0 when absent or invalid).
     pub deletion_cost: i32,
+    /// The restart count of the most restarted container, as upstream ranks pods by.
     pub restarts: i32,
     /// `status.reason` and `status.message`, for reporting how a pod ended.
     pub reason: Option<String>,
@@ -110,7 +111,11 @@ impl CachedPod {
                 .and_then(|a| a.get("controller.kubernetes.io/pod-deletion-cost"))
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
-            restarts: container_statuses.iter().map(|c| c.restart_count).sum(),
+            restarts: container_statuses
+                .iter()
+                .map(|c| c.restart_count)
+                .max()
+                .unwrap_or(0),
             reason: status.and_then(|s| s.reason.clone()),
             message: status.and_then(|s| s.message.clone()),
             exit_code: container_statuses
@@ -131,9 +136,11 @@ impl CachedPod {
         }
     }
 
-    /// Counted as available: not terminating, and Pending or Running.
+    /// Counted as available: not terminating and not finished, as upstream's
+    /// `IsPodActive`. A pod in phase Unknown (its node stopped reporting) may still run:
+    /// replacing it at once would churn pods on every node hiccup.
     pub fn is_active(&self) -> bool {
-        !self.terminating && matches!(self.phase, Phase::Pending | Phase::Running)
+        !self.terminating && !self.phase.finished()
     }
 }
 

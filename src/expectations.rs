@@ -20,7 +20,27 @@ pub const EXPECTATIONS_TTL: Duration = Duration::from_secs(5 * 60);
 struct Pending {
     creates: usize,
     deletes: HashSet<String>,
-    since: Instant,
+    /// Set once, when the record is made: neither more actions nor observations move it, so
+    /// an owner whose watch events were lost waits at most one TTL.
+    expires: Instant,
+}
+
+impl Pending {
+    fn new(now: Instant) -> Self {
+        Self {
+            creates: 0,
+            deletes: HashSet::new(),
+            expires: now + EXPECTATIONS_TTL,
+        }
+    }
+
+    fn met(&self) -> bool {
+        self.creates == 0 && self.deletes.is_empty()
+    }
+
+    fn expired(&self, now: Instant) -> bool {
+        self.expires <= now
+    }
 }
 
 /// Whether an owner may be acted on.
@@ -37,18 +57,23 @@ pub struct Expectations {
 }
 
 impl Expectations {
+    /// Applies `f` to the owner's live record. An expired record counts as nothing, as the
+    /// ReplicaSet controller's `SetExpectations` starts afresh: what it still expected will
+    /// never be seen, and adding to it would make every later round wait the full TTL.
     fn with<R>(&self, owner_uid: &str, now: Instant, f: impl FnOnce(&mut Pending) -> R) -> R {
         let mut owners = self.owners.lock().expect("expectations lock");
+        if !owners.contains_key(owner_uid) {
+            // An owner deleted while the watch was away leaves a record nothing reads again.
+            owners.retain(|_, p| !p.expired(now));
+        }
         let pending = owners
             .entry(owner_uid.to_string())
-            .or_insert_with(|| Pending {
-                creates: 0,
-                deletes: HashSet::new(),
-                since: now,
-            });
-        pending.since = now;
+            .or_insert_with(|| Pending::new(now));
+        if pending.expired(now) {
+            *pending = Pending::new(now);
+        }
         let r = f(pending);
-        if pending.creates == 0 && pending.deletes.is_empty() {
+        if pending.met() {
             owners.remove(owner_uid);
         }
         r
@@ -81,10 +106,12 @@ impl Expectations {
         self.with(owner_uid, now, |p| p.deletes.remove(pod_uid));
     }
 
-    /// Lowers expectations by what a pod watch event shows.
-    pub fn observe(&self, touched: &Touched) {
+    /// Lowers expectations by what a pod watch event shows. Only an existing record is
+    /// lowered: an owner's pods changing expects nothing of it.
+    pub fn observe(&self, touched: &Touched, now: Instant) {
         let mut owners = self.owners.lock().expect("expectations lock");
-        let Some(p) = owners.get_mut(&touched.owner.uid) else {
+        let uid = &touched.owner.uid;
+        let Some(p) = owners.get_mut(uid) else {
             return;
         };
         match touched.change {
@@ -94,19 +121,22 @@ impl Expectations {
             }
             Change::Updated => {}
         }
-        if p.creates == 0 && p.deletes.is_empty() {
-            owners.remove(&touched.owner.uid);
+        if p.met() || p.expired(now) {
+            owners.remove(uid);
         }
     }
 
+    /// Satisfied once the watch showed everything expected, or the record expired (it is then
+    /// dropped).
     pub fn readiness(&self, owner_uid: &str, now: Instant) -> Readiness {
-        let owners = self.owners.lock().expect("expectations lock");
+        let mut owners = self.owners.lock().expect("expectations lock");
         match owners.get(owner_uid) {
             None => Readiness::Satisfied,
-            Some(p) => match (p.since + EXPECTATIONS_TTL).checked_duration_since(now) {
-                Some(left) if !left.is_zero() => Readiness::Waiting(left),
-                _ => Readiness::Satisfied,
-            },
+            Some(p) if p.expired(now) => {
+                owners.remove(owner_uid);
+                Readiness::Satisfied
+            }
+            Some(p) => Readiness::Waiting(p.expires - now),
         }
     }
 
@@ -159,6 +189,11 @@ impl<S> StatusWrites<S> {
             .get(uid)
             .filter(|w| w.over == seen && now.duration_since(w.at) < Self::KEEP)
             .map(|w| w.status.clone())
+    }
+
+    /// Drops the record of a deleted object.
+    pub fn forget(&self, uid: &str) {
+        self.by_uid.lock().expect("status writes lock").remove(uid);
     }
 
     /// Records a status written over the copy at resourceVersion `over`.
@@ -220,18 +255,18 @@ mod tests {
         assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
         e.expect_creates("o", 2, t0);
         assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)));
-        e.observe(&touched("o", "p1", Change::Added));
-        e.observe(&touched("o", "p1", Change::Updated));
+        e.observe(&touched("o", "p1", Change::Added), t0);
+        e.observe(&touched("o", "p1", Change::Updated), t0);
         assert!(
             matches!(e.readiness("o", t0), Readiness::Waiting(_)),
             "one of two seen"
         );
-        e.observe(&touched("other", "q", Change::Added));
+        e.observe(&touched("other", "q", Change::Added), t0);
         assert!(
             matches!(e.readiness("o", t0), Readiness::Waiting(_)),
             "another owner's pod"
         );
-        e.observe(&touched("o", "p2", Change::Added));
+        e.observe(&touched("o", "p2", Change::Added), t0);
         assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
     }
 
@@ -241,7 +276,7 @@ mod tests {
         let t0 = Instant::now();
         e.expect_creates("o", 4, t0);
         e.creates_failed("o", 3, t0);
-        e.observe(&touched("o", "p1", Change::Added));
+        e.observe(&touched("o", "p1", Change::Added), t0);
         assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
     }
 
@@ -250,14 +285,50 @@ mod tests {
         let e = Expectations::default();
         let t0 = Instant::now();
         e.expect_deletes("o", ["a", "b"], t0);
-        e.observe(&touched("o", "c", Change::Removed));
+        e.observe(&touched("o", "c", Change::Removed), t0);
         assert!(
             matches!(e.readiness("o", t0), Readiness::Waiting(_)),
             "not a pod we deleted"
         );
-        e.observe(&touched("o", "a", Change::Removed));
+        e.observe(&touched("o", "a", Change::Removed), t0);
         e.delete_done("o", "b", t0);
         assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+    }
+
+    #[test]
+    fn an_expired_record_counts_as_nothing_and_lowering_keeps_its_expiry() {
+        let e = Expectations::default();
+        let t0 = Instant::now();
+        // Two creates whose pods the watch never showed: the record expires.
+        e.expect_creates("o", 2, t0);
+        let later = t0 + EXPECTATIONS_TTL + Duration::from_secs(1);
+        assert_eq!(e.readiness("o", later), Readiness::Satisfied);
+        // A fresh round of one create is met by one pod, not by three.
+        e.expect_creates("o", 1, later);
+        e.observe(&touched("o", "p1", Change::Added), later);
+        assert_eq!(
+            e.readiness("o", later),
+            Readiness::Satisfied,
+            "the expired creates were added to the new ones"
+        );
+        // Lowering a record does not push its expiry out.
+        e.expect_creates("q", 2, t0);
+        e.creates_failed("q", 1, t0 + Duration::from_secs(240));
+        assert_eq!(
+            e.readiness("q", t0 + EXPECTATIONS_TTL),
+            Readiness::Satisfied,
+            "a lowering restarted the five minutes"
+        );
+    }
+
+    #[test]
+    fn records_of_owners_never_seen_again_are_dropped() {
+        let e = Expectations::default();
+        let t0 = Instant::now();
+        // An owner deleted while the watch was away: nothing reads or lowers its record again.
+        e.expect_creates("gone", 1, t0);
+        e.expect_creates("o", 1, t0 + EXPECTATIONS_TTL);
+        assert_eq!(e.owners.lock().unwrap().len(), 1, "an expired record kept");
     }
 
     #[test]

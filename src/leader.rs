@@ -29,13 +29,12 @@ impl LeaderElection {
         identity: &str,
         duration: Duration,
     ) -> kube_lease_manager::Result<Self> {
-        let seconds = duration.as_secs().max(2);
+        let (seconds, grace) = lease_timing(duration);
         let manager = LeaseManagerBuilder::new(client.clone(), name)
             .with_namespace(namespace)
             .with_identity(identity)
             .with_duration(seconds)
-            // Renew a third of the duration before expiry.
-            .with_grace(seconds / 3)
+            .with_grace(grace)
             .build()
             .await?;
         Ok(Self {
@@ -96,4 +95,46 @@ fn released(leases: Api<Lease>, name: String) -> impl Stream<Item = ()> {
                 .unwrap_or_default();
             holder.is_empty().then_some(())
         })
+}
+
+/// The lease duration and how long before its expiry the holder renews, in whole seconds.
+/// A third of the duration, and at least a second: renewing only at expiry would let the
+/// lease lapse on every renewal of a 2 s lease.
+fn lease_timing(duration: Duration) -> (u64, u64) {
+    let seconds = duration.as_secs().max(2);
+    (seconds, (seconds / 3).max(1))
+}
+
+/// This instance's name in the Lease and in events, outside a cluster (where the pod name is
+/// given): the hostname plus a random suffix, as client-go's leader election does, so that
+/// two instances on one host never both believe they hold the lease.
+pub fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "podset-operator".into());
+    format!("{host}_{:08x}", fastrand::u32(..))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_lease_renews_before_it_expires() {
+        for seconds in [1, 2, 3, 15] {
+            let (duration, grace) = lease_timing(Duration::from_secs(seconds));
+            assert!(
+                grace > 0 && grace < duration,
+                "{seconds} s: renews {grace} s before a {duration} s lease expires"
+            );
+        }
+        assert_eq!(lease_timing(Duration::from_secs(15)), (15, 5));
+    }
+
+    /// Two instances on one host (two `make run`s, say) must not both think they hold the
+    /// lease.
+    #[test]
+    fn default_identities_differ_per_process() {
+        assert_ne!(default_identity(), default_identity());
+    }
 }

@@ -9,6 +9,7 @@ pub mod error;
 pub mod expectations;
 pub mod health;
 pub mod http;
+pub mod jitter;
 pub mod leader;
 pub mod manifests;
 pub mod metrics;

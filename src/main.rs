@@ -126,14 +126,8 @@ struct RunArgs {
     log_level: String,
 
     /// This instance's name in events and the Lease (the pod name in a cluster).
-    #[arg(long, env = "POD_NAME", default_value_t = default_instance())]
+    #[arg(long, env = "POD_NAME", default_value_t = podset_operator::leader::default_identity())]
     instance: String,
-}
-
-fn default_instance() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "podset-operator".into())
 }
 
 /// The namespace of the pod we run in, from the mounted ServiceAccount.

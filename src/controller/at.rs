@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use super::{Context, publish, retry_after, status_patch_params, timed};
 use crate::api::{At, AtPhase, AtStatus};
@@ -22,8 +22,8 @@ pub async fn reconcile(at: Arc<At>, ctx: Arc<Context>) -> Result<Action> {
     timed(&ctx, CONTROLLER, reconcile_at(&at, &ctx)).await
 }
 
-pub fn error_policy(at: Arc<At>, error: &Error, ctx: Arc<Context>) -> Action {
-    warn!(controller = CONTROLLER, namespace = at.namespace(), name = at.name_any(), %error, "reconcile failed");
+/// Only decides the delay: the failure is logged once, where the controller reports it.
+pub fn error_policy(at: Arc<At>, _error: &Error, ctx: Arc<Context>) -> Action {
     retry_after(at.as_ref(), &ctx)
 }
 

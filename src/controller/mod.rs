@@ -6,27 +6,32 @@
 //! status writes never trigger them again.
 
 pub mod at;
+mod backoff;
+#[cfg(test)]
+mod fixtures;
 pub mod podset;
+mod routing;
 
-use std::collections::HashMap;
+pub use backoff::Backoff;
+use routing::{Router, primary, watch_pods};
+
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
-use k8s_openapi::api::core::v1::Pod;
+use futures::channel::mpsc::UnboundedReceiver;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::api::{At, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet, PodSetStatus};
-use crate::cache::{PodCache, Touched};
+use crate::api::PodSetStatus;
+use crate::cache::PodCache;
 use crate::error::Error;
 use crate::expectations::{Expectations, StatusWrites};
 use crate::health::Health;
@@ -68,28 +73,12 @@ pub struct Context {
     pub podset_statuses: StatusWrites<PodSetStatus>,
 }
 
-/// Per-object retry delays that double on each failure: 1 s, 2 s, 4 s ... up to 5 minutes.
-#[derive(Default)]
-pub struct Backoff {
-    failures: Mutex<HashMap<String, u32>>,
-}
-
-impl Backoff {
-    const BASE: Duration = Duration::from_secs(1);
-    const MAX: Duration = Duration::from_secs(300);
-
-    pub fn next(&self, key: &str) -> Duration {
-        let mut failures = self.failures.lock().expect("backoff lock");
-        let n = failures.entry(key.to_string()).or_insert(0);
-        let delay = Self::BASE
-            .saturating_mul(1u32 << (*n).min(16))
-            .min(Self::MAX);
-        *n += 1;
-        delay
-    }
-
-    pub fn reset(&self, key: &str) {
-        self.failures.lock().expect("backoff lock").remove(key);
+impl Context {
+    /// Drops everything kept for an object that was deleted.
+    fn forget(&self, uid: &str) {
+        self.expectations.forget(uid);
+        self.backoff.reset(uid);
+        self.podset_statuses.forget(uid);
     }
 }
 
@@ -132,12 +121,7 @@ pub async fn run(
         backoff: Backoff::default(),
         podset_statuses: StatusWrites::default(),
     });
-    let (podset_tx, podset_rx) = unbounded::<ObjectRef<PodSet>>();
-    let (at_tx, at_rx) = unbounded::<ObjectRef<At>>();
-    let router = Router {
-        podset: podset_tx,
-        at: at_tx,
-    };
+    let (router, queues) = Router::new(&settings);
     let pod_watch = {
         let (ctx, health, namespace) = (ctx.clone(), health.clone(), settings.namespace.clone());
         tokio::spawn(async move {
@@ -168,13 +152,13 @@ pub async fn run(
         ctx: &ctx,
         shutdown: &shutdown,
     };
-    if settings.podset {
+    if let Some(podset_rx) = queues.podset {
         let (task, ready) =
             launch.spawn("podset", podset_rx, podset::reconcile, podset::error_policy);
         controllers.push(task);
         stores.push(ready);
     }
-    if settings.at {
+    if let Some(at_rx) = queues.at {
         let (task, ready) = launch.spawn("at", at_rx, at::reconcile, at::error_policy);
         controllers.push(task);
         stores.push(ready);
@@ -231,19 +215,8 @@ impl Launch<'_> {
         let (reader, writer) = reflector::store();
         let (synced, ready) = tokio::sync::watch::channel(false);
         let api = scoped::<K>(self.client.clone(), self.settings.namespace.as_deref());
-        // The primary objects, triggering only on spec (generation) changes; `synced` turns
-        // true once the first full list is in the store.
-        let primary = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .modify(|o: &mut K| o.managed_fields_mut().clear())
-            .reflect(writer)
-            .inspect(move |event| {
-                if let Ok(watcher::Event::InitDone) = event {
-                    synced.send_replace(true);
-                }
-            })
-            .applied_objects()
-            .predicate_filter(predicates::generation, Default::default());
+        let events = watcher(api, watcher::Config::default()).default_backoff();
+        let primary = primary(events, writer, synced, self.ctx.clone());
         let controller = Controller::for_stream(primary, reader)
             .with_config(ControllerConfig::default().concurrency(self.settings.concurrency))
             .reconcile_on(owned)
@@ -251,47 +224,6 @@ impl Launch<'_> {
             .run(reconcile, error_policy, self.ctx.clone())
             .for_each(move |res| async move { log_result(name, res) });
         (tokio::spawn(controller), ready)
-    }
-}
-
-/// Sends each owner whose pods changed to its controller.
-struct Router {
-    podset: UnboundedSender<ObjectRef<PodSet>>,
-    at: UnboundedSender<ObjectRef<At>>,
-}
-
-impl Router {
-    fn route(&self, t: &Touched) {
-        // A send fails only when that controller is not running; nothing to route then.
-        match t.owner.kind.as_str() {
-            "PodSet" => drop(
-                self.podset
-                    .unbounded_send(ObjectRef::new(&t.owner.name).within(&t.namespace)),
-            ),
-            "At" => drop(
-                self.at
-                    .unbounded_send(ObjectRef::new(&t.owner.name).within(&t.namespace)),
-            ),
-            _ => {}
-        }
-    }
-}
-
-async fn watch_pods(ctx: Arc<Context>, namespace: Option<String>, router: Router) {
-    let api = scoped::<Pod>(ctx.client.clone(), namespace.as_deref());
-    let config =
-        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
-    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(event) => {
-                for touched in ctx.pods.apply(event) {
-                    ctx.expectations.observe(&touched);
-                    router.route(&touched);
-                }
-            }
-            Err(e) => warn!(error = %e, "pod watch failed; retrying with backoff"),
-        }
     }
 }
 
@@ -386,6 +318,8 @@ pub async fn timed<F: Future<Output = crate::error::Result<Action>>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::fixtures::{context, podset};
+    use std::sync::Mutex;
 
     #[test]
     fn event_notes_fit_the_api_limit() {
@@ -399,14 +333,45 @@ mod tests {
         assert_eq!(truncate_note(exact.clone()), exact);
     }
 
-    #[test]
-    fn backoff_doubles_to_a_cap_and_resets() {
-        let b = Backoff::default();
-        let delays: Vec<u64> = (0..12).map(|_| b.next("x").as_secs()).collect();
-        assert_eq!(&delays[..5], [1, 2, 4, 8, 16]);
-        assert_eq!(*delays.last().unwrap(), 300);
-        assert_eq!(b.next("y").as_secs(), 1, "per object");
-        b.reset("x");
-        assert_eq!(b.next("x").as_secs(), 1);
+    /// Collects what `f` logs.
+    fn logs(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        String::from_utf8(sink.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_failed_reconcile_is_logged_once() {
+        let ctx = context();
+        let ps = Arc::new(podset());
+        let failure = || Error::PodApi(kube::Error::LinesCodecMaxLineLengthExceeded);
+        let out = logs(|| {
+            podset::error_policy(ps.clone(), &failure(), ctx.clone());
+            let res: Result<
+                (ObjectRef<crate::api::PodSet>, Action),
+                kube::runtime::controller::Error<Error, std::convert::Infallible>,
+            > = Err(kube::runtime::controller::Error::ReconcilerFailed(
+                failure(),
+                Box::new(ObjectRef::from_obj(ps.as_ref()).erase()),
+            ));
+            log_result("podset", res);
+        });
+        assert_eq!(out.matches("reconcile failed").count(), 1, "{out}");
     }
 }

@@ -1,7 +1,10 @@
 //! The functional core: pure decisions, unit-tested without I/O.
 
 pub mod at;
+#[cfg(test)]
+mod fixtures;
 pub mod podset;
+pub mod rank;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, PodSecurityContext, SeccompProfile, SecurityContext,

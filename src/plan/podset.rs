@@ -40,33 +40,10 @@ pub fn plan(replicas: i32, pods: &[Arc<CachedPod>]) -> Plan {
         std::cmp::Ordering::Greater => Plan::Create(want - active.len()),
         std::cmp::Ordering::Less => {
             let excess = active.len() - want;
-            Plan::Delete(victims(active, excess))
+            Plan::Delete(super::rank::victims(active, excess))
         }
         std::cmp::Ordering::Equal => Plan::Steady,
     }
-}
-
-/// The `n` pods to delete first, ranked as the ReplicaSet controller ranks them.
-pub fn victims(mut active: Vec<Arc<CachedPod>>, n: usize) -> Vec<Arc<CachedPod>> {
-    active.sort_by(|a, b| deletion_rank(a).cmp(&deletion_rank(b)));
-    active.truncate(n);
-    active
-}
-
-/// Lower sorts first, so is deleted first: unscheduled before scheduled, Pending before
-/// Unknown before Running, not ready before ready, lower pod-deletion-cost first, ready for
-/// less time first, more restarts first, newer first.
-fn deletion_rank(p: &CachedPod) -> impl Ord + use<'_> {
-    (
-        p.node_name.is_some(),
-        p.phase,
-        p.ready,
-        p.deletion_cost,
-        Reverse(p.ready_since.filter(|_| p.ready)),
-        Reverse(p.restarts),
-        Reverse(p.created),
-        &p.name,
-    )
 }
 
 /// Finished pods beyond [`MAX_FINISHED_PODS`], oldest first.
@@ -240,39 +217,8 @@ mod tests {
     use super::*;
     use crate::api::PodSetSpec;
     use crate::cache::Phase;
+    use crate::plan::fixtures::{arcs, at, names, pod};
     use k8s_openapi::api::core::v1::PodTemplateSpec;
-
-    fn at(s: i64) -> Option<Timestamp> {
-        Some(Timestamp::from_second(s).unwrap())
-    }
-
-    fn pod(name: &str) -> CachedPod {
-        CachedPod {
-            name: name.into(),
-            namespace: "ns".into(),
-            uid: format!("uid-{name}"),
-            owner: None,
-            phase: Phase::Running,
-            ready: true,
-            ready_since: at(100),
-            node_name: Some("node".into()),
-            terminating: false,
-            created: at(50),
-            deletion_cost: 0,
-            restarts: 0,
-            reason: None,
-            message: None,
-            exit_code: None,
-        }
-    }
-
-    fn arcs(pods: Vec<CachedPod>) -> Vec<Arc<CachedPod>> {
-        pods.into_iter().map(Arc::new).collect()
-    }
-
-    fn names(pods: &[Arc<CachedPod>]) -> Vec<&str> {
-        pods.iter().map(|p| p.name.as_str()).collect()
-    }
 
     fn podset(replicas: i32) -> PodSet {
         let mut ps = PodSet::new(
@@ -312,57 +258,12 @@ mod tests {
         assert_eq!(plan(3, &[]), Plan::Create(3));
     }
 
+    /// As upstream's `FilterActivePods`: a pod whose node stopped reporting still counts.
     #[test]
-    fn ranks_victims_like_the_replicaset_controller() {
-        let mut unscheduled = pod("unscheduled");
-        unscheduled.node_name = None;
-        unscheduled.phase = Phase::Pending;
-        let mut pending = pod("pending");
-        pending.phase = Phase::Pending;
-        let mut unknown = pod("unknown");
+    fn pods_in_phase_unknown_count_as_active() {
+        let mut unknown = pod("u");
         unknown.phase = Phase::Unknown;
-        let mut not_ready = pod("not-ready");
-        not_ready.ready = false;
-        let mut cheap = pod("cheap");
-        cheap.deletion_cost = -10;
-        let mut recently_ready = pod("recently-ready");
-        recently_ready.ready_since = at(200);
-        let mut restarted = pod("restarted");
-        restarted.restarts = 4;
-        let mut newer = pod("newer");
-        newer.created = at(60);
-        let mut precious = pod("precious");
-        precious.deletion_cost = 10;
-        let old = pod("old");
-        let all = vec![
-            old,
-            precious,
-            newer,
-            restarted,
-            recently_ready,
-            cheap,
-            not_ready,
-            unknown,
-            pending,
-            unscheduled,
-        ];
-        let ranked = victims(arcs(all.clone()), all.len());
-        assert_eq!(
-            names(&ranked),
-            [
-                "unscheduled",
-                "pending",
-                "unknown",
-                "not-ready",
-                "cheap",
-                "recently-ready",
-                "restarted",
-                "newer",
-                "old",
-                "precious"
-            ]
-        );
-        assert_eq!(names(&victims(arcs(all), 2)), ["unscheduled", "pending"]);
+        assert_eq!(plan(2, &arcs(vec![pod("a"), unknown])), Plan::Steady);
     }
 
     #[test]

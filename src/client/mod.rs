@@ -32,6 +32,9 @@ use tower::{BoxError, Layer, Service, ServiceBuilder};
 
 use crate::metrics::Metrics;
 
+mod outcome;
+pub use outcome::may_have_acted;
+
 /// Builds the operator's client from a kubeconfig or in-cluster config.
 pub fn build(
     config: kube::Config,
@@ -99,11 +102,13 @@ pub fn retry_delay(
     if !repeatable || attempt >= ATTEMPTS {
         return None;
     }
-    let backoff = Duration::from_millis(50) * 2u32.pow(attempt);
+    // The server's Retry-After is its own spreading of load; our backoff is jittered so that
+    // requests refused together are not sent again together.
+    let backoff = || crate::jitter::jittered(Duration::from_millis(50) * 2u32.pow(attempt));
     Some(
         retry_after
             .map(Duration::from_secs)
-            .unwrap_or(backoff)
+            .unwrap_or_else(backoff)
             .min(MAX_DELAY),
     )
 }
@@ -111,7 +116,8 @@ pub fn retry_delay(
 /// Creates `obj`, sending it again while the API server answers ServerTimeout: it says "try
 /// again" and made nothing. A `generateName` that collides with an existing name gets that
 /// answer (1000 pods with one prefix collide about once in 30 runs), as does a pod whose
-/// namespace's ServiceAccount is not ready yet.
+/// namespace's ServiceAccount is not ready yet. Each re-send waits a jittered 50, 100, 200,
+/// 400 ms: a ServiceAccount is not ready the instant after.
 pub async fn create<K>(api: &kube::Api<K>, obj: &K) -> kube::Result<K>
 where
     K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
@@ -122,6 +128,8 @@ where
     loop {
         match api.create(&params, obj).await {
             Err(kube::Error::Api(s)) if s.reason == "ServerTimeout" && attempt < ATTEMPTS => {
+                let delay = Duration::from_millis(50) * (1 << (attempt - 1));
+                tokio::time::sleep(crate::jitter::jittered(delay)).await;
                 attempt += 1;
             }
             result => return result,
@@ -276,9 +284,11 @@ mod tests {
         let delays: Vec<_> = (0..9)
             .map(|a| retry_delay(&Method::GET, StatusCode::TOO_MANY_REQUESTS, None, a))
             .collect();
-        assert_eq!(delays[0], Some(Duration::from_millis(50)));
-        assert_eq!(delays[1], Some(Duration::from_millis(100)));
-        assert_eq!(delays[7], Some(Duration::from_millis(6400)));
+        for (attempt, full) in [(0, 50), (1, 100), (7, 6400)] {
+            let delay = delays[attempt].expect("retried");
+            let full = Duration::from_millis(full);
+            assert!(delay >= full / 2 && delay <= full, "{attempt}: {delay:?}");
+        }
         assert_eq!(delays[8], None);
         assert_eq!(
             retry_delay(&Method::GET, StatusCode::TOO_MANY_REQUESTS, Some(3600), 0),
@@ -379,6 +389,34 @@ mod tests {
             .expect("created on the third attempt");
         assert_eq!(created.metadata.name.as_deref(), Some("p-abcde"));
         assert_eq!(seen.load(Ordering::SeqCst), 3);
+    }
+
+    /// A collision says "try again", not "at once": an immediate re-send mostly collides
+    /// with the same load.
+    #[tokio::test]
+    async fn a_create_told_to_try_again_waits_before_sending_again() {
+        let (client, _) = colliding_server(2);
+        let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::default_namespaced(client);
+        let start = std::time::Instant::now();
+        create(&api, &api_pod())
+            .await
+            .expect("created on the third attempt");
+        assert!(
+            start.elapsed() >= Duration::from_millis(50),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn retry_delays_are_jittered() {
+        let delays: std::collections::HashSet<_> = (0..32)
+            .map(|_| retry_delay(&Method::GET, StatusCode::TOO_MANY_REQUESTS, None, 3))
+            .collect();
+        assert!(
+            delays.len() > 1,
+            "every client retries in lockstep: {delays:?}"
+        );
     }
 
     #[tokio::test]

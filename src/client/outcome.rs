@@ -1,0 +1,126 @@
+//! What a failed create or delete may still have done.
+
+/// Whether a failed create or delete may still have been carried out. Only what the API
+/// server turned away (a 4xx, or a 500 ServerTimeout, its "made nothing, try again") or what
+/// was never sent (no connection, a request that could not be built) surely made nothing. A
+/// connection reset or read timeout after sending, a 5xx, or a success that could not be
+/// read may all follow a write that reached etcd.
+pub fn may_have_acted(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(s) => s.code >= 500 && s.reason != "ServerTimeout",
+        kube::Error::Service(e) => !never_sent(e.as_ref()),
+        kube::Error::BuildRequest(_) | kube::Error::HttpError(_) => false,
+        _ => true,
+    }
+}
+
+/// A connection that could not be made: the request never left.
+fn never_sent(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(e) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
+            return e.is_connect();
+        }
+        cause = e.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::build;
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": code, "reason": reason, "message": "m"
+        }))
+        .unwrap();
+        kube::Error::Api(Box::new(status))
+    }
+
+    /// What the API server turned away made nothing; anything else may have acted.
+    #[test]
+    fn only_a_refusal_counts_as_not_done() {
+        for (code, reason) in [
+            (504, "Timeout"),
+            (500, "InternalError"),
+            (503, "ServiceUnavailable"),
+            (502, "BadGateway"),
+        ] {
+            assert!(may_have_acted(&api_error(code, reason)), "{code} {reason}");
+        }
+        for (code, reason) in [
+            (403, "Forbidden"),
+            (422, "Invalid"),
+            (429, "TooManyRequests"),
+            (409, "AlreadyExists"),
+            (500, "ServerTimeout"),
+        ] {
+            assert!(!may_have_acted(&api_error(code, reason)), "{code} {reason}");
+        }
+    }
+
+    /// A create through the operator's real client against a local socket.
+    async fn create_through(addr: std::net::SocketAddr) -> kube::Error {
+        let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+        let client = build(config, Default::default(), 1).unwrap();
+        let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, "ns");
+        api.create(&Default::default(), &api_pod())
+            .await
+            .expect_err("the server never answers")
+    }
+
+    /// The server reads the whole request, then resets the connection: the reply is lost
+    /// after the create may have been stored.
+    #[tokio::test]
+    async fn a_create_whose_reply_is_lost_may_have_acted() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !whole_request(&request) {
+                let n = socket.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the client closed first");
+                request.extend_from_slice(&buf[..n]);
+            }
+            socket.set_zero_linger().unwrap();
+        });
+        let error = create_through(addr).await;
+        assert!(may_have_acted(&error), "taken as not created: {error}");
+    }
+
+    /// Nothing listens: the request was never sent.
+    #[tokio::test]
+    async fn a_create_that_could_not_connect_did_not_land() {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let error = create_through(addr).await;
+        assert!(!may_have_acted(&error), "{error}");
+    }
+
+    fn whole_request(bytes: &[u8]) -> bool {
+        let text = String::from_utf8_lossy(bytes);
+        let Some(end) = text.find("\r\n\r\n") else {
+            return false;
+        };
+        let length = text[..end]
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse::<usize>().unwrap())
+            })
+            .unwrap_or(0);
+        bytes.len() >= end + 4 + length
+    }
+
+    fn api_pod() -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(serde_json::json!({"metadata": {"generateName": "p-"}})).unwrap()
+    }
+}

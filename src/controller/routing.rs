@@ -1,0 +1,176 @@
+//! The streams that trigger reconciles: each controller's own objects, and the one pod watch
+//! routed to the controller of each pod's owner.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::{Resource, ResourceExt};
+use tracing::warn;
+
+use super::{Context, Settings, scoped};
+use crate::api::{At, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet};
+use crate::cache::Touched;
+
+/// The primary objects, triggering only on spec (generation) changes; `synced` turns true
+/// once the first full list is in the store. A deleted object's records (backoff,
+/// expectations, status memo) go with it: nothing would ever reconcile it to reset them.
+pub(super) fn primary<K>(
+    events: impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
+    writer: reflector::store::Writer<K>,
+    synced: tokio::sync::watch::Sender<bool>,
+    ctx: Arc<Context>,
+) -> impl futures::Stream<Item = watcher::Result<K>> + Send
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+{
+    events
+        .modify(|o: &mut K| o.managed_fields_mut().clear())
+        .reflect(writer)
+        .inspect(move |event| match event {
+            Ok(watcher::Event::InitDone) => drop(synced.send_replace(true)),
+            Ok(watcher::Event::Delete(obj)) => ctx.forget(&obj.uid().unwrap_or_default()),
+            _ => {}
+        })
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default())
+}
+
+/// Sends each owner whose pods changed to its controller. A controller that does not run has
+/// no queue: nothing would ever drain it.
+pub(super) struct Router {
+    podset: Option<UnboundedSender<ObjectRef<PodSet>>>,
+    at: Option<UnboundedSender<ObjectRef<At>>>,
+}
+
+/// The receiving ends of the router's queues, for the controllers to drain.
+pub(super) struct Queues {
+    pub podset: Option<UnboundedReceiver<ObjectRef<PodSet>>>,
+    pub at: Option<UnboundedReceiver<ObjectRef<At>>>,
+}
+
+impl Router {
+    pub(super) fn new(settings: &Settings) -> (Self, Queues) {
+        let (podset, podset_rx) = settings.podset.then(unbounded).unzip();
+        let (at, at_rx) = settings.at.then(unbounded).unzip();
+        let queues = Queues {
+            podset: podset_rx,
+            at: at_rx,
+        };
+        (Router { podset, at }, queues)
+    }
+
+    fn route(&self, t: &Touched) {
+        match t.owner.kind.as_str() {
+            "PodSet" => enqueue(self.podset.as_ref(), t),
+            "At" => enqueue(self.at.as_ref(), t),
+            _ => {}
+        }
+    }
+}
+
+fn enqueue<K: Resource<DynamicType = ()>>(
+    queue: Option<&UnboundedSender<ObjectRef<K>>>,
+    t: &Touched,
+) {
+    // A send fails only once the controller stopped; nothing to route then.
+    if let Some(tx) = queue {
+        drop(tx.unbounded_send(ObjectRef::new(&t.owner.name).within(&t.namespace)));
+    }
+}
+
+pub(super) async fn watch_pods(ctx: Arc<Context>, namespace: Option<String>, router: Router) {
+    let api = scoped::<Pod>(ctx.client.clone(), namespace.as_deref());
+    let config =
+        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
+    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(event) => {
+                // The cache first, then the expectations: a reconcile reads them in the
+                // opposite order (see `podset::snapshot`), so it never sees an expectation
+                // met by a pod it cannot see.
+                for touched in ctx.pods.apply(event) {
+                    ctx.expectations.observe(&touched, Instant::now());
+                    router.route(&touched);
+                }
+            }
+            Err(e) => warn!(error = %e, "pod watch failed; retrying with backoff"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::fixtures::{context, podset};
+
+    fn settings(podset: bool, at: bool) -> Settings {
+        Settings {
+            namespace: None,
+            podset,
+            at,
+            concurrency: 0,
+            instance: "test".into(),
+        }
+    }
+
+    fn touched(kind: &str, owner_uid: &str) -> Touched {
+        Touched {
+            owner: crate::cache::Owner {
+                kind: kind.into(),
+                name: "x".into(),
+                uid: owner_uid.into(),
+            },
+            namespace: "ns".into(),
+            pod_uid: "p".into(),
+            change: crate::cache::Change::Updated,
+        }
+    }
+
+    #[test]
+    fn a_disabled_controllers_queue_is_never_fed() {
+        let (router, queues) = Router::new(&settings(true, false));
+        for _ in 0..3 {
+            router.route(&touched("At", "a"));
+            router.route(&touched("PodSet", "p"));
+        }
+        if let Some(mut at) = queues.at {
+            assert!(
+                at.try_recv().is_err(),
+                "pod events queued for the At controller, which never runs"
+            );
+        }
+        let mut podset = queues.podset.expect("the PodSet controller runs");
+        assert!(podset.try_recv().is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_deleted_objects_records_are_dropped() {
+        let ctx = context();
+        let ps = podset();
+        ctx.backoff.next("ps-uid");
+        ctx.expectations.expect_creates("ps-uid", 1, Instant::now());
+        let events = futures::stream::iter([
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(ps.clone())),
+            Ok(watcher::Event::InitDone),
+            Ok(watcher::Event::Delete(ps)),
+        ]);
+        let (_reader, writer) = reflector::store();
+        let (synced, _ready) = tokio::sync::watch::channel(false);
+        primary(events, writer, synced, ctx.clone())
+            .for_each(|_| async {})
+            .await;
+        assert!(ctx.backoff.is_empty(), "backoff kept");
+        assert_eq!(
+            ctx.expectations.readiness("ps-uid", Instant::now()),
+            crate::expectations::Readiness::Satisfied,
+            "expectations kept"
+        );
+    }
+}

@@ -1,0 +1,39 @@
+//! Pods for the plan tests.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+
+use crate::cache::{CachedPod, Phase};
+
+pub fn at(s: i64) -> Option<Timestamp> {
+    Some(Timestamp::from_second(s).unwrap())
+}
+
+pub fn pod(name: &str) -> CachedPod {
+    CachedPod {
+        name: name.into(),
+        namespace: "ns".into(),
+        uid: format!("uid-{name}"),
+        owner: None,
+        phase: Phase::Running,
+        ready: true,
+        ready_since: at(100),
+        node_name: Some("node".into()),
+        terminating: false,
+        created: at(50),
+        deletion_cost: 0,
+        restarts: 0,
+        reason: None,
+        message: None,
+        exit_code: None,
+    }
+}
+
+pub fn arcs(pods: Vec<CachedPod>) -> Vec<Arc<CachedPod>> {
+    pods.into_iter().map(Arc::new).collect()
+}
+
+pub fn names(pods: &[Arc<CachedPod>]) -> Vec<&str> {
+    pods.iter().map(|p| p.name.as_str()).collect()
+}
