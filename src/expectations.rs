@@ -6,6 +6,12 @@
 //! Creations are counted (a created pod's UID is unknown until the API answers, and the
 //! watch may show the pod first); deletions are tracked by pod UID. Expectations older than
 //! [`EXPECTATIONS_TTL`] count as met, so a lost observation delays an owner, never stalls it.
+//!
+//! A create or delete whose reply was lost is *unsettled*: it may or may not have happened. It
+//! stays expected and is sent again (creates name their pod, so a second send cannot make a
+//! second pod) until the API server's answer says which; only then may the owner be acted
+//! on again. Waiting out the TTL instead would stall every owner caught by an API server
+//! restart for five minutes.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -20,6 +26,10 @@ pub const EXPECTATIONS_TTL: Duration = Duration::from_secs(5 * 60);
 struct Pending {
     creates: usize,
     deletes: HashSet<String>,
+    /// Pod names of creates whose outcome is unknown; counted in `creates`.
+    unsettled_creates: HashSet<String>,
+    /// Pod UIDs (and names) of deletes whose outcome is unknown; also in `deletes`.
+    unsettled_deletes: HashMap<String, String>,
     /// Set once, when the record is made: neither more actions nor observations move it, so
     /// an owner whose watch events were lost waits at most one TTL.
     expires: Instant,
@@ -30,17 +40,29 @@ impl Pending {
         Self {
             creates: 0,
             deletes: HashSet::new(),
+            unsettled_creates: HashSet::new(),
+            unsettled_deletes: HashMap::new(),
             expires: now + EXPECTATIONS_TTL,
         }
     }
 
     fn met(&self) -> bool {
-        self.creates == 0 && self.deletes.is_empty()
+        self.creates == 0
+            && self.deletes.is_empty()
+            && self.unsettled_creates.is_empty()
+            && self.unsettled_deletes.is_empty()
     }
 
     fn expired(&self, now: Instant) -> bool {
         self.expires <= now
     }
+}
+
+/// Creates (pod names) and deletes (pod UID, name) to send again.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Unsettled {
+    pub creates: Vec<String>,
+    pub deletes: Vec<(String, String)>,
 }
 
 /// Whether an owner may be acted on.
@@ -106,6 +128,52 @@ impl Expectations {
         self.with(owner_uid, now, |p| p.deletes.remove(pod_uid));
     }
 
+    /// A create of pod `name` whose reply was lost: still expected, and to be sent again.
+    pub fn create_unsettled(&self, owner_uid: &str, name: &str, now: Instant) {
+        self.with(owner_uid, now, |p| {
+            p.unsettled_creates.insert(name.to_string())
+        });
+    }
+
+    /// A create sent again was answered: the pod exists (`landed`: the watch will show it), or
+    /// it never will.
+    pub fn create_settled(&self, owner_uid: &str, name: &str, landed: bool, now: Instant) {
+        self.with(owner_uid, now, |p| {
+            if p.unsettled_creates.remove(name) && !landed {
+                p.creates = p.creates.saturating_sub(1);
+            }
+        });
+    }
+
+    /// A delete whose reply was lost: still expected, and to be sent again.
+    pub fn delete_unsettled(&self, owner_uid: &str, pod_uid: &str, name: &str, now: Instant) {
+        self.with(owner_uid, now, |p| {
+            p.unsettled_deletes
+                .insert(pod_uid.to_string(), name.to_string())
+        });
+    }
+
+    /// A delete sent again was answered; whether it is done, the watch (or
+    /// [`Self::delete_done`]) says.
+    pub fn delete_settled(&self, owner_uid: &str, pod_uid: &str, now: Instant) {
+        self.with(owner_uid, now, |p| p.unsettled_deletes.remove(pod_uid));
+    }
+
+    /// The owner's creates and deletes to send again (none once its record expired).
+    pub fn unsettled(&self, owner_uid: &str, now: Instant) -> Unsettled {
+        let owners = self.owners.lock().expect("expectations lock");
+        let Some(p) = owners.get(owner_uid).filter(|p| !p.expired(now)) else {
+            return Unsettled::default();
+        };
+        let mut unsettled = Unsettled {
+            creates: p.unsettled_creates.iter().cloned().collect(),
+            deletes: p.unsettled_deletes.clone().into_iter().collect(),
+        };
+        unsettled.creates.sort();
+        unsettled.deletes.sort();
+        unsettled
+    }
+
     /// Lowers expectations by what a pod watch event shows. Only an existing record is
     /// lowered: an owner's pods changing expects nothing of it.
     pub fn observe(&self, touched: &Touched, now: Instant) {
@@ -118,6 +186,7 @@ impl Expectations {
             Change::Added => p.creates = p.creates.saturating_sub(1),
             Change::Removed => {
                 p.deletes.remove(&touched.pod_uid);
+                p.unsettled_deletes.remove(&touched.pod_uid);
             }
             Change::Updated => {}
         }
@@ -278,6 +347,59 @@ mod tests {
         e.creates_failed("o", 3, t0);
         e.observe(&touched("o", "p1", Change::Added), t0);
         assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+    }
+
+    #[test]
+    fn an_unsettled_create_is_expected_until_an_answer_says_whether_it_landed() {
+        let e = Expectations::default();
+        let t0 = Instant::now();
+        e.expect_creates("o", 2, t0);
+        e.create_unsettled("o", "web-podb", t0);
+        e.observe(&touched("o", "p1", Change::Added), t0);
+        e.observe(&touched("o", "p2", Change::Added), t0);
+        assert!(
+            matches!(e.readiness("o", t0), Readiness::Waiting(_)),
+            "two pods seen, yet one of them need not be web-podb: it may still land"
+        );
+        assert_eq!(e.unsettled("o", t0).creates, ["web-podb"]);
+        e.create_settled("o", "web-podb", true, t0);
+        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+
+        // Settled as never made: no pod to wait for.
+        e.expect_creates("o", 1, t0);
+        e.create_unsettled("o", "web-podc", t0);
+        e.create_settled("o", "web-podc", false, t0);
+        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+        assert_eq!(e.unsettled("o", t0), Unsettled::default());
+    }
+
+    #[test]
+    fn an_unsettled_delete_is_settled_by_an_answer_or_the_watch() {
+        let e = Expectations::default();
+        let t0 = Instant::now();
+        e.expect_deletes("o", ["a", "b"], t0);
+        e.delete_unsettled("o", "a", "web-poda", t0);
+        e.delete_unsettled("o", "b", "web-podb", t0);
+        assert_eq!(
+            e.unsettled("o", t0).deletes,
+            [
+                ("a".into(), "web-poda".into()),
+                ("b".into(), "web-podb".into())
+            ]
+        );
+        e.observe(&touched("o", "a", Change::Removed), t0);
+        e.delete_settled("o", "b", t0);
+        assert!(
+            matches!(e.readiness("o", t0), Readiness::Waiting(_)),
+            "b's delete answered, but the watch has not shown it"
+        );
+        assert_eq!(e.unsettled("o", t0), Unsettled::default());
+        e.delete_done("o", "b", t0);
+        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+        assert_eq!(
+            e.unsettled("o", t0 + EXPECTATIONS_TTL),
+            Unsettled::default()
+        );
     }
 
     #[test]

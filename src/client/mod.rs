@@ -5,8 +5,9 @@
 //!   and being turned away with 429s that cost a second each (their `Retry-After`);
 //! - **a retry policy** that re-sends what the server refused before doing anything (429), and
 //!   re-sends requests that are safe to repeat after a timeout or unavailability (503, 504),
-//!   but never a create: with `generateName`, a create that timed out may still land, and
-//!   sending it again would make a second pod. The controller keeps its expectation instead.
+//!   but never a create: a create that timed out may still land, and only a create that
+//!   names its object can be sent again safely. The controller decides (PodSet pods are
+//!   named, and their creates are settled by sending them again; see `expectations`).
 //!   It replaces kube's default policy, which re-sends creates on 503 and 504;
 //! - a counter of every request sent, by verb, for `/metrics`.
 //!

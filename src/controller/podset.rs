@@ -18,7 +18,8 @@ use crate::api::PodSet;
 use crate::cache::CachedPod;
 use crate::client;
 use crate::error::{Error, Result};
-use crate::expectations::Readiness;
+use crate::expectations::{Readiness, Unsettled};
+use crate::plan::name;
 use crate::plan::podset::{self as plan, Failure, Outcome, Plan};
 
 const CONTROLLER: &str = "podset";
@@ -41,8 +42,9 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
     let deleting = ps.meta().deletion_timestamp.is_some();
     let outcome = match readiness {
         // Being deleted: the garbage collector removes the pods; creating more would race it.
-        Readiness::Satisfied if !deleting => manage(ps, &pods, ctx).await,
-        _ => Outcome::NotActed,
+        _ if deleting => Outcome::NotActed,
+        Readiness::Satisfied => manage(ps, &pods, ctx).await,
+        Readiness::Waiting(_) => settle(ps, ctx).await,
     };
     // While our own creates or deletes are still on their way to the watch, a status would
     // describe a moment already over: it is written once the watch has shown them all (one
@@ -97,33 +99,33 @@ async fn manage(ps: &PodSet, pods: &[Arc<CachedPod>], ctx: &Context) -> Outcome 
 /// Creates `n` pods in slow-start batches, stopping at the first batch with a failure.
 async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
     let uid = ps.uid().unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ps.namespace().unwrap_or_default());
-    let pod = plan::pod_for(ps);
+    let (api, template) = (pods_api(ps, ctx), plan::pod_for(ps));
     let mut created = Vec::new();
     let mut error = None;
     for batch in plan::slow_start_batches(n) {
+        let names: Vec<String> = (0..batch)
+            .map(|_| name::random(prefix(&template)))
+            .collect();
         ctx.expectations.expect_creates(&uid, batch, Instant::now());
-        let results = join_all((0..batch).map(|_| client::create(&api, &pod))).await;
-        let (mut failed, mut refused) = (0, 0);
-        for result in results {
+        let results = join_all(names.iter().map(|n| create(&api, &template, n))).await;
+        let mut failed = false;
+        for (name, result) in names.into_iter().zip(results) {
+            let now = Instant::now();
             match result {
-                Ok(p) => created.push(p.name_any()),
-                Err(e) => {
-                    failed += 1;
-                    if !client::may_have_acted(&e) {
-                        refused += 1;
-                    }
+                Created::Made => created.push(name),
+                Created::Unknown(e) => {
+                    ctx.expectations.create_unsettled(&uid, &name, now);
+                    error.get_or_insert(e);
+                }
+                // Refused, or the name was taken (a one in 14 million chance): no pod of ours.
+                Created::Refused(e) | Created::Exists(e) => {
+                    ctx.expectations.creates_failed(&uid, 1, now);
                     error.get_or_insert(e);
                 }
             }
+            failed |= error.is_some();
         }
-        // A create whose outcome is unknown stays expected: if it landed, the watch shows the
-        // pod; if not, the expectation expires and the pod is created then. Never both.
-        if refused > 0 {
-            ctx.expectations
-                .creates_failed(&uid, refused, Instant::now());
-        }
-        if failed > 0 {
+        if failed {
             break;
         }
     }
@@ -136,41 +138,170 @@ async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> 
     if victims.is_empty() {
         return None;
     }
-    let uid = ps.uid().unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ps.namespace().unwrap_or_default());
+    let (uid, api) = (ps.uid().unwrap_or_default(), pods_api(ps, ctx));
     ctx.expectations
         .expect_deletes(&uid, victims.iter().map(|p| p.uid.as_str()), Instant::now());
-    let results = join_all(victims.iter().map(|p| {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(p.uid.clone()),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        let api = api.clone();
-        async move { api.delete(&p.name, &params).await }
-    }))
-    .await;
+    let results = join_all(victims.iter().map(|p| delete(&api, &p.name, &p.uid))).await;
     let mut deleted = Vec::new();
     let mut error = None;
     for (pod, result) in victims.iter().zip(results) {
+        let now = Instant::now();
         match result {
-            Ok(_) => deleted.push(pod.name.clone()),
-            // Gone already, or a different pod now has the name: nothing of ours to delete.
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
-                ctx.expectations.delete_done(&uid, &pod.uid, Instant::now())
+            Deleted::Sent => deleted.push(pod.name.clone()),
+            Deleted::Gone => ctx.expectations.delete_done(&uid, &pod.uid, now),
+            Deleted::Unknown(e) => {
+                let (pod_uid, name) = (&pod.uid, &pod.name);
+                ctx.expectations.delete_unsettled(&uid, pod_uid, name, now);
+                error.get_or_insert(e);
             }
-            // A delete that may have been carried out stays expected, as a create does.
-            Err(e) => {
-                if !client::may_have_acted(&e) {
-                    ctx.expectations.delete_done(&uid, &pod.uid, Instant::now());
-                }
+            Deleted::Refused(e) => {
+                ctx.expectations.delete_done(&uid, &pod.uid, now);
                 error.get_or_insert(e);
             }
         }
     }
     report(ps, ctx, Verb::Delete, &deleted, error).await
+}
+
+/// Sends again the creates and deletes whose replies were lost, until the API server's
+/// answers say whether each happened: the owner is acted on again only then.
+async fn settle(ps: &PodSet, ctx: &Context) -> Outcome {
+    let uid = ps.uid().unwrap_or_default();
+    let unsettled = ctx.expectations.unsettled(&uid, Instant::now());
+    if unsettled == Unsettled::default() {
+        return Outcome::NotActed;
+    }
+    let (api, template) = (pods_api(ps, ctx), plan::pod_for(ps));
+    let (creates, deletes) = futures::join!(
+        join_all(
+            unsettled
+                .creates
+                .iter()
+                .map(|n| resend_create(&api, &template, n))
+        ),
+        join_all(
+            unsettled
+                .deletes
+                .iter()
+                .map(|(pod_uid, n)| delete(&api, n, pod_uid))
+        ),
+    );
+    let (mut created, mut create_error) = (Vec::new(), None);
+    for (name, (landed, e)) in unsettled.creates.into_iter().zip(creates) {
+        if let Some(landed) = landed {
+            ctx.expectations
+                .create_settled(&uid, &name, landed, Instant::now());
+            if landed {
+                created.push(name);
+            }
+        }
+        create_error = create_error.or(e);
+    }
+    let (mut deleted, mut delete_error) = (Vec::new(), None);
+    for ((pod_uid, name), result) in unsettled.deletes.into_iter().zip(deletes) {
+        let now = Instant::now();
+        match result {
+            Deleted::Unknown(e) => delete_error = delete_error.or(Some(e)),
+            Deleted::Gone => {
+                ctx.expectations.delete_settled(&uid, &pod_uid, now);
+                ctx.expectations.delete_done(&uid, &pod_uid, now);
+            }
+            // The first send may have been carried out: the watch or the TTL will tell.
+            Deleted::Refused(e) => {
+                ctx.expectations.delete_settled(&uid, &pod_uid, now);
+                delete_error = delete_error.or(Some(e));
+            }
+            Deleted::Sent => {
+                ctx.expectations.delete_settled(&uid, &pod_uid, now);
+                deleted.push(name);
+            }
+        }
+    }
+    let failed_create = report(ps, ctx, Verb::Create, &created, create_error).await;
+    let failed_delete = report(ps, ctx, Verb::Delete, &deleted, delete_error).await;
+    match failed_create.or(failed_delete) {
+        Some(f) => Outcome::Failed(f),
+        None => Outcome::Succeeded,
+    }
+}
+
+fn pods_api(ps: &PodSet, ctx: &Context) -> Api<Pod> {
+    Api::namespaced(ctx.client.clone(), &ps.namespace().unwrap_or_default())
+}
+
+fn prefix(template: &Pod) -> &str {
+    template
+        .metadata
+        .generate_name
+        .as_deref()
+        .unwrap_or_default()
+}
+
+/// What the API server answered to a create.
+enum Created {
+    Made,
+    /// 409 AlreadyExists: a pod has the name.
+    Exists(kube::Error),
+    /// Turned away before anything was stored.
+    Refused(kube::Error),
+    /// The reply was lost: the pod may have been made.
+    Unknown(kube::Error),
+}
+
+async fn create(api: &Api<Pod>, template: &Pod, name: &str) -> Created {
+    let mut pod = template.clone();
+    pod.metadata.name = Some(name.to_string());
+    match client::create(api, &pod).await {
+        Ok(_) => Created::Made,
+        Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
+            Created::Exists(kube::Error::Api(s))
+        }
+        Err(e) if client::may_have_acted(&e) => Created::Unknown(e),
+        Err(e) => Created::Refused(e),
+    }
+}
+
+/// A create sent again: whether the pod landed, once known, and the error to report. A
+/// refusal now does not say the first send made nothing, so a read decides.
+async fn resend_create(
+    api: &Api<Pod>,
+    template: &Pod,
+    name: &str,
+) -> (Option<bool>, Option<kube::Error>) {
+    match create(api, template, name).await {
+        Created::Made | Created::Exists(_) => (Some(true), None),
+        Created::Unknown(e) => (None, Some(e)),
+        Created::Refused(e) => match api.get_opt(name).await {
+            Ok(found) => (Some(found.is_some()), Some(e)),
+            Err(_) => (None, Some(e)),
+        },
+    }
+}
+
+/// What the API server answered to a delete.
+enum Deleted {
+    Sent,
+    /// Gone already, or a different pod now has the name: nothing of ours to delete.
+    Gone,
+    Refused(kube::Error),
+    /// The reply was lost: the pod may be terminating.
+    Unknown(kube::Error),
+}
+
+async fn delete(api: &Api<Pod>, name: &str, uid: &str) -> Deleted {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Deleted::Sent,
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Deleted::Gone,
+        Err(e) if client::may_have_acted(&e) => Deleted::Unknown(e),
+        Err(e) => Deleted::Refused(e),
+    }
 }
 
 #[derive(Clone, Copy)]

@@ -3,6 +3,7 @@
 pub mod at;
 #[cfg(test)]
 mod fixtures;
+pub mod name;
 pub mod podset;
 pub mod rank;
 

@@ -169,7 +169,8 @@ fn no_failure() -> Want<'static> {
 }
 
 /// The pod to create for `ps`: its template (or busybox `sleep 3600`), the PodSet's labels,
-/// and a controller ownerReference that blocks the owner's foreground deletion.
+/// and a controller ownerReference that blocks the owner's foreground deletion. Its
+/// `generateName` is the prefix of the name the controller gives each pod ([`super::name`]).
 pub fn pod_for(ps: &PodSet) -> Pod {
     let name = ps.name_any();
     let template = ps.spec.template.clone().unwrap_or_default();
