@@ -20,7 +20,7 @@ use podset_operator::api::{At, AtPhase, AtStatus};
 use podset_operator::plan::at::{
     CONDITION_COMPLETED, CONDITION_SCHEDULED, REASON_FAILED, REASON_INVALID_SCHEDULE,
     REASON_POD_NAME_TAKEN, REASON_POD_VANISHED, REASON_SCHEDULED, REASON_SPEC_CHANGE_IGNORED,
-    REASON_STARTED, REASON_SUCCEEDED,
+    REASON_STARTED, REASON_STARTING, REASON_SUCCEEDED,
 };
 
 /// How late RUNNING may be observed after the schedule (the issue: within a second).
@@ -65,6 +65,15 @@ async fn wait_for(ns: &TestNs, name: &str, what: &str, check: impl Fn(&At) -> bo
     poll_some(PROMPTLY, &format!("at {name}: {what}"), || async {
         let at = api.get(name).await?;
         Ok(check(&at).then_some(at))
+    })
+    .await
+}
+
+/// RUNNING with its pod made: RUNNING alone is written before the pod is created.
+async fn wait_started(ns: &TestNs, name: &str) -> Result<At> {
+    wait_for(ns, name, "RUNNING with its pod created", |at| {
+        status(at).phase == Some(AtPhase::Running)
+            && condition(at, CONDITION_COMPLETED).is_some_and(|(_, r, _)| r == REASON_STARTED)
     })
     .await
 }
@@ -219,7 +228,7 @@ async fn runs_once_at_its_schedule_then_done_with_success() -> Result<()> {
         "started {lateness:#} late"
     );
 
-    let running = wait_phase(&ns, "hello", AtPhase::Running).await?;
+    let running = wait_started(&ns, "hello").await?;
     let pod = only_pod(&ns, &running).await?;
     let st = status(&running);
     assert_eq!(st.pod_name.as_deref(), Some("hello-pod"));
@@ -265,7 +274,12 @@ async fn runs_once_at_its_schedule_then_done_with_success() -> Result<()> {
         ("True", REASON_SUCCEEDED)
     );
     assert!(completed.2.contains("exit code 0"), "{}", completed.2);
-    for reason in [REASON_SCHEDULED, REASON_STARTED, REASON_SUCCEEDED] {
+    for reason in [
+        REASON_SCHEDULED,
+        REASON_STARTING,
+        REASON_STARTED,
+        REASON_SUCCEEDED,
+    ] {
         wait_event(&ns, "hello", "Normal", reason).await?;
     }
     assert!(
@@ -324,8 +338,8 @@ async fn failed_and_vanished_pods_end_done_with_failure() -> Result<()> {
         &at("vanishes", "2020-01-01T00:00:00Z", "sleep 3600"),
     )
     .await?;
-    let fails = wait_phase(&ns, "fails", AtPhase::Running).await?;
-    let vanishes = wait_phase(&ns, "vanishes", AtPhase::Running).await?;
+    let fails = wait_started(&ns, "fails").await?;
+    let vanishes = wait_started(&ns, "vanishes").await?;
     only_pod(&ns, &fails).await?;
     only_pod(&ns, &vanishes).await?;
 
@@ -374,7 +388,7 @@ async fn operator_restart_while_running_keeps_one_pod() -> Result<()> {
     let (ns, mut operator, api) = setup("at-restart").await?;
     // The book's sample: `echo YAY`, scheduled in 2019, so it runs at once.
     api.create(&PostParams::default(), &sample()?).await?;
-    let running = wait_phase(&ns, "example-at", AtPhase::Running).await?;
+    let running = wait_started(&ns, "example-at").await?;
     let pod = only_pod(&ns, &running).await?;
     assert_eq!(
         pod.spec.clone().unwrap().containers[0]
@@ -393,7 +407,7 @@ async fn operator_restart_while_running_keeps_one_pod() -> Result<()> {
     .await?;
     operator.restart()?;
 
-    let later = wait_phase(&ns, "while-down", AtPhase::Running).await?;
+    let later = wait_started(&ns, "while-down").await?;
     only_pod(&ns, &later).await?;
     let still = api.get("example-at").await?;
     assert_eq!(
@@ -448,7 +462,7 @@ async fn many_ats_due_in_the_same_second_each_get_one_pod() -> Result<()> {
         "an At started {latest:#} late"
     );
     for name in &names {
-        let at = wait_phase(&ns, name, AtPhase::Running).await?;
+        let at = wait_started(&ns, name).await?;
         let pod = only_pod(&ns, &at).await?;
         assert_eq!(
             pod.spec.unwrap().containers[0].command.as_deref().unwrap(),
@@ -544,7 +558,7 @@ async fn invalid_date_is_reported_without_retries_and_a_fix_runs_it() -> Result<
         &Patch::Merge(serde_json::json!({"spec": {"schedule": "2019-02-28T10:00:00Z"}})),
     )
     .await?;
-    let running = wait_phase(&ns, "feb30", AtPhase::Running).await?;
+    let running = wait_started(&ns, "feb30").await?;
     only_pod(&ns, &running).await?;
     assert_eq!(
         condition(&running, CONDITION_SCHEDULED).map(|c| c.1),
@@ -582,7 +596,7 @@ async fn someone_elses_pod_with_the_name_is_left_alone() -> Result<()> {
 
     // Once the name is free, the retry (with backoff) runs the command.
     pods.delete("taken-pod", &DeleteParams::default()).await?;
-    let running = wait_phase(&ns, "taken", AtPhase::Running).await?;
+    let running = wait_started(&ns, "taken").await?;
     let mine = only_pod(&ns, &running).await?;
     assert_ne!(mine.uid(), foreign.uid());
     operator.assert_healthy();

@@ -5,14 +5,15 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Patch, PostParams};
+use kube::api::Patch;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info};
 
-use super::{Context, publish, retry_after, status_patch_params, timed};
+use super::{Context, api_message, publish, retry_after, status_patch_params, timed};
 use crate::api::{At, AtPhase, AtStatus};
 use crate::cache::CachedPod;
+use crate::client;
 use crate::error::{Error, Result};
 use crate::plan::at::{self as plan, Step};
 
@@ -42,6 +43,7 @@ async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
         .into_iter()
         .find(|p| p.name == pod_name);
     let now = Timestamp::now();
+    let mut base = None;
     let (status, next) = match plan::decide(at, cached.as_deref(), now) {
         Step::Wait(status, left) => {
             debug!(
@@ -65,9 +67,20 @@ async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
                 Next::Then(Action::await_change()),
             )
         }
-        Step::Start => start(at, ctx, now).await?,
+        Step::Start => match write_status(at, &plan::starting(at, now), ctx).await? {
+            Some(running) => {
+                let (status, next) = start(&running, ctx, now).await?;
+                base = Some(running);
+                (status, next)
+            }
+            // A stale copy: whatever was recorded since, nothing is created.
+            None => return Ok(retry_after(at, ctx)),
+        },
     };
-    if !write_status(at, &status, ctx).await? {
+    if write_status(base.as_ref().unwrap_or(at), &status, ctx)
+        .await?
+        .is_none()
+    {
         return Ok(retry_after(at, ctx));
     }
     Ok(match next {
@@ -79,37 +92,32 @@ async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
     })
 }
 
-/// Creates the pod and reports RUNNING. The name is deterministic, so a create that finds the
-/// pod already there means an earlier attempt made it (its status write was lost, or this
-/// operator restarted), unless someone else's pod has the name: then it is left alone.
+/// Creates the pod of an At already recorded RUNNING ([`plan::starting`]). The name is
+/// deterministic, so a create that finds the pod already there means an earlier attempt made
+/// it, unless someone else's pod has the name: then it is left alone, and the At goes back to
+/// PENDING, as it does when the API server refuses the create. A create whose reply was lost
+/// keeps RUNNING: the pod shows, or the At ends as PodVanished.
 async fn start(at: &At, ctx: &Context, now: Timestamp) -> Result<(AtStatus, Next)> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
     let pod_name = plan::pod_name(at);
-    info!(controller = CONTROLLER, namespace = at.namespace(), name = at.name_any(), phase = "PENDING", command = %at.spec.command, "schedule due: creating pod");
-    let pod = match api.create(&PostParams::default(), &plan::pod_for(at)).await {
+    info!(controller = CONTROLLER, namespace = at.namespace(), name = at.name_any(), phase = "RUNNING", command = %at.spec.command, "schedule due: creating pod");
+    let blocked = |reason, message| Ok((plan::blocked(at, reason, message, now), Next::Retry));
+    let pod = match client::create(&api, &plan::pod_for(at)).await {
         Ok(pod) => pod,
         Err(kube::Error::Api(s)) if s.code == 409 => match read_pod(at, ctx).await? {
             Some(pod) if controlled_by(at, &pod) => pod,
-            Some(_) => {
+            _ => {
                 let message = format!(
                     "pod {pod_name} exists and is not controlled by this At; it is left alone, and the command runs once the name is free"
                 );
-                return Ok((
-                    plan::blocked(at, plan::REASON_POD_NAME_TAKEN, message, now),
-                    Next::Retry,
-                ));
+                return blocked(plan::REASON_POD_NAME_TAKEN, message);
             }
-            // Deleted between the create and the read: the name may be free now.
-            None => return Ok((at.status.clone().unwrap_or_default(), Next::Retry)),
         },
-        Err(kube::Error::Api(s)) => {
-            let message = format!("creating pod {pod_name}: {}", s.message);
-            return Ok((
-                plan::blocked(at, plan::REASON_FAILED_CREATE, message, now),
-                Next::Retry,
-            ));
+        Err(e) if client::may_have_acted(&e) => return Err(Error::PodApi(e)),
+        Err(e) => {
+            let message = format!("creating pod {pod_name}: {}", api_message(&e));
+            return blocked(plan::REASON_FAILED_CREATE, message);
         }
-        Err(e) => return Err(Error::PodApi(e)),
     };
     Ok((
         plan::progress(at, &CachedPod::from_pod(&pod), now),
@@ -133,17 +141,18 @@ fn controlled_by(at: &At, pod: &Pod) -> bool {
 
 /// Writes `status` if it differs from what `at` shows, then publishes the events of the
 /// change. The patch carries the At's resourceVersion: a read that lagged behind an earlier
-/// write (a DONE, say) must not overwrite it. Returns false on such a conflict.
-async fn write_status(at: &At, status: &AtStatus, ctx: &Context) -> Result<bool> {
+/// write (a DONE, say) must not overwrite it. Returns the At as written, or `None` on such a
+/// conflict.
+async fn write_status(at: &At, status: &AtStatus, ctx: &Context) -> Result<Option<At>> {
     if at.status.as_ref() == Some(status) {
-        return Ok(true);
+        return Ok(Some(at.clone()));
     }
     let api: Api<At> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
     let patch = serde_json::json!({
         "metadata": { "resourceVersion": at.resource_version() },
-        "status": status,
+        "status": exact(status),
     });
-    match api
+    let written = match api
         .patch_status(
             &at.name_any(),
             &status_patch_params(),
@@ -151,7 +160,7 @@ async fn write_status(at: &At, status: &AtStatus, ctx: &Context) -> Result<bool>
         )
         .await
     {
-        Ok(_) => {}
+        Ok(written) => written,
         Err(kube::Error::Api(s)) if s.code == 409 => {
             debug!(
                 controller = CONTROLLER,
@@ -159,16 +168,28 @@ async fn write_status(at: &At, status: &AtStatus, ctx: &Context) -> Result<bool>
                 name = at.name_any(),
                 "the At changed since it was read; retrying"
             );
-            return Ok(false);
+            return Ok(None);
         }
         Err(e) => return Err(Error::StatusWrite(e)),
-    }
+    };
     let phase = phase_name(status.phase);
     for note in plan::notes(at.status.as_ref(), status) {
         info!(controller = CONTROLLER, namespace = at.namespace(), name = at.name_any(), phase, reason = %note.reason, message = %note.note, "status changed");
         publish(at, ctx, note.type_, &note.reason, note.action, note.note).await;
     }
-    Ok(true)
+    Ok(Some(written))
+}
+
+/// `status` as a merge patch that leaves nothing of the old one: a field it lacks is removed
+/// (an At sent back to PENDING names no pod).
+fn exact(status: &AtStatus) -> serde_json::Value {
+    let mut value = serde_json::to_value(status).expect("a status serializes");
+    if let Some(fields) = value.as_object_mut() {
+        for key in STATUS_FIELDS {
+            fields.entry(key).or_insert(serde_json::Value::Null);
+        }
+    }
+    value
 }
 
 fn phase_name(phase: Option<AtPhase>) -> &'static str {
@@ -177,5 +198,50 @@ fn phase_name(phase: Option<AtPhase>) -> &'static str {
         Some(AtPhase::Pending) => "PENDING",
         Some(AtPhase::Running) => "RUNNING",
         Some(AtPhase::Done) => "DONE",
+    }
+}
+
+const STATUS_FIELDS: [&str; 6] = [
+    "phase",
+    "podName",
+    "startTime",
+    "completionTime",
+    "succeeded",
+    "conditions",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::at::REASON_STARTED;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    /// Every field of a full status is in the patch of an empty one, as a null.
+    #[test]
+    fn an_exact_patch_names_every_status_field() {
+        let full = AtStatus {
+            phase: Some(AtPhase::Done),
+            pod_name: Some("p".into()),
+            start_time: Some(Time(Timestamp::UNIX_EPOCH)),
+            completion_time: Some(Time(Timestamp::UNIX_EPOCH)),
+            succeeded: Some(true),
+            conditions: vec![Condition {
+                type_: "Completed".into(),
+                status: "False".into(),
+                reason: REASON_STARTED.into(),
+                message: "m".into(),
+                observed_generation: None,
+                last_transition_time: Time(Timestamp::UNIX_EPOCH),
+            }],
+        };
+        let keys = |v: serde_json::Value| {
+            let mut keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            keys.sort();
+            keys
+        };
+        let empty = exact(&AtStatus::default());
+        assert!(empty.as_object().unwrap().values().all(|v| v.is_null()));
+        assert_eq!(keys(exact(&full)), keys(empty));
+        assert_eq!(exact(&full), serde_json::to_value(&full).unwrap());
     }
 }

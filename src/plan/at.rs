@@ -35,6 +35,9 @@ pub const REASON_INVALID_SCHEDULE: &str = "InvalidSchedule";
 pub const REASON_POD_NAME_TAKEN: &str = "PodNameTaken";
 pub const REASON_FAILED_CREATE: &str = "FailedCreate";
 pub const REASON_SPEC_CHANGE_IGNORED: &str = "SpecChangeIgnored";
+/// RUNNING is recorded and the pod is being created ([`starting`]).
+pub const REASON_STARTING: &str = "Starting";
+/// The pod exists.
 pub const REASON_STARTED: &str = "Started";
 pub const REASON_SUCCEEDED: &str = "Succeeded";
 pub const REASON_FAILED: &str = "Failed";
@@ -113,6 +116,35 @@ pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
     }
 }
 
+/// The status written before the pod is created: RUNNING, naming the pod. Written first, under
+/// the At's resourceVersion, it is what makes the command run at most once: a create whose
+/// status write was lost would otherwise leave a PENDING At, and if its pod then disappeared,
+/// the next reconcile would run the command again. A RUNNING At whose pod never shows ends as
+/// [`REASON_POD_VANISHED`].
+pub fn starting(at: &At, now: Timestamp) -> AtStatus {
+    let previous = at.status.clone().unwrap_or_default();
+    let name = pod_name(at);
+    let completed = conditions::condition(
+        &previous.conditions,
+        Want {
+            type_: CONDITION_COMPLETED,
+            status: false,
+            reason: REASON_STARTING,
+            message: format!("creating pod {name} to run the command"),
+        },
+        at.meta().generation,
+        now,
+    );
+    AtStatus {
+        phase: Some(AtPhase::Running),
+        pod_name: Some(name),
+        start_time: Some(Time(now)),
+        completion_time: None,
+        succeeded: None,
+        conditions: after_start_conditions(at, &previous, Some(completed), now),
+    }
+}
+
 /// The status for our pod: RUNNING while it runs, DONE once it Succeeded or Failed.
 pub fn progress(at: &At, pod: &CachedPod, now: Timestamp) -> AtStatus {
     let previous = at.status.clone().unwrap_or_default();
@@ -164,7 +196,7 @@ pub fn confirmed(at: &At, live: Option<&CachedPod>, now: Timestamp) -> AtStatus 
             status: true,
             reason: REASON_POD_VANISHED,
             message: format!(
-                "pod {name} disappeared before it finished (deleted?); the command is not run again"
+                "pod {name} is gone before it finished: it was deleted, or its create was lost (an operator restart or a lost reply); the command is not run again, so that it never runs twice"
             ),
         },
         at.meta().generation,
