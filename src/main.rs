@@ -65,6 +65,12 @@ struct RunArgs {
     #[arg(long, env = "CONCURRENCY", default_value_t = 64)]
     concurrency: u16,
 
+    /// Seconds between looks at a converged PodSet though nothing changed: the watch triggers
+    /// only on spec changes, so a status overwritten by someone else (a deposed leader's late
+    /// write) is corrected then. A look at a PodSet that is as it should be writes nothing.
+    #[arg(long, env = "RESYNC_PERIOD_SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    resync_period_seconds: u64,
+
     /// API requests that change state (create, patch, delete) in flight at once; more wait
     /// their turn in the operator rather than draw 429s from the API server.
     #[arg(long, env = "MAX_MUTATING_REQUESTS", default_value_t = 64)]
@@ -203,6 +209,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         podset: args.controllers.contains(&Which::Podset),
         at: args.controllers.contains(&Which::At),
         concurrency: args.concurrency,
+        resync: Duration::from_secs(args.resync_period_seconds),
         instance: args.instance.clone(),
     };
     info!(

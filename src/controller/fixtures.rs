@@ -29,6 +29,7 @@ pub fn context() -> Arc<Context> {
         metrics: Default::default(),
         backoff: Backoff::default(),
         podset_statuses: StatusWrites::default(),
+        resync: std::time::Duration::from_secs(300),
     })
 }
 

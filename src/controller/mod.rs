@@ -49,6 +49,8 @@ pub struct Settings {
     pub at: bool,
     /// Reconciles in flight at once, per controller (0 = unbounded).
     pub concurrency: u16,
+    /// How often a converged PodSet is looked at again though nothing changed.
+    pub resync: Duration,
     /// The `reportingInstance` of events (the pod name, in a cluster).
     pub instance: String,
 }
@@ -71,6 +73,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
     pub podset_statuses: StatusWrites<PodSetStatus>,
+    pub resync: Duration,
 }
 
 impl Context {
@@ -120,6 +123,7 @@ pub async fn run(
         metrics,
         backoff: Backoff::default(),
         podset_statuses: StatusWrites::default(),
+        resync: settings.resync,
     });
     let (router, queues) = Router::new(&settings);
     let pod_watch = {

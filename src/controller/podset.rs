@@ -19,6 +19,7 @@ use crate::cache::CachedPod;
 use crate::client;
 use crate::error::{Error, Result};
 use crate::expectations::{Readiness, Unsettled};
+use crate::jitter::jittered;
 use crate::plan::name;
 use crate::plan::podset::{self as plan, Failure, Outcome, Plan};
 
@@ -60,9 +61,10 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
     Ok(match (&outcome, pending) {
         (Outcome::Failed(_), _) => retry_after(ps, ctx),
         (_, Some(left)) => Action::requeue(left),
+        // Spread out, so that PodSets made together are not all looked at in one burst.
         _ => {
             ctx.backoff.reset(&uid);
-            Action::await_change()
+            Action::requeue(jittered(ctx.resync))
         }
     })
 }

@@ -115,6 +115,7 @@ mod tests {
             podset,
             at,
             concurrency: 0,
+            resync: std::time::Duration::from_secs(300),
             instance: "test".into(),
         }
     }
