@@ -206,7 +206,7 @@ impl Index {
 /// The pod cache. `apply` takes the pod watcher's events; `owned_by` serves reconciles.
 pub struct PodCache {
     index: RwLock<Index>,
-    relist: std::sync::Mutex<Option<Index>>,
+    relist: parking_lot::Mutex<Option<Index>>,
     ready: watch::Sender<bool>,
 }
 
@@ -222,7 +222,7 @@ impl Default for PodCache {
     fn default() -> Self {
         Self {
             index: RwLock::default(),
-            relist: std::sync::Mutex::default(),
+            relist: parking_lot::Mutex::default(),
             ready: watch::channel(false).0,
         }
     }
@@ -276,17 +276,17 @@ impl PodCache {
     pub fn apply(&self, event: Event<Pod>) -> Vec<Touched> {
         match event {
             Event::Init => {
-                *self.relist.lock().expect("relist lock") = Some(Index::default());
+                *self.relist.lock() = Some(Index::default());
                 Vec::new()
             }
             Event::InitApply(pod) => {
-                if let Some(buffer) = self.relist.lock().expect("relist lock").as_mut() {
+                if let Some(buffer) = self.relist.lock().as_mut() {
                     buffer.insert(CachedPod::from_pod(&pod));
                 }
                 Vec::new()
             }
             Event::InitDone => {
-                let Some(fresh) = self.relist.lock().expect("relist lock").take() else {
+                let Some(fresh) = self.relist.lock().take() else {
                     return Vec::new();
                 };
                 let mut index = self.index.write().expect("pod cache lock");

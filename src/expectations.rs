@@ -13,8 +13,8 @@
 //! on again. Waiting out the TTL instead would stall every owner caught by an API server
 //! restart for five minutes.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::cache::{Change, Touched};
@@ -83,7 +83,7 @@ impl Expectations {
     /// ReplicaSet controller's `SetExpectations` starts afresh: what it still expected will
     /// never be seen, and adding to it would make every later round wait the full TTL.
     fn with<R>(&self, owner_uid: &str, now: Instant, f: impl FnOnce(&mut Pending) -> R) -> R {
-        let mut owners = self.owners.lock().expect("expectations lock");
+        let mut owners = self.owners.lock();
         if !owners.contains_key(owner_uid) {
             // An owner deleted while the watch was away leaves a record nothing reads again.
             owners.retain(|_, p| !p.expired(now));
@@ -161,7 +161,7 @@ impl Expectations {
 
     /// The owner's creates and deletes to send again (none once its record expired).
     pub fn unsettled(&self, owner_uid: &str, now: Instant) -> Unsettled {
-        let owners = self.owners.lock().expect("expectations lock");
+        let owners = self.owners.lock();
         let Some(p) = owners.get(owner_uid).filter(|p| !p.expired(now)) else {
             return Unsettled::default();
         };
@@ -177,7 +177,7 @@ impl Expectations {
     /// Lowers expectations by what a pod watch event shows. Only an existing record is
     /// lowered: an owner's pods changing expects nothing of it.
     pub fn observe(&self, touched: &Touched, now: Instant) {
-        let mut owners = self.owners.lock().expect("expectations lock");
+        let mut owners = self.owners.lock();
         let uid = &touched.owner.uid;
         let Some(p) = owners.get_mut(uid) else {
             return;
@@ -198,7 +198,7 @@ impl Expectations {
     /// Satisfied once the watch showed everything expected, or the record expired (it is then
     /// dropped).
     pub fn readiness(&self, owner_uid: &str, now: Instant) -> Readiness {
-        let mut owners = self.owners.lock().expect("expectations lock");
+        let mut owners = self.owners.lock();
         match owners.get(owner_uid) {
             None => Readiness::Satisfied,
             Some(p) if p.expired(now) => {
@@ -211,10 +211,7 @@ impl Expectations {
 
     /// Drops an owner's expectations (the owner is gone).
     pub fn forget(&self, owner_uid: &str) {
-        self.owners
-            .lock()
-            .expect("expectations lock")
-            .remove(owner_uid);
+        self.owners.lock().remove(owner_uid);
     }
 }
 
@@ -253,7 +250,7 @@ impl<S> StatusWrites<S> {
     where
         S: Clone,
     {
-        let by_uid = self.by_uid.lock().expect("status writes lock");
+        let by_uid = self.by_uid.lock();
         by_uid
             .get(uid)
             .filter(|w| w.over == seen && now.duration_since(w.at) < Self::KEEP)
@@ -262,12 +259,12 @@ impl<S> StatusWrites<S> {
 
     /// Drops the record of a deleted object.
     pub fn forget(&self, uid: &str) {
-        self.by_uid.lock().expect("status writes lock").remove(uid);
+        self.by_uid.lock().remove(uid);
     }
 
     /// Records a status written over the copy at resourceVersion `over`.
     pub fn record(&self, uid: &str, over: &str, status: S, now: Instant) {
-        let mut by_uid = self.by_uid.lock().expect("status writes lock");
+        let mut by_uid = self.by_uid.lock();
         by_uid.retain(|_, w| now.duration_since(w.at) < Self::KEEP);
         by_uid.insert(
             uid.to_string(),
@@ -301,7 +298,7 @@ mod tests {
         );
         // Old records are dropped as new ones come.
         w.record("p", "1", 1, t0 + Duration::from_secs(61));
-        assert_eq!(w.by_uid.lock().unwrap().len(), 1);
+        assert_eq!(w.by_uid.lock().len(), 1);
     }
 
     fn touched(owner: &str, pod: &str, change: Change) -> Touched {
@@ -402,6 +399,19 @@ mod tests {
         );
     }
 
+    /// A panic in one reconcile while it holds the lock must not fail every later one.
+    #[test]
+    fn a_panic_under_the_lock_does_not_poison_the_records() {
+        let e = Expectations::default();
+        let t0 = Instant::now();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            e.with("o", t0, |_| panic!("a bug in one reconcile"))
+        }));
+        assert!(panicked.is_err());
+        e.expect_creates("o", 1, t0);
+        assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)));
+    }
+
     #[test]
     fn deletes_are_tracked_by_uid() {
         let e = Expectations::default();
@@ -450,7 +460,7 @@ mod tests {
         // An owner deleted while the watch was away: nothing reads or lowers its record again.
         e.expect_creates("gone", 1, t0);
         e.expect_creates("o", 1, t0 + EXPECTATIONS_TTL);
-        assert_eq!(e.owners.lock().unwrap().len(), 1, "an expired record kept");
+        assert_eq!(e.owners.lock().len(), 1, "an expired record kept");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Per-object retry delays after failed reconciles.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::jitter::jittered;
@@ -27,7 +27,7 @@ impl Backoff {
     }
 
     fn next_at(&self, key: &str, now: Instant) -> Duration {
-        let mut failures = self.failures.lock().expect("backoff lock");
+        let mut failures = self.failures.lock();
         if !failures.contains_key(key) {
             // An object deleted while the watch was away is never reset. One that still fails
             // comes back within MAX, so an entry idle for twice that is stale.
@@ -47,11 +47,11 @@ impl Backoff {
 
     #[cfg(test)]
     pub(super) fn is_empty(&self) -> bool {
-        self.failures.lock().expect("backoff lock").is_empty()
+        self.failures.lock().is_empty()
     }
 
     pub fn reset(&self, key: &str) {
-        self.failures.lock().expect("backoff lock").remove(key);
+        self.failures.lock().remove(key);
     }
 }
 
@@ -73,7 +73,7 @@ mod tests {
         b.next_at("gone", t0);
         b.next_at("failing", t0 + Backoff::MAX);
         b.next_at("new", t0 + Backoff::MAX * 2);
-        let failures = b.failures.lock().unwrap();
+        let failures = b.failures.lock();
         let mut keys: Vec<_> = failures.keys().map(String::as_str).collect();
         keys.sort();
         assert_eq!(keys, ["failing", "new"]);

@@ -4,7 +4,7 @@
 //! scrape every few seconds costs two API calls a minute, not two a scrape.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
@@ -17,6 +17,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::PostParams;
 use kube::{Api, Client};
+use parking_lot::Mutex;
 use tracing::warn;
 
 /// The path and verb a scraper must be allowed, as the `metrics-reader` ClusterRole grants.
@@ -99,10 +100,8 @@ impl MetricsAuth {
         Ok(decision)
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
-        // The cache holds no invariant a panic could break: recover it rather than fail
-        // every later scrape.
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    fn cache(&self) -> parking_lot::MutexGuard<'_, Cache> {
+        self.cache.lock()
     }
 
     async fn review(&self, token: &str) -> Result<Decision, kube::Error> {
