@@ -293,3 +293,46 @@ async fn standby_finishes_the_scale_up_when_the_leader_is_killed() -> Result<()>
     standby.assert_healthy();
     Ok(())
 }
+
+/// A controller whose watch fails (here a 403 on Ats: its account lacks the rules) says so
+/// at warn level, naming the controller, instead of at debug (kube's watcher warns too, but
+/// names neither the controller nor what stops working).
+#[tokio::test]
+async fn a_failing_watch_is_logged_as_a_warning() -> Result<()> {
+    let ns = TestNs::new("watch-403").await?;
+    let account = "no-ats";
+    ns.create_service_account(account).await?;
+    let rules = rbac::rules()
+        .into_iter()
+        .filter(|r| {
+            !r.resources
+                .iter()
+                .flatten()
+                .any(|res| res.starts_with("ats"))
+        })
+        .collect();
+    let role = k8s_openapi::api::rbac::v1::Role {
+        metadata: kube::api::ObjectMeta {
+            name: Some(account.into()),
+            ..Default::default()
+        },
+        rules: Some(rules),
+    };
+    ns.grant_role(account, role).await?;
+    let mut operator = ns.start_operator_as(account, &[]).await?;
+    poll(PROMPTLY, "a WARN line about the At watch", || async {
+        Ok(operator.log().lines().any(|l| {
+            let Ok(line) = serde_json::from_str::<serde_json::Value>(l) else {
+                return false;
+            };
+            line["level"] == "WARN"
+                && line["controller"] == "at"
+                && line["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("forbidden"))
+        }))
+    })
+    .await?;
+    operator.assert_healthy();
+    Ok(())
+}

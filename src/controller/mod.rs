@@ -19,14 +19,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::channel::mpsc::UnboundedReceiver;
+use futures::{FutureExt, StreamExt};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -148,7 +149,7 @@ pub async fn run(
         _ = shutdown.cancelled() => return Ok(()),
     }
 
-    let mut controllers = Vec::new();
+    let mut controllers = JoinSet::new();
     let mut stores = Vec::new();
     let launch = Launch {
         client: &client,
@@ -157,14 +158,23 @@ pub async fn run(
         shutdown: &shutdown,
     };
     if let Some(podset_rx) = queues.podset {
-        let (task, ready) =
-            launch.spawn("podset", podset_rx, podset::reconcile, podset::error_policy);
-        controllers.push(task);
+        let ready = launch.spawn(
+            &mut controllers,
+            "podset",
+            podset_rx,
+            podset::reconcile,
+            podset::error_policy,
+        );
         stores.push(ready);
     }
     if let Some(at_rx) = queues.at {
-        let (task, ready) = launch.spawn("at", at_rx, at::reconcile, at::error_policy);
-        controllers.push(task);
+        let ready = launch.spawn(
+            &mut controllers,
+            "at",
+            at_rx,
+            at::reconcile,
+            at::error_policy,
+        );
         stores.push(ready);
     }
     // Ready once every cache holds its first full list: objects created earlier are seen.
@@ -174,14 +184,32 @@ pub async fn run(
     }
     health.set_ready(true);
     info!("caches synced; ready");
-    for c in controllers {
-        c.await?;
-    }
-    if !shutdown.is_cancelled() {
-        health.set_dead();
-    }
+    let supervised = supervise(controllers, &shutdown, &health).await;
     pod_watch.abort();
     info!("controllers stopped");
+    supervised
+}
+
+/// Waits for the controllers to stop once `shutdown` asks. One that stops unasked (it
+/// panicked, or its stream ended) takes its objects with it while the others look healthy:
+/// the process is marked dead for `/livez` and the others are aborted, so that it exits and is
+/// restarted whole.
+async fn supervise(
+    mut controllers: JoinSet<&'static str>,
+    shutdown: &CancellationToken,
+    health: &Health,
+) -> anyhow::Result<()> {
+    while let Some(stopped) = controllers.join_next().await {
+        if shutdown.is_cancelled() && stopped.is_ok() {
+            continue;
+        }
+        health.set_dead();
+        controllers.abort_all();
+        return Err(match stopped {
+            Ok(name) => anyhow::anyhow!("the {name} controller stopped unasked"),
+            Err(e) => anyhow::anyhow!("a controller failed: {e}"),
+        });
+    }
     Ok(())
 }
 
@@ -198,14 +226,12 @@ impl Launch<'_> {
     /// `owned` (its pods changed). The receiver turns true once its cache is synced.
     fn spawn<K, Fut>(
         &self,
+        set: &mut JoinSet<&'static str>,
         name: &'static str,
         owned: UnboundedReceiver<ObjectRef<K>>,
         reconcile: fn(Arc<K>, Arc<Context>) -> Fut,
         error_policy: fn(Arc<K>, &Error, Arc<Context>) -> Action,
-    ) -> (
-        tokio::task::JoinHandle<()>,
-        tokio::sync::watch::Receiver<bool>,
-    )
+    ) -> tokio::sync::watch::Receiver<bool>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
             + Clone
@@ -227,7 +253,8 @@ impl Launch<'_> {
             .graceful_shutdown_on(self.shutdown.clone().cancelled_owned())
             .run(reconcile, error_policy, self.ctx.clone())
             .for_each(move |res| async move { log_result(name, res) });
-        (tokio::spawn(controller), ready)
+        set.spawn(controller.map(move |()| name));
+        ready
     }
 }
 
@@ -241,6 +268,10 @@ fn log_result<K: Resource, E: std::fmt::Display>(
         }
         Err(kube::runtime::controller::Error::ReconcilerFailed(e, obj)) => {
             warn!(controller, namespace = obj.namespace.as_deref(), name = %obj.name, error = %e, "reconcile failed")
+        }
+        // Its watch failing (a CRD missing, a 403): nothing is reconciled until it recovers.
+        Err(kube::runtime::controller::Error::QueueError(e)) => {
+            warn!(controller, error = %e, "watch failed; retrying with backoff")
         }
         Err(e) => debug!(controller, error = %e, "controller event"),
     }
@@ -322,6 +353,56 @@ pub async fn timed<F: Future<Output = crate::error::Result<Action>>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Supervises a PodSet controller that runs on, beside `other`; says what `supervise`
+    /// returned, whether the process is still live, and whether the PodSet one was aborted.
+    async fn beside(
+        other: impl Future<Output = &'static str> + Send + 'static,
+        asked: bool,
+    ) -> (anyhow::Result<()>, bool, bool) {
+        let (health, shutdown) = (Health::default(), CancellationToken::new());
+        let (alive, gone) = tokio::sync::oneshot::channel::<()>();
+        let mut set = JoinSet::new();
+        let podset_stop = shutdown.clone();
+        set.spawn(async move {
+            let _alive = alive;
+            podset_stop.cancelled().await;
+            "podset"
+        });
+        set.spawn(other);
+        if asked {
+            shutdown.cancel();
+        }
+        let result = supervise(set, &shutdown, &health).await;
+        let aborted = gone.await.is_err();
+        (result, health.is_live(), aborted)
+    }
+
+    #[tokio::test]
+    async fn a_controller_that_stops_unasked_takes_the_process_down() {
+        let (result, live, aborted) = beside(async { "at" }, false).await;
+        assert_eq!(
+            result.unwrap_err().to_string(),
+            "the at controller stopped unasked"
+        );
+        assert!(!live && aborted, "live {live}, podset aborted {aborted}");
+
+        let (result, live, aborted) = beside(async { a_bug() }, false).await;
+        let error = result.unwrap_err().to_string();
+        assert!(error.contains("panicked"), "{error}");
+        assert!(!live && aborted, "live {live}, podset aborted {aborted}");
+    }
+
+    fn a_bug() -> &'static str {
+        panic!("a bug in a reconcile")
+    }
+
+    #[tokio::test]
+    async fn controllers_asked_to_stop_stop_cleanly() {
+        let (result, live, _) = beside(async { "at" }, true).await;
+        result.unwrap();
+        assert!(live);
+    }
     use crate::controller::fixtures::{context, podset};
     use std::sync::Mutex;
 
