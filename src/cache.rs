@@ -6,7 +6,7 @@
 //! touched, so the caller can observe expectations and route the owner to its controller.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
@@ -205,7 +205,7 @@ impl Index {
 
 /// The pod cache. `apply` takes the pod watcher's events; `owned_by` serves reconciles.
 pub struct PodCache {
-    index: RwLock<Index>,
+    index: parking_lot::RwLock<Index>,
     relist: parking_lot::Mutex<Option<Index>>,
     ready: watch::Sender<bool>,
 }
@@ -221,7 +221,7 @@ impl std::fmt::Debug for PodCache {
 impl Default for PodCache {
     fn default() -> Self {
         Self {
-            index: RwLock::default(),
+            index: parking_lot::RwLock::default(),
             relist: parking_lot::Mutex::default(),
             ready: watch::channel(false).0,
         }
@@ -231,7 +231,7 @@ impl Default for PodCache {
 impl PodCache {
     /// The pods whose controlling owner has this UID.
     pub fn owned_by(&self, owner_uid: &str) -> Vec<Arc<CachedPod>> {
-        let index = self.index.read().expect("pod cache lock");
+        let index = self.index.read();
         index
             .by_owner
             .get(owner_uid)
@@ -240,12 +240,12 @@ impl PodCache {
     }
 
     pub fn len(&self) -> usize {
-        self.index.read().expect("pod cache lock").len()
+        self.index.read().len()
     }
 
     /// How many pods each owner kind has in each state (for metrics).
     pub fn counts(&self) -> std::collections::BTreeMap<(String, &'static str), usize> {
-        let index = self.index.read().expect("pod cache lock");
+        let index = self.index.read();
         let mut counts = std::collections::BTreeMap::new();
         for pod in index.by_owner.values().flat_map(HashMap::values) {
             let kind = pod
@@ -260,6 +260,12 @@ impl PodCache {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// A new watch starts (a new leadership term): what the cache holds may be stale until
+    /// that watch's first full list, and [`Self::wait_ready`] waits for it again.
+    pub fn unready(&self) {
+        self.ready.send_replace(false);
     }
 
     /// Resolves once the first full list has been applied.
@@ -289,7 +295,7 @@ impl PodCache {
                 let Some(fresh) = self.relist.lock().take() else {
                     return Vec::new();
                 };
-                let mut index = self.index.write().expect("pod cache lock");
+                let mut index = self.index.write();
                 let old = std::mem::replace(&mut *index, fresh);
                 let touched = diff(&old, &index);
                 drop(index);
@@ -298,7 +304,7 @@ impl PodCache {
             }
             Event::Apply(pod) => {
                 let new = CachedPod::from_pod(&pod);
-                let mut index = self.index.write().expect("pod cache lock");
+                let mut index = self.index.write();
                 let previous = index.insert(new.clone());
                 let current = index.get(&new.uid).cloned();
                 drop(index);
@@ -306,7 +312,7 @@ impl PodCache {
             }
             Event::Delete(pod) => {
                 let uid = pod.metadata.uid.clone().unwrap_or_default();
-                let previous = self.index.write().expect("pod cache lock").remove(&uid);
+                let previous = self.index.write().remove(&uid);
                 changes(previous.as_deref(), None)
             }
         }

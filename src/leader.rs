@@ -4,8 +4,15 @@
 //! shuts down releases the lease, and the standby should take over at once, not a lease
 //! duration later: so the standby also watches the Lease and retries as soon as it shows no
 //! holder.
+//!
+//! A leader acts only while it sees its renewals land, as client-go's renew deadline: one
+//! whose renewals hang or fail for two thirds of the lease stops before a standby may take
+//! over (at the full lease). Errors short of that deadline (an API server restart) are
+//! retried, by leader and standby alike, instead of ending the process.
 
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -15,10 +22,15 @@ use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::jitter::jittered;
+
 pub struct LeaderElection {
     manager: LeaseManager,
     leases: Api<Lease>,
     name: String,
+    identity: String,
+    renew_deadline: Duration,
+    retry_period: Duration,
 }
 
 impl LeaderElection {
@@ -29,7 +41,12 @@ impl LeaderElection {
         identity: &str,
         duration: Duration,
     ) -> kube_lease_manager::Result<Self> {
-        let (seconds, grace) = lease_timing(duration);
+        let Timing {
+            seconds,
+            grace,
+            renew_deadline,
+            retry_period,
+        } = lease_timing(duration);
         let manager = LeaseManagerBuilder::new(client.clone(), name)
             .with_namespace(namespace)
             .with_identity(identity)
@@ -41,19 +58,30 @@ impl LeaderElection {
             manager,
             leases: Api::namespaced(client, namespace),
             name: name.to_string(),
+            identity: identity.to_string(),
+            renew_deadline,
+            retry_period,
         })
     }
 
     /// Waits until this instance holds the lease. `false` if `shutdown` came first.
     pub async fn acquire(&self, shutdown: &CancellationToken) -> kube_lease_manager::Result<bool> {
-        let mut released = std::pin::pin!(released(self.leases.clone(), self.name.clone()));
+        let released = holders(self.leases.clone(), self.name.clone())
+            .filter_map(|holder| async move { holder.is_empty().then_some(()) });
+        let mut released = std::pin::pin!(released);
         loop {
             tokio::select! {
-                held = self.manager.changed() => {
-                    if held? {
-                        return Ok(true);
+                held = self.manager.changed() => match held {
+                    Ok(true) => return Ok(true),
+                    Ok(false) => {}
+                    Err(e) => {
+                        warn!(error = %e, "reading the leader lease failed; retrying");
+                        tokio::select! {
+                            _ = tokio::time::sleep(jittered(self.retry_period)) => {}
+                            _ = shutdown.cancelled() => return Ok(false),
+                        }
                     }
-                }
+                },
                 // The lease is free: abandon the sleep inside `changed()`. Its cached state
                 // still names the old holder until expiry; `release()` by a non-holder
                 // changes nothing on the server but re-reads the Lease.
@@ -63,12 +91,33 @@ impl LeaderElection {
         }
     }
 
-    /// Keeps renewing the lease; returns when it was lost (or could not be renewed).
+    /// Keeps renewing the lease; returns when it was lost, or when no renewal was seen to land
+    /// for the renew deadline (whatever the reason: a hung connection, a failing API server),
+    /// so that the caller stops acting before a standby can take over.
     pub async fn hold(&self) {
-        match self.manager.changed().await {
-            Ok(true) => warn!("lease state changed while leading; treating it as lost"),
-            Ok(false) => warn!("lost the leader lease"),
-            Err(e) => warn!(error = %e, "could not renew the leader lease"),
+        let identity = self.identity.clone();
+        let renewals = holders(self.leases.clone(), self.name.clone())
+            .filter_map(move |holder| std::future::ready((holder == identity).then_some(())));
+        let mut renewals = std::pin::pin!(renewals);
+        let mut deadline = Instant::now() + self.renew_deadline;
+        // After a failed renewal, when to try again; the deadline keeps running meanwhile.
+        let mut pause: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                changed = self.manager.changed(), if pause.is_none() => match changed {
+                    Ok(true) => {}
+                    Ok(false) => return warn!("lost the leader lease"),
+                    Err(e) => {
+                        warn!(error = %e, "renewing the leader lease failed; retrying until the renew deadline");
+                        pause = Some(Instant::now() + jittered(self.retry_period));
+                    }
+                },
+                _ = tokio::time::sleep_until(pause.unwrap_or(deadline)), if pause.is_some() => pause = None,
+                Some(()) = renewals.next() => deadline = Instant::now() + self.renew_deadline,
+                _ = tokio::time::sleep_until(deadline) => {
+                    return warn!(deadline = ?self.renew_deadline, "no renewal of the leader lease seen within the renew deadline; stepping down before it can expire");
+                }
+            }
         }
     }
 
@@ -81,28 +130,42 @@ impl LeaderElection {
     }
 }
 
-/// Yields each time the Lease shows no holder.
-fn released(leases: Api<Lease>, name: String) -> impl Stream<Item = ()> {
+/// The holder ("" for none) each time the Lease is written: every renewal shows here.
+fn holders(leases: Api<Lease>, name: String) -> impl Stream<Item = String> {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     watcher(leases, config)
         .default_backoff()
         .applied_objects()
-        .filter_map(|lease| async move {
-            let lease = lease.ok()?;
-            let holder = lease
-                .spec
-                .and_then(|s| s.holder_identity)
-                .unwrap_or_default();
-            holder.is_empty().then_some(())
-        })
+        .filter_map(
+            |lease| async move { Some(lease.ok()?.spec?.holder_identity.unwrap_or_default()) },
+        )
 }
 
-/// The lease duration and how long before its expiry the holder renews, in whole seconds.
-/// A third of the duration, and at least a second: renewing only at expiry would let the
-/// lease lapse on every renewal of a 2 s lease.
-fn lease_timing(duration: Duration) -> (u64, u64) {
+#[derive(Debug, PartialEq)]
+struct Timing {
+    /// The lease duration, in whole seconds.
+    seconds: u64,
+    /// How long before its expiry the holder renews, in whole seconds.
+    grace: u64,
+    /// How long the holder acts without seeing a renewal land.
+    renew_deadline: Duration,
+    /// How long a failed Lease request waits before the next.
+    retry_period: Duration,
+}
+
+/// Renewals every third of the lease (with two thirds left, so that one late or lost
+/// renewal never lets it lapse), and a renew deadline of two thirds: a third of the lease
+/// between the holder stepping down and a standby taking over. Failed requests are retried
+/// five times within the deadline (client-go's 2 s for its 10 s).
+fn lease_timing(duration: Duration) -> Timing {
     let seconds = duration.as_secs().max(2);
-    (seconds, (seconds / 3).max(1))
+    let renew_deadline = Duration::from_secs(seconds) * 2 / 3;
+    Timing {
+        seconds,
+        grace: (seconds * 2 / 3).clamp(1, seconds - 1),
+        renew_deadline,
+        retry_period: renew_deadline / 5,
+    }
 }
 
 /// This instance's name in the Lease and in events, outside a cluster (where the pod name is
@@ -120,15 +183,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_short_lease_renews_before_it_expires() {
-        for seconds in [1, 2, 3, 15] {
-            let (duration, grace) = lease_timing(Duration::from_secs(seconds));
+    fn a_leader_renews_then_steps_down_before_its_lease_can_expire() {
+        for seconds in [1, 2, 3, 8, 15] {
+            let t = lease_timing(Duration::from_secs(seconds));
+            let (lease, every) = (
+                Duration::from_secs(t.seconds),
+                Duration::from_secs(t.seconds - t.grace),
+            );
+            assert!(t.grace > 0 && t.grace < t.seconds, "{t:?}");
             assert!(
-                grace > 0 && grace < duration,
-                "{seconds} s: renews {grace} s before a {duration} s lease expires"
+                every <= t.renew_deadline && t.renew_deadline < lease,
+                "{seconds} s: renews every {every:?}, steps down after {:?}",
+                t.renew_deadline
             );
         }
-        assert_eq!(lease_timing(Duration::from_secs(15)), (15, 5));
+        assert_eq!(
+            lease_timing(Duration::from_secs(15)),
+            Timing {
+                seconds: 15,
+                grace: 10,
+                renew_deadline: Duration::from_secs(10),
+                retry_period: Duration::from_secs(2),
+            }
+        );
     }
 
     /// Two instances on one host (two `make run`s, say) must not both think they hold the

@@ -287,29 +287,33 @@ async fn run_as_leader(
     )
     .await
     .context("setting up leader election")?;
-    // A standby is healthy and ready: it is only waiting.
-    shared.health.set_ready(true);
-    info!(lease = %args.leader_election_id, %namespace, "waiting for the leader lease");
-    if !election.acquire(&shutdown).await? {
-        return Ok(());
-    }
-    info!(lease = %args.leader_election_id, "became the leader");
-    shared.metrics.leader.set(1);
-    shared.health.set_ready(false);
-    let leading = shutdown.child_token();
     let timeout = Duration::from_secs(args.shutdown_timeout_seconds);
-    let metrics = shared.metrics.clone();
-    let controllers = run_controllers(client, settings, shared, leading.clone(), timeout);
-    let lost = tokio::select! {
-        result = controllers => { result?; false }
-        _ = election.hold() => { leading.cancel(); true }
-    };
-    metrics.leader.set(0);
-    election.release().await;
-    if lost {
-        anyhow::bail!("lost the leader lease; exiting so that a fresh start rejoins the election");
+    loop {
+        // A standby is healthy and ready: it is only waiting.
+        shared.health.set_ready(true);
+        info!(lease = %args.leader_election_id, %namespace, "waiting for the leader lease");
+        if !election.acquire(&shutdown).await? {
+            return Ok(());
+        }
+        info!(lease = %args.leader_election_id, "became the leader");
+        shared.metrics.leader.set(1);
+        shared.health.set_ready(false);
+        let (client, settings, shared) = (client.clone(), settings.clone(), shared.clone());
+        let metrics = shared.metrics.clone();
+        let controllers = run_controllers(client, settings, shared, shutdown.clone(), timeout);
+        // Losing the lease drops the controllers at once (their tasks are aborted): a standby
+        // may already be acting.
+        let result = tokio::select! {
+            result = controllers => Some(result),
+            _ = election.hold() => None,
+        };
+        metrics.leader.set(0);
+        election.release().await;
+        match result {
+            Some(result) => return result,
+            None => warn!("stepped down; back to waiting for the lease with fresh caches"),
+        }
     }
-    Ok(())
 }
 
 async fn cancel_on_signal(token: CancellationToken) {

@@ -8,11 +8,13 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, anyhow, bail};
-use common::{PROMPTLY, TestNs, cluster_without_nodes, condition, podset, poll, poll_some};
+use anyhow::{Context as _, Result, bail};
+use common::{
+    PROMPTLY, TestNs, cluster_without_nodes, condition, own_cluster, own_cluster_ns, podset, poll,
+    poll_some,
+};
 use futures::future::{join_all, try_join_all};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::events::v1::Event;
@@ -22,30 +24,14 @@ use podset_operator::api::{At, AtPhase, PodSet};
 use podset_operator::plan::at::{CONDITION_SCHEDULED, REASON_INVALID_SCHEDULE};
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
 use serde_json::{Value, json};
+use testenv::Cluster;
 use testenv::MaxPods;
-use testenv::{Cluster, Options};
 
 /// How long a large scale-up (or the recovery from a fault) may take on 2 shared cores.
 const RECOVERY: Duration = Duration::from_secs(120);
 
 async fn shared_ns(prefix: &str) -> Result<TestNs> {
     TestNs::new_in(cluster_without_nodes().await?, prefix).await
-}
-
-/// A namespace on a control plane of the test's own, for a test that stops its components.
-async fn own_cluster_ns(prefix: &str, apiserver_args: &[&str]) -> Result<TestNs> {
-    let cluster = Cluster::start(Options {
-        crds: Some(podset_operator::api::crds_yaml()),
-        apiserver_args: apiserver_args.iter().map(|s| s.to_string()).collect(),
-        ..Options::default()
-    })
-    .await?;
-    TestNs::new_in(Arc::new(cluster), prefix).await
-}
-
-/// The cluster of `own_cluster_ns`: the namespace holds its only reference.
-fn own_cluster(ns: &mut TestNs) -> Result<&mut Cluster> {
-    Arc::get_mut(&mut ns.cluster).ok_or_else(|| anyhow!("the cluster is shared; cannot stop it"))
 }
 
 async fn create_podsets(ns: &TestNs, prefix: &str, n: usize, replicas: i32) -> Result<Vec<String>> {

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
-use common::{Operator, PROMPTLY, TestNs, converged, podset, poll, poll_some};
+use common::{
+    Operator, PROMPTLY, TestNs, converged, own_cluster, own_cluster_ns, podset, poll, poll_some,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -334,5 +336,35 @@ async fn a_failing_watch_is_logged_as_a_warning() -> Result<()> {
     })
     .await?;
     operator.assert_healthy();
+    Ok(())
+}
+
+/// An API server restart is a fault both replicas ride out: neither exits (each retries
+/// within its deadlines; a leader that steps down waits for the lease again), one leads
+/// afterwards, and it acts.
+#[tokio::test]
+async fn an_apiserver_restart_leaves_both_replicas_running_and_one_leading() -> Result<()> {
+    const OUTAGE: Duration = Duration::from_secs(3);
+    let mut ns = own_cluster_ns("elect-restart", &[]).await?;
+    ns.grant_leader_election().await?;
+    let args = leader_args(&ns, 8);
+    let mut a = start(&ns, &args).await?;
+    let mut b = start(&ns, &args).await?;
+    wait_for_holder(&ns, &[&a, &b]).await?;
+    let cluster = own_cluster(&mut ns)?;
+    cluster.stop("kube-apiserver")?;
+    tokio::time::sleep(OUTAGE).await; // the fault's length, not a wait
+    cluster.restart("kube-apiserver").await?;
+    wait_for_holder(&ns, &[&a, &b]).await?;
+    let api = ns.api::<PodSet>();
+    api.create(&PostParams::default(), &podset("after", 3))
+        .await?;
+    poll(PROMPTLY, "the leader to scale a new PodSet", || async {
+        let ps = api.get("after").await?;
+        Ok(ps.status.is_some_and(|s| s.available_replicas == 3))
+    })
+    .await?;
+    a.assert_healthy();
+    b.assert_healthy();
     Ok(())
 }

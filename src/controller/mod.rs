@@ -29,6 +29,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::{debug, info, warn};
 
 use crate::api::PodSetStatus;
@@ -126,13 +127,15 @@ pub async fn run(
         podset_statuses: StatusWrites::default(),
         resync: settings.resync,
     });
+    ctx.pods.unready();
     let (router, queues) = Router::new(&settings);
-    let pod_watch = {
+    // Aborted when `run` ends or is dropped (a leader stepping down): never left behind.
+    let _pod_watch = {
         let (ctx, health, namespace) = (ctx.clone(), health.clone(), settings.namespace.clone());
-        tokio::spawn(async move {
+        AbortOnDropHandle::new(tokio::spawn(async move {
             watch_pods(ctx, namespace, router).await;
             health.set_dead();
-        })
+        }))
     };
 
     // Reconciling before the first full pod list would see no pods and create them all again.
@@ -185,7 +188,6 @@ pub async fn run(
     health.set_ready(true);
     info!("caches synced; ready");
     let supervised = supervise(controllers, &shutdown, &health).await;
-    pod_watch.abort();
     info!("controllers stopped");
     supervised
 }

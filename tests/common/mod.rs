@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, anyhow};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
@@ -52,6 +52,22 @@ pub async fn cluster_with_real_node() -> Result<Arc<Cluster>> {
         ..Options::default().with_real_nodes(1)
     })
     .await
+}
+
+/// A namespace on a control plane of the test's own, for a test that stops its components.
+pub async fn own_cluster_ns(prefix: &str, apiserver_args: &[&str]) -> Result<TestNs> {
+    let cluster = Cluster::start(Options {
+        crds: Some(podset_operator::api::crds_yaml()),
+        apiserver_args: apiserver_args.iter().map(|s| s.to_string()).collect(),
+        ..Options::default()
+    })
+    .await?;
+    TestNs::new_in(Arc::new(cluster), prefix).await
+}
+
+/// The cluster of `own_cluster_ns`: the namespace holds its only reference.
+pub fn own_cluster(ns: &mut TestNs) -> Result<&mut Cluster> {
+    Arc::get_mut(&mut ns.cluster).ok_or_else(|| anyhow!("the cluster is shared; cannot stop it"))
 }
 
 /// A namespace of one test, with the operator's ServiceAccount bound to the manager rules.
