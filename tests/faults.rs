@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use common::{
     PROMPTLY, TestNs, cluster_without_nodes, condition, own_cluster, own_cluster_ns, podset, poll,
-    poll_some,
+    poll_some, seeded_rng,
 };
 use futures::future::{join_all, try_join_all};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -332,12 +332,6 @@ fn at_now(name: &str) -> At {
     .expect("a valid At")
 }
 
-/// A random number below `n`, from std's randomly keyed hasher (no dependency needed).
-fn random_below(n: u64) -> u64 {
-    use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new().hash_one(Instant::now()) % n
-}
-
 #[tokio::test]
 async fn concurrent_spec_edits_end_at_the_last_spec_written() -> Result<()> {
     let ns = shared_ns("edits").await?;
@@ -349,13 +343,14 @@ async fn concurrent_spec_edits_end_at_the_last_spec_written() -> Result<()> {
 
     let api = ns.api::<PodSet>();
     // Each writer: 30 patches back to back, a random PodSet and value each.
+    let mut rng = seeded_rng("concurrent_spec_edits");
     let writers = (0..3).map(|_| {
-        let (api, names) = (api.clone(), names.clone());
+        let (api, names, mut rng) = (api.clone(), names.clone(), rng.fork());
         async move {
             let mut written = Vec::new();
             for _ in 0..30 {
-                let name = &names[random_below(3) as usize];
-                let replicas = 1 + random_below(10) as i32;
+                let name = &names[rng.usize(..3)];
+                let replicas = rng.i32(1..=10);
                 let ps = set_replicas(&api, name, replicas).await?;
                 written.push((name.clone(), ps.metadata.generation.unwrap(), replicas));
             }

@@ -13,6 +13,7 @@ mod max_pods;
 pub mod node;
 pub mod pki;
 pub mod process;
+pub mod proxy;
 pub mod registry;
 
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
@@ -590,9 +591,12 @@ impl Cluster {
 
     /// Writes a kubeconfig for `token` against this cluster.
     pub fn write_kubeconfig(&self, path: &Path, token: &str) -> Result<()> {
+        self.write_kubeconfig_at(path, token, &self.server_url())
+    }
+
+    fn write_kubeconfig_at(&self, path: &Path, token: &str, server: &str) -> Result<()> {
         let yaml = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: user\n  user:\n    token: {token}\ncontexts:\n- name: local\n  context:\n    cluster: local\n    user: user\n    namespace: default\ncurrent-context: local\n",
-            server = self.server_url(),
             ca = self.pki.ca_cert.display(),
         );
         std::fs::write(path, yaml)?;
@@ -602,10 +606,31 @@ impl Cluster {
     /// A kubeconfig authenticating as ServiceAccount `ns/name` (a TokenRequest token), so
     /// a process using it gets exactly that account's RBAC.
     pub async fn service_account_kubeconfig(&self, ns: &str, name: &str) -> Result<PathBuf> {
+        self.service_account_kubeconfig_at(ns, name, &self.server_url())
+            .await
+    }
+
+    /// As [`Self::service_account_kubeconfig`], against `server` (a [`proxy::FaultProxy`]
+    /// in front of the API server, say).
+    pub async fn service_account_kubeconfig_at(
+        &self,
+        ns: &str,
+        name: &str,
+        server: &str,
+    ) -> Result<PathBuf> {
         let token = self.service_account_token(ns, name).await?;
-        let path = self.dir().join(format!("kubeconfig-sa-{ns}-{name}"));
-        self.write_kubeconfig(&path, &token)?;
+        let tag = match server.rsplit_once(':') {
+            Some((_, port)) if server != self.server_url() => format!("-via-{port}"),
+            _ => String::new(),
+        };
+        let path = self.dir().join(format!("kubeconfig-sa-{ns}-{name}{tag}"));
+        self.write_kubeconfig_at(&path, &token, server)?;
         Ok(path)
+    }
+
+    /// The API server's address, for a [`proxy::FaultProxy`] to forward to.
+    pub fn api_addr(&self) -> std::net::SocketAddr {
+        (self.api_host, self.api_port).into()
     }
 
     /// A bound token of ServiceAccount `ns/name`, valid for a day.

@@ -235,9 +235,30 @@ impl TestNs {
 
     /// Starts the operator binary watching this namespace, as ServiceAccount `account`.
     pub async fn start_operator_as(&self, account: &str, extra_args: &[&str]) -> Result<Operator> {
+        let server = self.cluster.server_url();
+        self.start_operator_at(account, &server, extra_args).await
+    }
+
+    /// Starts the operator as its ServiceAccount, talking to the API server through `proxy`.
+    pub async fn start_operator_through(
+        &self,
+        proxy: &testenv::proxy::FaultProxy,
+        extra_args: &[&str],
+    ) -> Result<Operator> {
+        let server = format!("https://{}", proxy.addr());
+        self.start_operator_at(OPERATOR_SA, &server, extra_args)
+            .await
+    }
+
+    async fn start_operator_at(
+        &self,
+        account: &str,
+        server: &str,
+        extra_args: &[&str],
+    ) -> Result<Operator> {
         let kubeconfig = self
             .cluster
-            .service_account_kubeconfig(&self.name, account)
+            .service_account_kubeconfig_at(&self.name, account, server)
             .await?;
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let metrics_port = testenv::free_port()?;
@@ -411,4 +432,16 @@ pub async fn converged(ns: &TestNs, name: &str, n: usize) -> Result<Vec<Pod>> {
         },
     )
     .await
+}
+
+/// The random source of a fault test: seeded from `PODSET_FAULT_SEED` when set, else at
+/// random; the seed is printed, and the test's output is shown when it fails, so a failing
+/// run can be repeated.
+pub fn seeded_rng(test: &str) -> fastrand::Rng {
+    let seed = std::env::var("PODSET_FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    eprintln!("{test}: random choices from seed {seed} (repeat with PODSET_FAULT_SEED={seed})");
+    fastrand::Rng::with_seed(seed)
 }
