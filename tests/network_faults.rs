@@ -1,0 +1,191 @@
+//! Network faults between the operator and the API server, injected by testenv's fault proxy
+//! (issue 11): replies lost after their requests were forwarded, during a large scale-up; a
+//! leader whose connection hangs. A PodSet must never exceed its spec, every one converges,
+//! and a hung leader stops acting before a standby can take over.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use common::{Operator, PROMPTLY, TestNs, cluster_without_nodes, podset, poll, seeded_rng};
+use futures::future::try_join_all;
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{ListParams, PostParams};
+use podset_operator::api::PodSet;
+use testenv::MaxPods;
+use testenv::proxy::{Fault, FaultProxy};
+
+const PODSETS: usize = 200;
+const REPLICAS: usize = 2;
+
+/// Every PodSet has exactly its pods, named in its status.
+async fn all_converged(ns: &TestNs) -> Result<bool> {
+    let podsets = ns.api::<PodSet>().list(&ListParams::default()).await?.items;
+    let pods = ns.api::<Pod>().list(&ListParams::default()).await?.items;
+    let live = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none());
+    Ok(live.count() == PODSETS * REPLICAS
+        && podsets.len() == PODSETS
+        && podsets.iter().all(|ps| {
+            ps.status.as_ref().is_some_and(|s| {
+                s.pod_names.len() == REPLICAS && s.available_replicas == REPLICAS as i32
+            })
+        }))
+}
+
+#[tokio::test]
+async fn replies_lost_during_a_scale_up_never_take_a_podset_over_its_spec() -> Result<()> {
+    let mut rng = seeded_rng("replies_lost_during_a_scale_up");
+    let ns = TestNs::new_in(cluster_without_nodes().await?, "lost-replies").await?;
+    let proxy = FaultProxy::start(ns.cluster.api_addr()).await?;
+    let mut operator = ns
+        .start_operator_through(&proxy, &["--controllers=podset"])
+        .await?;
+    let recorder = MaxPods::start(ns.api::<Pod>());
+    let api = ns.api::<PodSet>();
+    let start = Instant::now();
+    let created = try_join_all((0..PODSETS).map(|i| {
+        let api = api.clone();
+        async move {
+            let ps = podset(&format!("lr-{i:03}"), REPLICAS as i32);
+            api.create(&PostParams::default(), &ps).await
+        }
+    }))
+    .await?;
+    let uids: Vec<String> = created.iter().filter_map(|ps| ps.uid()).collect();
+
+    // The fault strikes at a random point of the scale-up, for a random while.
+    let strike = rng.usize(PODSETS / 4..PODSETS);
+    let outage = Duration::from_millis(rng.u64(500..3000));
+    let pods = ns.api::<Pod>();
+    poll(PROMPTLY, &format!("{strike} pods made"), || async {
+        Ok(pods.list(&ListParams::default()).await?.items.len() >= strike)
+    })
+    .await?;
+    proxy.set(Fault::ResetReplies);
+    tokio::time::sleep(outage).await; // the fault's length, not a wait
+    proxy.set(Fault::Pass);
+    let healed = Instant::now();
+
+    poll(Duration::from_secs(120), "every PodSet converged", || {
+        all_converged(&ns)
+    })
+    .await?;
+    eprintln!(
+        "{PODSETS} PodSets of {REPLICAS}: replies lost for {outage:?} from pod {strike}; \
+         converged {:?} after the network healed, {:?} after the start",
+        healed.elapsed(),
+        start.elapsed()
+    );
+    // Evidence that the fault hit requests in flight, not an idle connection.
+    let failures = operator.log().matches("pods failed").count();
+    eprintln!("{failures} rounds of creates or deletes failed under the fault");
+    assert!(failures > 0, "no request was caught by the fault");
+    let max = recorder.snapshot();
+    for uid in &uids {
+        let most = max.get(uid).copied().unwrap_or(0);
+        assert!(most <= REPLICAS, "a PodSet had {most} pods at once");
+    }
+    operator.assert_healthy();
+    Ok(())
+}
+
+/// When the operator first logged a line whose message contains `what`.
+fn logged_at(operator: &Operator, what: &str) -> Option<Timestamp> {
+    operator.log().lines().find_map(|l| {
+        let line: serde_json::Value = serde_json::from_str(l).ok()?;
+        line["message"].as_str()?.contains(what).then_some(())?;
+        line["timestamp"].as_str()?.parse().ok()
+    })
+}
+
+async fn holder(ns: &TestNs) -> Result<String> {
+    let lease = ns.api::<Lease>().get_opt("podset-operator-leader").await?;
+    Ok(lease
+        .and_then(|l| l.spec?.holder_identity)
+        .unwrap_or_default())
+}
+
+/// The leader's connection hangs (its renewals, its writes, its watches) mid scale-up. It
+/// must step down before its lease can expire, the standby takes over and finishes, no
+/// PodSet exceeds its spec, and once the network heals the old leader waits as a standby.
+#[tokio::test]
+async fn a_hung_leader_steps_down_before_the_standby_takes_over() -> Result<()> {
+    const LEASE_SECONDS: u64 = 8;
+    let ns = TestNs::new_in(cluster_without_nodes().await?, "hung-leader").await?;
+    ns.grant_leader_election().await?;
+    let args = [
+        "--controllers=podset".to_string(),
+        "--leader-elect".into(),
+        format!("--leader-election-namespace={}", ns.name),
+        format!("--lease-duration-seconds={LEASE_SECONDS}"),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let proxy = FaultProxy::start(ns.cluster.api_addr()).await?;
+    let mut hung = ns.start_operator_through(&proxy, &args).await?;
+    poll(PROMPTLY, "the proxied operator leading", || async {
+        Ok(holder(&ns).await? == hung.instance)
+    })
+    .await?;
+    let mut standby = ns.start_operator(&args).await?;
+
+    let recorder = MaxPods::start(ns.api::<Pod>());
+    let api = ns.api::<PodSet>();
+    let created = try_join_all((0..20).map(|i| {
+        let api = api.clone();
+        async move {
+            api.create(&PostParams::default(), &podset(&format!("hl-{i:02}"), 5))
+                .await
+        }
+    }))
+    .await?;
+    let pods = ns.api::<Pod>();
+    poll(PROMPTLY, "the scale-up under way", || async {
+        Ok(pods.list(&ListParams::default()).await?.items.len() >= 10)
+    })
+    .await?;
+    proxy.set(Fault::Hang);
+    poll(Duration::from_secs(60), "the standby leading", || async {
+        Ok(holder(&ns).await? == standby.instance)
+    })
+    .await?;
+    poll(Duration::from_secs(60), "all 20 PodSets at 5", || async {
+        let list = api.list(&ListParams::default()).await?.items;
+        Ok(list.iter().all(|ps| {
+            ps.status
+                .as_ref()
+                .is_some_and(|s| s.available_replicas == 5)
+        }))
+    })
+    .await?;
+    proxy.set(Fault::Pass);
+
+    let stepped_down = logged_at(&hung, "stepping down before it can expire");
+    let took_over = logged_at(&standby, "became the leader");
+    eprintln!("hung leader stepped down at {stepped_down:?}; the standby led from {took_over:?}");
+    let (Some(stepped_down), Some(took_over)) = (stepped_down, took_over) else {
+        anyhow::bail!("no step-down ({stepped_down:?}) or no takeover ({took_over:?}) logged");
+    };
+    assert!(
+        stepped_down < took_over,
+        "the hung leader stepped down at {stepped_down}, after the standby took over at {took_over}"
+    );
+    let max = recorder.snapshot();
+    for uid in created.iter().filter_map(|ps| ps.uid()) {
+        let most = max.get(&uid).copied().unwrap_or(0);
+        assert!(most <= 5, "a PodSet had {most} pods at once");
+    }
+    assert_eq!(pods.list(&ListParams::default()).await?.items.len(), 100);
+    poll(PROMPTLY, "the old leader back to waiting", || async {
+        Ok(logged_at(&hung, "back to waiting for the lease").is_some())
+    })
+    .await?;
+    hung.assert_healthy();
+    standby.assert_healthy();
+    Ok(())
+}
