@@ -121,11 +121,17 @@ impl LeaderElection {
         }
     }
 
-    /// Gives the lease up so a standby takes over at once.
+    /// Gives the lease up so a standby takes over at once. Bounded by the renew deadline: a
+    /// leader that stepped down because its connection hangs would otherwise wait on that
+    /// connection (kube's read timeout, minutes) before it rejoins the election or exits.
     pub async fn release(&self) {
-        match self.manager.release().await {
-            Ok(()) => info!(lease = %self.name, "released the leader lease"),
-            Err(e) => warn!(error = %e, "could not release the leader lease"),
+        match tokio::time::timeout(self.renew_deadline, self.manager.release()).await {
+            Ok(Ok(())) => info!(lease = %self.name, "released the leader lease"),
+            Ok(Err(e)) => warn!(error = %e, "could not release the leader lease"),
+            Err(_) => warn!(
+                deadline = ?self.renew_deadline,
+                "releasing the leader lease did not finish within the renew deadline; it expires by itself"
+            ),
         }
     }
 }
