@@ -123,9 +123,13 @@ impl Expectations {
         });
     }
 
-    /// A delete that failed, or found the pod already gone.
+    /// A delete that failed, or found the pod already gone: nothing left to expect or to
+    /// send again.
     pub fn delete_done(&self, owner_uid: &str, pod_uid: &str, now: Instant) {
-        self.with(owner_uid, now, |p| p.deletes.remove(pod_uid));
+        self.with(owner_uid, now, |p| {
+            p.deletes.remove(pod_uid);
+            p.unsettled_deletes.remove(pod_uid);
+        });
     }
 
     /// A create of pod `name` whose reply was lost: still expected, and to be sent again.
@@ -153,8 +157,7 @@ impl Expectations {
         });
     }
 
-    /// A delete sent again was answered; whether it is done, the watch (or
-    /// [`Self::delete_done`]) says.
+    /// A delete sent again was answered and is under way: the watch says when it is done.
     pub fn delete_settled(&self, owner_uid: &str, pod_uid: &str, now: Instant) {
         self.with(owner_uid, now, |p| p.unsettled_deletes.remove(pod_uid));
     }

@@ -298,16 +298,20 @@ async fn run_as_leader(
         info!(lease = %args.leader_election_id, "became the leader");
         shared.metrics.leader.set(1);
         shared.health.set_ready(false);
-        let (client, settings, shared) = (client.clone(), settings.clone(), shared.clone());
-        let metrics = shared.metrics.clone();
-        let controllers = run_controllers(client, settings, shared, shutdown.clone(), timeout);
+        let controllers = run_controllers(
+            client.clone(),
+            settings.clone(),
+            shared.clone(),
+            shutdown.clone(),
+            timeout,
+        );
         // Losing the lease drops the controllers at once (their tasks are aborted): a standby
         // may already be acting.
         let result = tokio::select! {
             result = controllers => Some(result),
             _ = election.hold() => None,
         };
-        metrics.leader.set(0);
+        shared.metrics.leader.set(0);
         election.release().await;
         match result {
             Some(result) => return result,

@@ -8,17 +8,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
 use common::{
-    Operator, PROMPTLY, TestNs, converged, own_cluster, own_cluster_ns, podset, poll, poll_some,
+    Operator, PROMPTLY, TestNs, converged, leader_args, lease_holder, own_cluster, own_cluster_ns,
+    podset, poll, poll_some,
 };
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use podset_operator::api::PodSet;
 use podset_operator::rbac;
 use testenv::MaxPods;
-
-const LEASE: &str = "podset-operator-leader";
 
 async fn get(port: u16, path: &str) -> Result<(u16, String)> {
     let resp = reqwest::get(format!("http://127.0.0.1:{port}{path}")).await?;
@@ -52,25 +50,9 @@ async fn scraper(ns: &TestNs) -> Result<String> {
     ns.cluster.service_account_token(&ns.name, "scraper").await
 }
 
-fn leader_args(ns: &TestNs, lease_seconds: u64) -> Vec<String> {
-    vec![
-        "--controllers=podset".into(),
-        "--leader-elect".into(),
-        format!("--leader-election-namespace={}", ns.name),
-        format!("--lease-duration-seconds={lease_seconds}"),
-    ]
-}
-
 async fn start(ns: &TestNs, args: &[String]) -> Result<Operator> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     ns.start_operator(&args).await
-}
-
-async fn lease_holder(ns: &TestNs) -> Result<String> {
-    let lease = ns.api::<Lease>().get_opt(LEASE).await?;
-    Ok(lease
-        .and_then(|l| l.spec?.holder_identity)
-        .unwrap_or_default())
 }
 
 async fn wait_for_holder(ns: &TestNs, candidates: &[&Operator]) -> Result<String> {
@@ -323,10 +305,7 @@ async fn a_failing_watch_is_logged_as_a_warning() -> Result<()> {
     ns.grant_role(account, role).await?;
     let mut operator = ns.start_operator_as(account, &[]).await?;
     poll(PROMPTLY, "a WARN line about the At watch", || async {
-        Ok(operator.log().lines().any(|l| {
-            let Ok(line) = serde_json::from_str::<serde_json::Value>(l) else {
-                return false;
-            };
+        Ok(operator.log_lines().iter().any(|line| {
             line["level"] == "WARN"
                 && line["controller"] == "at"
                 && line["error"]

@@ -8,10 +8,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use common::{Operator, PROMPTLY, TestNs, cluster_without_nodes, podset, poll, seeded_rng};
+use common::{
+    Operator, PROMPTLY, TestNs, cluster_without_nodes, leader_args, lease_holder, podset, poll,
+    seeded_rng,
+};
 use futures::future::try_join_all;
 use jiff::Timestamp;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{ListParams, PostParams};
@@ -97,18 +99,10 @@ async fn replies_lost_during_a_scale_up_never_take_a_podset_over_its_spec() -> R
 
 /// When the operator first logged a line whose message contains `what`.
 fn logged_at(operator: &Operator, what: &str) -> Option<Timestamp> {
-    operator.log().lines().find_map(|l| {
-        let line: serde_json::Value = serde_json::from_str(l).ok()?;
+    operator.log_lines().iter().find_map(|line| {
         line["message"].as_str()?.contains(what).then_some(())?;
         line["timestamp"].as_str()?.parse().ok()
     })
-}
-
-async fn holder(ns: &TestNs) -> Result<String> {
-    let lease = ns.api::<Lease>().get_opt("podset-operator-leader").await?;
-    Ok(lease
-        .and_then(|l| l.spec?.holder_identity)
-        .unwrap_or_default())
 }
 
 /// The leader's connection hangs (its renewals, its writes, its watches) mid scale-up. It
@@ -120,17 +114,12 @@ async fn a_hung_leader_steps_down_before_the_standby_takes_over() -> Result<()> 
     const LEASE_SECONDS: u64 = 8;
     let ns = TestNs::new_in(cluster_without_nodes().await?, "hung-leader").await?;
     ns.grant_leader_election().await?;
-    let args = [
-        "--controllers=podset".to_string(),
-        "--leader-elect".into(),
-        format!("--leader-election-namespace={}", ns.name),
-        format!("--lease-duration-seconds={LEASE_SECONDS}"),
-    ];
+    let args = leader_args(&ns, LEASE_SECONDS);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let proxy = FaultProxy::start(ns.cluster.api_addr()).await?;
     let mut hung = ns.start_operator_through(&proxy, &args).await?;
     poll(PROMPTLY, "the proxied operator leading", || async {
-        Ok(holder(&ns).await? == hung.instance)
+        Ok(lease_holder(&ns).await? == hung.instance)
     })
     .await?;
     let mut standby = ns.start_operator(&args).await?;
@@ -152,7 +141,7 @@ async fn a_hung_leader_steps_down_before_the_standby_takes_over() -> Result<()> 
     .await?;
     proxy.set(Fault::Hang);
     poll(Duration::from_secs(60), "the standby leading", || async {
-        Ok(holder(&ns).await? == standby.instance)
+        Ok(lease_holder(&ns).await? == standby.instance)
     })
     .await?;
     poll(Duration::from_secs(60), "all 20 PodSets at 5", || async {

@@ -103,15 +103,19 @@ pub fn retry_delay(
     if !repeatable || attempt >= ATTEMPTS {
         return None;
     }
-    // The server's Retry-After is its own spreading of load; our backoff is jittered so that
-    // requests refused together are not sent again together.
-    let backoff = || crate::jitter::jittered(Duration::from_millis(50) * 2u32.pow(attempt));
+    // The server's Retry-After is its own spreading of load.
     Some(
         retry_after
             .map(Duration::from_secs)
-            .unwrap_or_else(backoff)
+            .unwrap_or_else(|| backoff(attempt))
             .min(MAX_DELAY),
     )
+}
+
+/// 50 ms doubled per `attempt` (from 0), jittered so that requests refused together are not
+/// sent again together.
+fn backoff(attempt: u32) -> Duration {
+    crate::jitter::jittered(Duration::from_millis(50) * 2u32.pow(attempt))
 }
 
 /// Creates `obj`, sending it again while the API server answers ServerTimeout: it says "try
@@ -123,14 +127,13 @@ pub async fn create<K>(api: &kube::Api<K>, obj: &K) -> kube::Result<K>
 where
     K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    const ATTEMPTS: usize = 5;
+    const RESENDS: u32 = 4;
     let params = kube::api::PostParams::default();
-    let mut attempt = 1;
+    let mut attempt = 0;
     loop {
         match api.create(&params, obj).await {
-            Err(kube::Error::Api(s)) if s.reason == "ServerTimeout" && attempt < ATTEMPTS => {
-                let delay = Duration::from_millis(50) * (1 << (attempt - 1));
-                tokio::time::sleep(crate::jitter::jittered(delay)).await;
+            Err(kube::Error::Api(s)) if s.reason == "ServerTimeout" && attempt < RESENDS => {
+                tokio::time::sleep(backoff(attempt)).await;
                 attempt += 1;
             }
             result => return result,

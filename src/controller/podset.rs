@@ -110,7 +110,6 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
             .collect();
         ctx.expectations.expect_creates(&uid, batch, Instant::now());
         let results = join_all(names.iter().map(|n| create(&api, &template, n))).await;
-        let mut failed = false;
         for (name, result) in names.into_iter().zip(results) {
             let now = Instant::now();
             match result {
@@ -125,9 +124,9 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
                     error.get_or_insert(e);
                 }
             }
-            failed |= error.is_some();
         }
-        if failed {
+        // Only this batch can have failed: an earlier failure ended the loop.
+        if error.is_some() {
             break;
         }
     }
@@ -204,10 +203,7 @@ async fn settle(ps: &PodSet, ctx: &Context) -> Outcome {
         let now = Instant::now();
         match result {
             Deleted::Unknown(e) => delete_error = delete_error.or(Some(e)),
-            Deleted::Gone => {
-                ctx.expectations.delete_settled(&uid, &pod_uid, now);
-                ctx.expectations.delete_done(&uid, &pod_uid, now);
-            }
+            Deleted::Gone => ctx.expectations.delete_done(&uid, &pod_uid, now),
             // The first send may have been carried out: the watch or the TTL will tell.
             Deleted::Refused(e) => {
                 ctx.expectations.delete_settled(&uid, &pod_uid, now);

@@ -344,6 +344,14 @@ impl Operator {
         std::fs::read_to_string(&self.process.log).unwrap_or_default()
     }
 
+    /// The JSON lines of its log (`--log-format=json`), each parsed.
+    pub fn log_lines(&self) -> Vec<serde_json::Value> {
+        self.log()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
     /// Fails if the operator exited or panicked.
     pub fn assert_healthy(&mut self) {
         assert!(
@@ -444,4 +452,28 @@ pub fn seeded_rng(test: &str) -> fastrand::Rng {
         .unwrap_or_else(|| fastrand::u64(..));
     eprintln!("{test}: random choices from seed {seed} (repeat with PODSET_FAULT_SEED={seed})");
     fastrand::Rng::with_seed(seed)
+}
+
+/// The leader-election Lease the operator uses by default.
+pub const LEASE: &str = "podset-operator-leader";
+
+/// The PodSet controller under leader election on a `lease_seconds` Lease in `ns`.
+pub fn leader_args(ns: &TestNs, lease_seconds: u64) -> Vec<String> {
+    vec![
+        "--controllers=podset".into(),
+        "--leader-elect".into(),
+        format!("--leader-election-namespace={}", ns.name),
+        format!("--lease-duration-seconds={lease_seconds}"),
+    ]
+}
+
+/// Who holds the [`LEASE`] in `ns` ("" for nobody).
+pub async fn lease_holder(ns: &TestNs) -> Result<String> {
+    let lease = ns
+        .api::<k8s_openapi::api::coordination::v1::Lease>()
+        .get_opt(LEASE)
+        .await?;
+    Ok(lease
+        .and_then(|l| l.spec?.holder_identity)
+        .unwrap_or_default())
 }
