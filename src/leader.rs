@@ -10,6 +10,7 @@
 //! over (at the full lease). Errors short of that deadline (an API server restart) are
 //! retried, by leader and standby alike, instead of ending the process.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -31,6 +32,10 @@ pub struct LeaderElection {
     identity: String,
     renew_deadline: Duration,
     retry_period: Duration,
+    /// A release that failed after stepping down: until it succeeds, the lease manager still
+    /// believes it leads, and its `changed()` would keep renewing the lease for an instance
+    /// that no longer acts, so no one else could ever take it.
+    unreleased: std::sync::atomic::AtomicBool,
 }
 
 impl LeaderElection {
@@ -61,6 +66,7 @@ impl LeaderElection {
             identity: identity.to_string(),
             renew_deadline,
             retry_period,
+            unreleased: Default::default(),
         })
     }
 
@@ -69,6 +75,12 @@ impl LeaderElection {
         let released = holders(self.leases.clone(), self.name.clone())
             .filter_map(|holder| async move { holder.is_empty().then_some(()) });
         let mut released = std::pin::pin!(released);
+        while self.unreleased.load(Ordering::Relaxed) {
+            tokio::select! {
+                _ = tokio::time::sleep(jittered(self.retry_period)) => self.release().await,
+                _ = shutdown.cancelled() => return Ok(false),
+            }
+        }
         loop {
             tokio::select! {
                 held = self.manager.changed() => match held {
@@ -125,12 +137,17 @@ impl LeaderElection {
     /// leader that stepped down because its connection hangs would otherwise wait on that
     /// connection (kube's read timeout, minutes) before it rejoins the election or exits.
     pub async fn release(&self) {
-        match tokio::time::timeout(self.renew_deadline, self.manager.release()).await {
+        let released = tokio::time::timeout(self.renew_deadline, self.manager.release()).await;
+        self.unreleased
+            .store(!matches!(released, Ok(Ok(()))), Ordering::Relaxed);
+        match released {
             Ok(Ok(())) => info!(lease = %self.name, "released the leader lease"),
-            Ok(Err(e)) => warn!(error = %e, "could not release the leader lease"),
+            Ok(Err(e)) => {
+                warn!(error = %e, "could not release the leader lease; retrying before rejoining the election")
+            }
             Err(_) => warn!(
                 deadline = ?self.renew_deadline,
-                "releasing the leader lease did not finish within the renew deadline; it expires by itself"
+                "releasing the leader lease did not finish within the renew deadline; retrying before rejoining the election"
             ),
         }
     }
