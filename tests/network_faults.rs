@@ -105,24 +105,51 @@ fn logged_at(operator: &Operator, what: &str) -> Option<Timestamp> {
     })
 }
 
+/// Two operators electing a leader on an 8 s lease: the leader through a fault proxy, the
+/// standby direct.
+struct Leaders {
+    ns: TestNs,
+    proxy: FaultProxy,
+    proxied: Operator,
+    standby: Operator,
+}
+
+const LEASE_SECONDS: u64 = 8;
+
+impl Leaders {
+    async fn start(label: &str) -> Result<Self> {
+        let ns = TestNs::new_in(cluster_without_nodes().await?, label).await?;
+        ns.grant_leader_election().await?;
+        let args = leader_args(&ns, LEASE_SECONDS);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let proxy = FaultProxy::start(ns.cluster.api_addr()).await?;
+        let proxied = ns.start_operator_through(&proxy, &args).await?;
+        poll(PROMPTLY, "the proxied operator leading", || async {
+            Ok(lease_holder(&ns).await? == proxied.instance)
+        })
+        .await?;
+        let standby = ns.start_operator(&args).await?;
+        Ok(Self {
+            ns,
+            proxy,
+            proxied,
+            standby,
+        })
+    }
+}
+
 /// The leader's connection hangs (its renewals, its writes, its watches) mid scale-up. It
 /// must step down before its lease can expire, the standby takes over and finishes, no
 /// PodSet exceeds its spec, and the old leader goes back to waiting as a standby, even while
 /// its connection still hangs.
 #[tokio::test]
 async fn a_hung_leader_steps_down_before_the_standby_takes_over() -> Result<()> {
-    const LEASE_SECONDS: u64 = 8;
-    let ns = TestNs::new_in(cluster_without_nodes().await?, "hung-leader").await?;
-    ns.grant_leader_election().await?;
-    let args = leader_args(&ns, LEASE_SECONDS);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let proxy = FaultProxy::start(ns.cluster.api_addr()).await?;
-    let mut hung = ns.start_operator_through(&proxy, &args).await?;
-    poll(PROMPTLY, "the proxied operator leading", || async {
-        Ok(lease_holder(&ns).await? == hung.instance)
-    })
-    .await?;
-    let mut standby = ns.start_operator(&args).await?;
+    let Leaders {
+        ns,
+        proxy,
+        proxied: mut hung,
+        mut standby,
+    } = Leaders::start("hung-leader").await?;
 
     let recorder = MaxPods::start(ns.api::<Pod>());
     let api = ns.api::<PodSet>();
@@ -177,6 +204,63 @@ async fn a_hung_leader_steps_down_before_the_standby_takes_over() -> Result<()> 
     }
     assert_eq!(pods.list(&ListParams::default()).await?.items.len(), 100);
     hung.assert_healthy();
+    standby.assert_healthy();
+    Ok(())
+}
+
+/// The leader is cut off (every connection refused) until it steps down, so its Lease release
+/// fails too; then the network heals before the Lease expires. The old leader no longer acts
+/// and must not keep the Lease alive either (its lease manager still believes it leads): one
+/// instance must lead and act again.
+#[tokio::test]
+async fn a_leader_that_could_not_release_its_lease_does_not_keep_it() -> Result<()> {
+    let Leaders {
+        ns,
+        proxy,
+        proxied: mut cut,
+        mut standby,
+    } = Leaders::start("unreleased").await?;
+
+    proxy.set(Fault::Refuse);
+    poll(
+        PROMPTLY,
+        "the cut-off leader failing to release",
+        || async { Ok(logged_at(&cut, "could not release the leader lease").is_some()) },
+    )
+    .await?;
+    // Healed with the Lease still unexpired: its holder is still the old leader.
+    proxy.set(Fault::Pass);
+    let healed = Instant::now();
+
+    let api = ns.api::<PodSet>();
+    api.create(&PostParams::default(), &podset("after-heal", 3))
+        .await?;
+    let lease = Duration::from_secs(LEASE_SECONDS);
+    poll(
+        3 * lease,
+        "a PodSet created after the heal at 3",
+        || async {
+            let ps = api.get("after-heal").await?;
+            Ok(ps.status.is_some_and(|s| s.available_replicas == 3))
+        },
+    )
+    .await?;
+    let holder = lease_holder(&ns).await?;
+    let leading = [&cut, &standby]
+        .into_iter()
+        .find(|op| op.instance == holder)
+        .ok_or_else(|| anyhow::anyhow!("the Lease is held by {holder:?}, neither instance"))?;
+    let terms = leading.log().matches("became the leader").count();
+    eprintln!(
+        "{holder} leads (term {terms} of its own) {:?} after the heal",
+        healed.elapsed()
+    );
+    // The old leader's first term ended at the step-down: leading again is a second one.
+    assert!(
+        holder != cut.instance || terms == 2,
+        "{holder} holds the Lease without leading"
+    );
+    cut.assert_healthy();
     standby.assert_healthy();
     Ok(())
 }
