@@ -213,8 +213,12 @@ const STATUS_FIELDS: [&str; 6] = [
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::AtSpec;
+    use crate::controller::fixtures::{Answer, Sent, scripted_context};
     use crate::plan::at::REASON_STARTED;
+    use http::Method;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use serde_json::Value;
 
     /// Every field of a full status is in the patch of an empty one, as a null.
     #[test]
@@ -243,5 +247,148 @@ mod tests {
         assert!(empty.as_object().unwrap().values().all(|v| v.is_null()));
         assert_eq!(keys(exact(&full)), keys(empty));
         assert_eq!(exact(&full), serde_json::to_value(&full).unwrap());
+    }
+
+    const STATUS: &str =
+        "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/ns/ats/job/status";
+    const PODS: &str = "/api/v1/namespaces/ns/pods";
+
+    /// At `ns/job`, due long ago and never reconciled, read at resourceVersion 7.
+    fn due_at() -> At {
+        let mut at = At::new(
+            "job",
+            AtSpec {
+                schedule: "2020-01-01T00:00:00Z".into(),
+                command: "echo hi".into(),
+            },
+        );
+        at.metadata.namespace = Some("ns".into());
+        at.metadata.uid = Some("at-uid".into());
+        at.metadata.resource_version = Some("7".into());
+        at
+    }
+
+    /// The At as the API server returns it after a status patch: the patch applied, at
+    /// resourceVersion 8.
+    fn patched(sent: &Sent) -> Answer {
+        let mut status = sent.body["status"].clone();
+        if let Some(fields) = status.as_object_mut() {
+            fields.retain(|_, v| !v.is_null());
+        }
+        let mut at = serde_json::to_value(due_at()).unwrap();
+        at["status"] = status;
+        at["metadata"]["resourceVersion"] = "8".into();
+        Answer::Reply(200, at)
+    }
+
+    /// Status patches succeed, events are accepted, pods are answered by `pods`.
+    fn script(
+        pods: impl Fn(&Sent) -> Answer + Send + Sync + 'static,
+    ) -> impl Fn(&Sent, &[Sent]) -> Answer + Send + Sync + 'static {
+        move |sent, _| match () {
+            _ if sent.is(&Method::PATCH, STATUS) => patched(sent),
+            _ if sent.is(&Method::POST, PODS) => pods(sent),
+            _ if sent.path.contains("/events") => Answer::Reply(201, sent.body.clone()),
+            _ => Answer::status(404, "NotFound"),
+        }
+    }
+
+    /// The status patches and pod creates, in order: ("status", rv, phase, podName) or
+    /// ("create", name).
+    fn writes(log: &[Sent]) -> Vec<Vec<Value>> {
+        log.iter()
+            .filter_map(|s| {
+                if s.is(&Method::PATCH, STATUS) {
+                    let (meta, status) = (&s.body["metadata"], &s.body["status"]);
+                    let fields = [
+                        &meta["resourceVersion"],
+                        &status["phase"],
+                        &status["podName"],
+                    ];
+                    Some([vec!["status".into()], fields.map(Value::clone).to_vec()].concat())
+                } else if s.is(&Method::POST, PODS) {
+                    Some(vec!["create".into(), s.body["metadata"]["name"].clone()])
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+
+    fn status(rv: &str, phase: &str, pod: Value) -> Vec<Value> {
+        vec!["status".into(), rv.into(), phase.into(), pod]
+    }
+
+    async fn reconcile_due(
+        pods: impl Fn(&Sent) -> Answer + Send + Sync + 'static,
+    ) -> (Result<Action>, Vec<Vec<Value>>) {
+        let (ctx, log) = scripted_context(script(pods));
+        let result = reconcile(Arc::new(due_at()), ctx).await;
+        let writes = writes(&log.lock());
+        (result, writes)
+    }
+
+    /// RUNNING and the pod's name are recorded, under the resourceVersion read, before the
+    /// pod is created: a lost status write can no longer leave a PENDING At with a pod.
+    #[tokio::test]
+    async fn a_due_at_is_recorded_running_before_its_pod_is_created() {
+        let (result, writes) = reconcile_due(|sent| Answer::Reply(201, sent.body.clone())).await;
+        result.unwrap();
+        assert_eq!(
+            writes[..2],
+            [
+                status("7", "RUNNING", "job-pod".into()),
+                vec!["create".into(), "job-pod".into()],
+            ],
+            "{writes:#?}"
+        );
+        assert!(
+            writes[2..].iter().all(|w| w[0] == "status" && w[1] == "8"),
+            "{writes:#?}"
+        );
+    }
+
+    /// A stale copy (the At changed since it was read) is refused its RUNNING: no pod.
+    #[tokio::test]
+    async fn a_stale_at_creates_no_pod() {
+        let (ctx, log) = scripted_context(|sent, _| match sent.method {
+            Method::PATCH => Answer::status(409, "Conflict"),
+            _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, sent.body.clone()),
+            _ => Answer::status(404, "NotFound"),
+        });
+        reconcile(Arc::new(due_at()), ctx).await.unwrap();
+        let writes = writes(&log.lock());
+        assert_eq!(writes, [status("7", "RUNNING", "job-pod".into())]);
+    }
+
+    /// A create whose reply was lost may have made the pod: the At stays RUNNING (the pod
+    /// shows, or it ends PodVanished), and the command is never started a second time.
+    #[tokio::test]
+    async fn a_create_whose_reply_was_lost_keeps_the_at_running() {
+        let (result, writes) = reconcile_due(|_| Answer::Lost).await;
+        assert!(result.is_err());
+        assert_eq!(
+            writes,
+            [
+                status("7", "RUNNING", "job-pod".into()),
+                vec!["create".into(), "job-pod".into()],
+            ]
+        );
+    }
+
+    /// A create the API server refused made nothing: the At goes back to PENDING, and the
+    /// patch removes the pod name RUNNING recorded.
+    #[tokio::test]
+    async fn a_refused_create_puts_the_at_back_to_pending() {
+        let (result, writes) = reconcile_due(|_| Answer::status(403, "Forbidden")).await;
+        result.unwrap();
+        assert_eq!(
+            writes,
+            [
+                status("7", "RUNNING", "job-pod".into()),
+                vec!["create".into(), "job-pod".into()],
+                status("8", "PENDING", Value::Null),
+            ]
+        );
     }
 }

@@ -1,0 +1,188 @@
+use super::*;
+use crate::cache::PodCache;
+use crate::controller::fixtures::{Answer, Sent, podset_of, scripted_context};
+use crate::expectations::Expectations;
+use http::Method;
+use serde_json::json;
+use std::cell::Cell;
+
+/// A Pending pod of PodSet `ns/web`.
+fn owned_pod(name: &str, uid: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "ns", "uid": uid,
+            "ownerReferences": [{"apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+                "name": "web", "uid": "ps-uid", "controller": true}]},
+        "status": {"phase": "Pending"}
+    }))
+    .unwrap()
+}
+
+/// The watch adds the one expected pod while a reconcile takes its snapshot: whichever
+/// read comes first, the event lands right after it.
+#[test]
+fn a_pod_seen_between_the_reads_is_not_created_again() {
+    let (cache, expectations, now) = (PodCache::default(), Expectations::default(), Instant::now());
+    expectations.expect_creates("ps-uid", 1, now);
+    let pod = owned_pod("web-pod1", "p1");
+    let landed = Cell::new(false);
+    let land = || {
+        if !landed.replace(true) {
+            for t in cache.apply(kube::runtime::watcher::Event::Apply(pod.clone())) {
+                expectations.observe(&t, now);
+            }
+        }
+    };
+    let (readiness, pods) = snapshot(
+        || {
+            let r = expectations.readiness("ps-uid", now);
+            land();
+            r
+        },
+        || {
+            let p = cache.owned_by("ps-uid");
+            land();
+            p
+        },
+    );
+    if readiness == Readiness::Satisfied {
+        assert_eq!(
+            plan::plan(1, &pods),
+            Plan::Steady,
+            "acted on a snapshot that lacks a pod the expectations already counted"
+        );
+    }
+}
+
+const PODS: &str = "/api/v1/namespaces/ns/pods";
+
+/// What the scripted API answers to anything a test does not script: events and status
+/// patches succeed, and nothing else exists.
+fn otherwise(sent: &Sent) -> Answer {
+    if sent.path.contains("/events") {
+        Answer::Reply(201, sent.body.clone())
+    } else if sent.path.ends_with("/podsets/web/status") {
+        Answer::Reply(200, serde_json::to_value(podset_of(1)).unwrap())
+    } else {
+        Answer::status(404, "NotFound")
+    }
+}
+
+/// The names of the pods created, in order.
+fn creates(log: &[Sent]) -> Vec<String> {
+    log.iter()
+        .filter(|s| s.is(&Method::POST, PODS))
+        .map(|s| {
+            s.body["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .into()
+        })
+        .collect()
+}
+
+async fn reconcile_times(n: usize, ps: &PodSet, ctx: &Arc<Context>) {
+    for _ in 0..n {
+        let _ = reconcile(Arc::new(ps.clone()), ctx.clone()).await;
+    }
+}
+
+/// The first create's reply is lost; the reconcile after sends the same pod again, under the
+/// same name, and a 409 AlreadyExists settles it as made: no second pod, and nothing more
+/// sent while the watch has yet to show it.
+#[tokio::test]
+async fn a_create_whose_reply_was_lost_is_sent_again_under_its_name_and_made_once() {
+    let (ctx, log) = scripted_context(|sent, before| match creates(before).len() {
+        0 if sent.is(&Method::POST, PODS) => Answer::Lost,
+        _ if sent.is(&Method::POST, PODS) => Answer::status(409, "AlreadyExists"),
+        _ => otherwise(sent),
+    });
+    reconcile_times(3, &podset_of(1), &ctx).await;
+    let log = log.lock();
+    let sent = creates(&log);
+    assert_eq!(sent.len(), 2, "{log:#?}");
+    assert_eq!(sent[0], sent[1], "the re-send must name the same pod");
+    assert!(sent[0].starts_with("web-pod"), "{}", sent[0]);
+    assert!(
+        matches!(
+            ctx.expectations.readiness("ps-uid", Instant::now()),
+            Readiness::Waiting(_)
+        ),
+        "the pod was made, and the watch has not shown it yet"
+    );
+}
+
+/// The first create's reply is lost and the re-send is refused: a refusal now says nothing
+/// of the first send, so a GET decides. A pod that is there counts as made; one that is not
+/// is made afresh, under a new name.
+#[tokio::test]
+async fn a_refused_resend_is_decided_by_reading_the_pod() {
+    for found in [true, false] {
+        let (ctx, log) = scripted_context(move |sent, before| {
+            let made = creates(before);
+            match made.first() {
+                None if sent.is(&Method::POST, PODS) => Answer::Lost,
+                Some(_) if sent.is(&Method::POST, PODS) && made.len() == 1 => {
+                    Answer::status(403, "Forbidden")
+                }
+                Some(_) if sent.is(&Method::POST, PODS) => Answer::Reply(201, sent.body.clone()),
+                Some(first) if found && sent.is(&Method::GET, &format!("{PODS}/{first}")) => {
+                    Answer::Reply(200, serde_json::to_value(owned_pod(first, "p1")).unwrap())
+                }
+                _ => otherwise(sent),
+            }
+        });
+        reconcile_times(3, &podset_of(1), &ctx).await;
+        let log = log.lock();
+        let sent = creates(&log);
+        let reads: Vec<&Sent> = log.iter().filter(|s| s.method == Method::GET).collect();
+        assert_eq!(reads.len(), 1, "found {found}: {log:#?}");
+        assert_eq!(reads[0].path, format!("{PODS}/{}", sent[0]));
+        if found {
+            assert_eq!(sent.len(), 2, "made twice: {log:#?}");
+        } else {
+            assert_eq!(sent.len(), 3, "never made: {log:#?}");
+            assert_ne!(sent[2], sent[0], "a fresh create takes a new name");
+        }
+    }
+}
+
+/// The delete's reply is lost; the reconcile after sends it again, with the same UID
+/// precondition (a pod since made under that name is never the one deleted), and a 404
+/// settles it.
+#[tokio::test]
+async fn a_delete_whose_reply_was_lost_is_sent_again_with_its_uid_precondition() {
+    let (ctx, log) = scripted_context(|sent, before| {
+        let deleted_before = before.iter().any(|s| s.method == Method::DELETE);
+        match sent.method {
+            Method::DELETE if deleted_before => Answer::status(404, "NotFound"),
+            Method::DELETE => Answer::Lost,
+            _ => otherwise(sent),
+        }
+    });
+    for (name, uid) in [("web-poda", "pa"), ("web-podb", "pb")] {
+        ctx.pods
+            .apply(kube::runtime::watcher::Event::Apply(owned_pod(name, uid)));
+    }
+    reconcile_times(1, &podset_of(1), &ctx).await;
+    assert!(
+        matches!(
+            ctx.expectations.readiness("ps-uid", Instant::now()),
+            Readiness::Waiting(_)
+        ),
+        "a delete whose reply was lost may still have been carried out"
+    );
+    reconcile_times(1, &podset_of(1), &ctx).await;
+    let log = log.lock();
+    let deletes: Vec<&Sent> = log.iter().filter(|s| s.method == Method::DELETE).collect();
+    assert_eq!(deletes.len(), 2, "{log:#?}");
+    assert_eq!(deletes[0].path, deletes[1].path);
+    let uid = &deletes[0].body["preconditions"]["uid"];
+    assert!(uid == "pa" || uid == "pb", "{deletes:#?}");
+    assert_eq!(&deletes[1].body["preconditions"]["uid"], uid);
+    assert!(creates(&log).is_empty(), "{log:#?}");
+    assert_eq!(
+        ctx.expectations.readiness("ps-uid", Instant::now()),
+        Readiness::Satisfied,
+        "a 404 settles the delete"
+    );
+}
