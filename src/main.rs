@@ -167,6 +167,7 @@ async fn client(metrics: Arc<Metrics>, args: &RunArgs) -> anyhow::Result<kube::C
         .context("finding Kubernetes credentials (kubeconfig or in-cluster)")?;
     Ok(podset_operator::client::build(
         config,
+        &args.instance,
         metrics,
         args.max_mutating_requests,
     )?)

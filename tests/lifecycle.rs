@@ -16,7 +16,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use podset_operator::api::PodSet;
 use podset_operator::rbac;
-use testenv::MaxPods;
+use testenv::{MaxPods, audit};
 
 async fn get(port: u16, path: &str) -> Result<(u16, String)> {
     let resp = reqwest::get(format!("http://127.0.0.1:{port}{path}")).await?;
@@ -183,6 +183,7 @@ async fn sigterm_releases_the_lease_and_the_standby_takes_over_at_once() -> Resu
         .create(&PostParams::default(), &podset("handed-over", 2))
         .await?;
     converged(&ns, "handed-over", 2).await?;
+    assert_standby_wrote_only_its_lease(&ns, &second)?;
 
     let sigterm = Instant::now();
     let status = first
@@ -213,6 +214,40 @@ async fn sigterm_releases_the_lease_and_the_standby_takes_over_at_once() -> Resu
         .await?;
     converged(&ns, "handed-over", 4).await?;
     second.assert_healthy();
+    Ok(())
+}
+
+/// What a standby sent, as the API server's audit log shows it (by its User-Agent): reads and
+/// writes of its Lease, and the reviews that authorize a metrics scrape. Never a pod, a
+/// status or an event: the leader acts alone.
+fn assert_standby_wrote_only_its_lease(ns: &TestNs, standby: &Operator) -> Result<()> {
+    let sent = audit::requests_of_agent(ns.cluster.dir(), &format!("({})", standby.instance))?;
+    let kinds: Vec<String> = sent
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {} x{}",
+                r.request.verb,
+                r.request.rbac_resource(),
+                r.count
+            )
+        })
+        .collect();
+    println!("the standby sent: {}", kinds.join(", "));
+    let lease_requests = sent
+        .iter()
+        .filter(|r| r.request.resource == "leases")
+        .count();
+    assert!(
+        lease_requests > 0,
+        "no request of the standby's in the audit log: {sent:#?}"
+    );
+    let allowed = ["leases", "tokenreviews", "subjectaccessreviews"];
+    let other: Vec<_> = sent
+        .iter()
+        .filter(|r| !allowed.contains(&r.request.resource.as_str()))
+        .collect();
+    assert!(other.is_empty(), "the standby sent {other:#?}");
     Ok(())
 }
 

@@ -11,6 +11,9 @@
 //!   It replaces kube's default policy, which re-sends creates on 503 and 504;
 //! - a counter of every request sent, by verb, for `/metrics`.
 //!
+//! Every request names the instance in its User-Agent (as client-go names the binary), so
+//! that the API server's audit log says which replica did what.
+//!
 //! The HTTP stack itself is kube's, rebuilt here for one setting kube does not expose:
 //! `TCP_NODELAY`. hyper writes a request's headers and body separately; with Nagle's algorithm
 //! on, the body waits for the ACK of the headers, which the server delays by 40 ms. Every
@@ -21,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use http::{Method, Request, Response, StatusCode};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_timeout::TimeoutConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -36,12 +39,17 @@ use crate::metrics::Metrics;
 mod outcome;
 pub use outcome::may_have_acted;
 
-/// Builds the operator's client from a kubeconfig or in-cluster config.
+/// Builds the operator's client from a kubeconfig or in-cluster config, for the instance
+/// named `instance`.
 pub fn build(
-    config: kube::Config,
+    mut config: kube::Config,
+    instance: &str,
     metrics: Arc<Metrics>,
     max_mutating_in_flight: usize,
 ) -> Result<kube::Client, kube::Error> {
+    let agent = HeaderValue::from_str(&user_agent(instance))
+        .map_err(|e| kube::Error::HttpError(e.into()))?;
+    config.headers.push((http::header::USER_AGENT, agent));
     let count = ServiceBuilder::new().map_request(move |req: Request<Body>| {
         metrics.api_request(req.method().as_str());
         req
@@ -51,6 +59,11 @@ pub fn build(
         .with_layer(&RetryLayer::new(Retry::default()))
         .with_layer(&MutatingLimit::new(max_mutating_in_flight))
         .build())
+}
+
+/// `podset-operator/<version> (<instance>)`.
+pub fn user_agent(instance: &str) -> String {
+    format!("podset-operator/{} ({instance})", env!("CARGO_PKG_VERSION"))
 }
 
 /// kube's default stack (kubeconfig TLS and auth, impersonation headers, connect and read

@@ -64,7 +64,7 @@ mod tests {
     /// A create through the operator's real client against a local socket.
     async fn create_through(addr: std::net::SocketAddr) -> kube::Error {
         let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
-        let client = build(config, Default::default(), 1).unwrap();
+        let client = build(config, "test", Default::default(), 1).unwrap();
         let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, "ns");
         api.create(&Default::default(), &api_pod())
             .await

@@ -128,6 +128,8 @@ struct Event {
     annotations: BTreeMap<String, String>,
     #[serde(default)]
     request_received_timestamp: String,
+    #[serde(default)]
+    user_agent: String,
 }
 
 #[derive(Deserialize)]
@@ -244,6 +246,14 @@ fn operator_events(dir: &Path) -> Result<Vec<Event>> {
         }
     }
     Ok(by_id.into_values().collect())
+}
+
+/// The operator's requests so far in the audit log of the cluster in `dir` whose User-Agent
+/// contains `agent` (the operator names its instance there), merged by kind.
+pub fn requests_of_agent(dir: &Path, agent: &str) -> Result<Vec<Record>> {
+    let events = operator_events(dir)?;
+    let theirs = events.into_iter().filter(|e| e.user_agent.contains(agent));
+    Ok(merge(theirs.map(|e| e.record(&[]))))
 }
 
 /// Adds up records of the same kind of request, keeping the first example.
