@@ -8,10 +8,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
 use common::{
-    Operator, PROMPTLY, TestNs, converged, leader_args, lease_holder, own_cluster, own_cluster_ns,
-    podset, poll, poll_some,
+    LEASE, Operator, PROMPTLY, TestNs, converged, leader_args, lease_holder, own_cluster,
+    own_cluster_ns, podset, poll, poll_some,
 };
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use podset_operator::api::PodSet;
@@ -214,6 +216,47 @@ async fn sigterm_releases_the_lease_and_the_standby_takes_over_at_once() -> Resu
         .await?;
     converged(&ns, "handed-over", 4).await?;
     second.assert_healthy();
+    Ok(())
+}
+
+/// Someone else writes the Lease while the leader holds it (a standby that judged it expired,
+/// an administrator): the leader must stop acting at once, not at its next renewal, a third of
+/// the lease later, while the new holder acts too.
+#[tokio::test]
+async fn a_leader_whose_lease_is_taken_stops_acting_at_once() -> Result<()> {
+    let ns = TestNs::new("usurped").await?;
+    ns.grant_leader_election().await?;
+    let mut leader = start(&ns, &leader_args(&ns, 30)).await?;
+    wait_for_holder(&ns, &[&leader]).await?;
+    let api = ns.api::<PodSet>();
+    api.create(&PostParams::default(), &podset("before", 1))
+        .await?;
+    converged(&ns, "before", 1).await?;
+
+    // Taken within the first renew interval (the start-up grace and a scale-up into it): the
+    // leader's first renewal is 10 s after it took the lease.
+    let leases = ns.api::<Lease>();
+    let now = MicroTime(jiff::Timestamp::now());
+    let usurp = serde_json::json!({"spec": {"holderIdentity": "usurper", "acquireTime": now,
+        "renewTime": now, "leaseDurationSeconds": 3600}});
+    leases
+        .patch(LEASE, &PatchParams::default(), &Patch::Merge(usurp))
+        .await?;
+    let recorder = MaxPods::start(ns.api::<Pod>());
+    let after = api
+        .create(&PostParams::default(), &podset("after", 2))
+        .await?;
+    poll(PROMPTLY, "the old leader stepping down", || async {
+        Ok(leader.log().contains("stepped down"))
+    })
+    .await?;
+    let made = recorder.snapshot().get(&after.uid().unwrap()).copied();
+    assert_eq!(
+        made.unwrap_or(0),
+        0,
+        "the old leader acted after losing its lease"
+    );
+    leader.assert_healthy();
     Ok(())
 }
 
