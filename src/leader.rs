@@ -8,7 +8,8 @@
 //! A leader acts only while it sees its renewals land, as client-go's renew deadline: one
 //! whose renewals hang or fail for two thirds of the lease stops before a standby may take
 //! over (at the full lease). Errors short of that deadline (an API server restart) are
-//! retried, by leader and standby alike, instead of ending the process.
+//! retried, by leader and standby alike, instead of ending the process. A leader also stops at
+//! once when the Lease names another holder.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -105,12 +106,13 @@ impl LeaderElection {
 
     /// Keeps renewing the lease; returns when it was lost, or when no renewal was seen to land
     /// for the renew deadline (whatever the reason: a hung connection, a failing API server),
-    /// so that the caller stops acting before a standby can take over.
+    /// so that the caller stops acting before a standby can take over. The Lease watch that
+    /// shows renewals also shows a write by anyone else (a standby that judged the lease
+    /// expired, an administrator): that ends leadership at once, where the lease manager
+    /// would notice only at its next renewal, a third of the lease later.
     pub async fn hold(&self) {
-        let identity = self.identity.clone();
-        let renewals = holders(self.leases.clone(), self.name.clone())
-            .filter_map(move |holder| std::future::ready((holder == identity).then_some(())));
-        let mut renewals = std::pin::pin!(renewals);
+        let writes = holders(self.leases.clone(), self.name.clone());
+        let mut writes = std::pin::pin!(writes);
         let mut deadline = Instant::now() + self.renew_deadline;
         // After a failed renewal, when to try again; the deadline keeps running meanwhile.
         let mut pause: Option<Instant> = None;
@@ -125,7 +127,12 @@ impl LeaderElection {
                     }
                 },
                 _ = tokio::time::sleep_until(pause.unwrap_or(deadline)), if pause.is_some() => pause = None,
-                Some(()) = renewals.next() => deadline = Instant::now() + self.renew_deadline,
+                Some(holder) = writes.next() => {
+                    if holder != self.identity {
+                        return warn!(%holder, "the leader lease names another holder; stepping down at once");
+                    }
+                    deadline = Instant::now() + self.renew_deadline;
+                }
                 _ = tokio::time::sleep_until(deadline) => {
                     return warn!(deadline = ?self.renew_deadline, "no renewal of the leader lease seen within the renew deadline; stepping down before it can expire");
                 }
