@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tower::BoxError;
 
 use super::{Backoff, Context};
-use crate::api::{PodSet, PodSetSpec};
+use crate::api::PodSet;
 use crate::expectations::{Expectations, StatusWrites};
 
 /// A Context whose API answers nothing (for tests that never call it).
@@ -115,19 +115,5 @@ pub fn scripted_context(
 
 /// PodSet `ns/web` with UID `ps-uid` and one replica.
 pub fn podset() -> PodSet {
-    podset_of(1)
-}
-
-/// PodSet `ns/web` with UID `ps-uid` and `replicas`.
-pub fn podset_of(replicas: i32) -> PodSet {
-    let mut ps = PodSet::new(
-        "web",
-        PodSetSpec {
-            replicas,
-            template: None,
-        },
-    );
-    ps.metadata.namespace = Some("ns".into());
-    ps.metadata.uid = Some("ps-uid".into());
-    ps
+    crate::plan::fixtures::podset(1)
 }

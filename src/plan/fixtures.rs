@@ -1,9 +1,10 @@
-//! Pods for the plan tests.
+//! Pods and PodSets for the plan and controller tests.
 
 use std::sync::Arc;
 
 use jiff::Timestamp;
 
+use crate::api::{PodSet, PodSetSpec};
 use crate::cache::{CachedPod, Phase};
 
 pub fn at(s: i64) -> Option<Timestamp> {
@@ -36,4 +37,18 @@ pub fn arcs(pods: Vec<CachedPod>) -> Vec<Arc<CachedPod>> {
 
 pub fn names(pods: &[Arc<CachedPod>]) -> Vec<&str> {
     pods.iter().map(|p| p.name.as_str()).collect()
+}
+
+/// PodSet `ns/web` with UID `ps-uid` and `replicas`.
+pub fn podset(replicas: i32) -> PodSet {
+    let mut ps = PodSet::new(
+        "web",
+        PodSetSpec {
+            replicas,
+            template: None,
+        },
+    );
+    ps.metadata.namespace = Some("ns".into());
+    ps.metadata.uid = Some("ps-uid".into());
+    ps
 }

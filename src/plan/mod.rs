@@ -2,7 +2,7 @@
 
 pub mod at;
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 pub mod name;
 pub mod podset;
 pub mod rank;

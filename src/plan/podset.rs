@@ -216,21 +216,12 @@ fn default_pod_spec() -> PodSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::PodSetSpec;
     use crate::cache::Phase;
-    use crate::plan::fixtures::{arcs, at, names, pod};
+    use crate::plan::fixtures::{self, arcs, at, names, pod};
     use k8s_openapi::api::core::v1::PodTemplateSpec;
 
     fn podset(replicas: i32) -> PodSet {
-        let mut ps = PodSet::new(
-            "web",
-            PodSetSpec {
-                replicas,
-                template: None,
-            },
-        );
-        ps.metadata.namespace = Some("ns".into());
-        ps.metadata.uid = Some("ps-uid".into());
+        let mut ps = fixtures::podset(replicas);
         ps.metadata.generation = Some(3);
         ps
     }

@@ -1,6 +1,6 @@
 use super::*;
 use crate::cache::PodCache;
-use crate::controller::fixtures::{Answer, Sent, podset_of, scripted_context};
+use crate::controller::fixtures::{Answer, Sent, podset, scripted_context};
 use crate::expectations::Expectations;
 use http::Method;
 use serde_json::json;
@@ -61,7 +61,7 @@ fn otherwise(sent: &Sent) -> Answer {
     if sent.path.contains("/events") {
         Answer::Reply(201, sent.body.clone())
     } else if sent.path.ends_with("/podsets/web/status") {
-        Answer::Reply(200, serde_json::to_value(podset_of(1)).unwrap())
+        Answer::Reply(200, serde_json::to_value(podset()).unwrap())
     } else {
         Answer::status(404, "NotFound")
     }
@@ -96,7 +96,7 @@ async fn a_create_whose_reply_was_lost_is_sent_again_under_its_name_and_made_onc
         _ if sent.is(&Method::POST, PODS) => Answer::status(409, "AlreadyExists"),
         _ => otherwise(sent),
     });
-    reconcile_times(3, &podset_of(1), &ctx).await;
+    reconcile_times(3, &podset(), &ctx).await;
     let log = log.lock();
     let sent = creates(&log);
     assert_eq!(sent.len(), 2, "{log:#?}");
@@ -131,7 +131,7 @@ async fn a_refused_resend_is_decided_by_reading_the_pod() {
                 _ => otherwise(sent),
             }
         });
-        reconcile_times(3, &podset_of(1), &ctx).await;
+        reconcile_times(3, &podset(), &ctx).await;
         let log = log.lock();
         let sent = creates(&log);
         let reads: Vec<&Sent> = log.iter().filter(|s| s.method == Method::GET).collect();
@@ -163,7 +163,7 @@ async fn a_delete_whose_reply_was_lost_is_sent_again_with_its_uid_precondition()
         ctx.pods
             .apply(kube::runtime::watcher::Event::Apply(owned_pod(name, uid)));
     }
-    reconcile_times(1, &podset_of(1), &ctx).await;
+    reconcile_times(1, &podset(), &ctx).await;
     assert!(
         matches!(
             ctx.expectations.readiness("ps-uid", Instant::now()),
@@ -171,7 +171,7 @@ async fn a_delete_whose_reply_was_lost_is_sent_again_with_its_uid_precondition()
         ),
         "a delete whose reply was lost may still have been carried out"
     );
-    reconcile_times(1, &podset_of(1), &ctx).await;
+    reconcile_times(1, &podset(), &ctx).await;
     let log = log.lock();
     let deletes: Vec<&Sent> = log.iter().filter(|s| s.method == Method::DELETE).collect();
     assert_eq!(deletes.len(), 2, "{log:#?}");
