@@ -11,7 +11,7 @@
 //! retried, by leader and standby alike, instead of ending the process. A leader also stops at
 //! once when the Lease names another holder.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -36,7 +36,7 @@ pub struct LeaderElection {
     /// A release that failed after stepping down: until it succeeds, the lease manager still
     /// believes it leads, and its `changed()` would keep renewing the lease for an instance
     /// that no longer acts, so no one else could ever take it.
-    unreleased: std::sync::atomic::AtomicBool,
+    unreleased: AtomicBool,
 }
 
 impl LeaderElection {

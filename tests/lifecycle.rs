@@ -264,7 +264,8 @@ async fn a_leader_whose_lease_is_taken_stops_acting_at_once() -> Result<()> {
 /// writes of its Lease, and the reviews that authorize a metrics scrape. Never a pod, a
 /// status or an event: the leader acts alone.
 fn assert_standby_wrote_only_its_lease(ns: &TestNs, standby: &Operator) -> Result<()> {
-    let sent = audit::requests_of_agent(ns.cluster.dir(), &format!("({})", standby.instance))?;
+    let agent = podset_operator::client::user_agent(&standby.instance);
+    let sent = audit::requests_of_agent(ns.cluster.dir(), &agent)?;
     let kinds: Vec<String> = sent
         .iter()
         .map(|r| {

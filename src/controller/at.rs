@@ -281,14 +281,13 @@ mod tests {
         Answer::Reply(200, at)
     }
 
-    /// Status patches succeed, events are accepted, pods are answered by `pods`.
+    /// Status patches succeed, pods are answered by `pods`.
     fn script(
         pods: impl Fn(&Sent) -> Answer + Send + Sync + 'static,
     ) -> impl Fn(&Sent, &[Sent]) -> Answer + Send + Sync + 'static {
         move |sent, _| match () {
             _ if sent.is(&Method::PATCH, STATUS) => patched(sent),
             _ if sent.is(&Method::POST, PODS) => pods(sent),
-            _ if sent.path.contains("/events") => Answer::Reply(201, sent.body.clone()),
             _ => Answer::status(404, "NotFound"),
         }
     }

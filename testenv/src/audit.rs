@@ -248,11 +248,11 @@ fn operator_events(dir: &Path) -> Result<Vec<Event>> {
     Ok(by_id.into_values().collect())
 }
 
-/// The operator's requests so far in the audit log of the cluster in `dir` whose User-Agent
-/// contains `agent` (the operator names its instance there), merged by kind.
+/// The operator's requests so far in the audit log of the cluster in `dir` sent with User-Agent
+/// `agent` (the operator names its instance there), merged by kind.
 pub fn requests_of_agent(dir: &Path, agent: &str) -> Result<Vec<Record>> {
     let events = operator_events(dir)?;
-    let theirs = events.into_iter().filter(|e| e.user_agent.contains(agent));
+    let theirs = events.into_iter().filter(|e| e.user_agent == agent);
     Ok(merge(theirs.map(|e| e.record(&[]))))
 }
 

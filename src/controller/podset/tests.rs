@@ -55,12 +55,10 @@ fn a_pod_seen_between_the_reads_is_not_created_again() {
 
 const PODS: &str = "/api/v1/namespaces/ns/pods";
 
-/// What the scripted API answers to anything a test does not script: events and status
-/// patches succeed, and nothing else exists.
+/// What the scripted API answers to anything a test does not script: status patches succeed,
+/// and nothing else exists.
 fn otherwise(sent: &Sent) -> Answer {
-    if sent.path.contains("/events") {
-        Answer::Reply(201, sent.body.clone())
-    } else if sent.path.ends_with("/podsets/web/status") {
+    if sent.path.ends_with("/podsets/web/status") {
         Answer::Reply(200, serde_json::to_value(podset()).unwrap())
     } else {
         Answer::status(404, "NotFound")
