@@ -810,11 +810,10 @@ where
             Err(e) => last_err = Some(e),
         }
         if Instant::now() > deadline {
-            FAILED.store(true, std::sync::atomic::Ordering::Relaxed);
             let why = last_err
                 .map(|e| format!(" (last error: {e:#})"))
                 .unwrap_or_default();
-            bail!("timed out after {timeout:?} waiting for {what}{why}");
+            return Err(timed_out(timeout, &format!("{what}{why}")));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -912,8 +911,6 @@ extern "C" fn stop_shared() {
     }
 }
 
-/// Whether a test is failing: panicking, or a [`poll`] timed out (a test that returns its
-/// error instead of panicking). Drop impls print the logs then.
 /// `GET https://127.0.0.1:<port>/metrics` as a scraper would, with `token` as the bearer
 /// token if any, trusting any certificate (the operator's is self-signed): status and body.
 pub async fn get_metrics(port: u16, token: Option<&str>) -> Result<(u16, String)> {
@@ -935,6 +932,12 @@ pub async fn get_metrics_from(
     }
     let resp = req.send().await?;
     Ok((resp.status().as_u16(), resp.text().await?))
+}
+
+/// The error of a wait that timed out, which also marks the test as failing.
+pub(crate) fn timed_out(timeout: Duration, what: &str) -> anyhow::Error {
+    FAILED.store(true, std::sync::atomic::Ordering::Relaxed);
+    anyhow::anyhow!("timed out after {timeout:?} waiting for {what}")
 }
 
 /// Whether a test is failing: panicking, or a [`poll`] timed out (a test that returns its

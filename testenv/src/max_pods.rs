@@ -15,13 +15,16 @@ use kube::runtime::{WatchStreamExt, watcher};
 /// maximum can only be overstated, never hidden.
 pub struct MaxPods {
     max: Arc<Mutex<HashMap<String, usize>>>,
+    /// How many distinct owned pods the watch has seen, ever.
+    seen: tokio::sync::watch::Receiver<usize>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl MaxPods {
     pub fn start(api: Api<Pod>) -> Self {
         let max: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
-        let seen = max.clone();
+        let recorded = max.clone();
+        let (seen_tx, seen) = tokio::sync::watch::channel(0);
         let task = tokio::spawn(async move {
             let mut live: HashMap<String, HashMap<String, bool>> = HashMap::new();
             let mut stream =
@@ -39,14 +42,28 @@ impl MaxPods {
                 };
                 let alive = !deleted && is_live(&pod);
                 let pods = live.entry(owner.clone()).or_default();
-                pods.insert(pod.uid().unwrap_or_default(), alive);
+                if pods.insert(pod.uid().unwrap_or_default(), alive).is_none() {
+                    seen_tx.send_modify(|n| *n += 1);
+                }
                 let n = pods.values().filter(|a| **a).count();
-                let mut max = seen.lock().expect("max pods lock");
+                let mut max = recorded.lock().expect("max pods lock");
                 let m = max.entry(owner).or_insert(0);
                 *m = (*m).max(n);
             }
         });
-        Self { max, task }
+        Self { max, seen, task }
+    }
+
+    /// Waits until the watch has seen `n` distinct owned pods: the trigger for a fault that
+    /// must land mid scale-up. A watch event arrives milliseconds after the create, where a
+    /// 100 ms poll let a fast operator finish the whole scale-up first.
+    pub async fn wait_seen(&self, n: usize, timeout: std::time::Duration) -> anyhow::Result<()> {
+        let mut seen = self.seen.clone();
+        tokio::time::timeout(timeout, seen.wait_for(|seen| *seen >= n))
+            .await
+            .map_err(|_| crate::timed_out(timeout, &format!("{n} pods")))?
+            .map_err(|_| anyhow::anyhow!("the pod watch ended before {n} pods were seen"))?;
+        Ok(())
     }
 
     /// The most pods each owner UID has had at once, so far.
