@@ -214,7 +214,9 @@ const STATUS_FIELDS: [&str; 6] = [
 mod tests {
     use super::*;
     use crate::api::AtSpec;
-    use crate::controller::fixtures::{Answer, Sent, scripted_context};
+    use crate::controller::fixtures::{
+        Answer, Sent, assert_retried_within_seconds, scripted_context,
+    };
     use crate::plan::at::REASON_STARTED;
     use http::Method;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -389,5 +391,17 @@ mod tests {
                 status("8", "PENDING", Value::Null),
             ]
         );
+    }
+
+    /// A create refused until the API server maps the At kind (30 s after the CRDs are
+    /// installed or it restarts) is retried within seconds: the command runs seconds after
+    /// the refusals end, not a grown backoff later.
+    #[tokio::test]
+    async fn a_refusal_until_the_api_server_maps_our_kind_is_retried_within_seconds() {
+        let (ctx, _) = scripted_context(script(|_| Answer::unmapped_owner_kind()));
+        assert_retried_within_seconds(|| async {
+            reconcile(Arc::new(due_at()), ctx.clone()).await.unwrap()
+        })
+        .await;
     }
 }

@@ -1,6 +1,8 @@
 use super::*;
 use crate::cache::PodCache;
-use crate::controller::fixtures::{Answer, Sent, podset, scripted_context};
+use crate::controller::fixtures::{
+    Answer, Sent, assert_retried_within_seconds, podset, scripted_context,
+};
 use crate::expectations::Expectations;
 use http::Method;
 use serde_json::json;
@@ -54,11 +56,12 @@ fn a_pod_seen_between_the_reads_is_not_created_again() {
 }
 
 const PODS: &str = "/api/v1/namespaces/ns/pods";
+const STATUS: &str = "/apis/app.example.com/v1alpha1/namespaces/ns/podsets/web/status";
 
 /// What the scripted API answers to anything a test does not script: status patches succeed,
 /// and nothing else exists.
 fn otherwise(sent: &Sent) -> Answer {
-    if sent.path.ends_with("/podsets/web/status") {
+    if sent.is(&Method::PATCH, STATUS) {
         Answer::Reply(200, serde_json::to_value(podset()).unwrap())
     } else {
         Answer::status(404, "NotFound")
@@ -183,4 +186,21 @@ async fn a_delete_whose_reply_was_lost_is_sent_again_with_its_uid_precondition()
         Readiness::Satisfied,
         "a 404 settles the delete"
     );
+}
+
+/// The API server refuses pods owned by a kind its admission has not mapped yet, for up to
+/// 30 s after the CRDs are installed or it restarts. That clears by itself, so the PodSet is
+/// tried again within seconds however often it was refused: a backoff grown through the
+/// refusal would leave it unmade up to as long again after.
+#[tokio::test]
+async fn a_refusal_until_the_api_server_maps_our_kind_is_retried_within_seconds() {
+    let (ctx, log) = scripted_context(|sent, _| match sent.is(&Method::POST, PODS) {
+        true => Answer::unmapped_owner_kind(),
+        false => otherwise(sent),
+    });
+    assert_retried_within_seconds(|| async {
+        reconcile(Arc::new(podset()), ctx.clone()).await.unwrap()
+    })
+    .await;
+    assert_eq!(creates(&log.lock()).len(), 8, "one create a reconcile");
 }
