@@ -37,7 +37,7 @@ use tower::{BoxError, Layer, Service, ServiceBuilder};
 use crate::metrics::Metrics;
 
 mod outcome;
-pub use outcome::may_have_acted;
+pub use outcome::{may_have_acted, owner_kind_not_yet_mapped};
 
 /// Builds the operator's client from a kubeconfig or in-cluster config, for the instance
 /// named `instance`.

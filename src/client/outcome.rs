@@ -14,6 +14,16 @@ pub fn may_have_acted(error: &kube::Error) -> bool {
     }
 }
 
+/// Whether the API server refused a pod only because its admission cannot map the kind of
+/// the pod's owner yet: OwnerReferencesPermissionEnforcement checks `blockOwnerDeletion`
+/// against a RESTMapper it resets every 30 s, so a kind it learned of since (a CRD just
+/// installed, or every CRD right after the API server restarts) is refused until the next
+/// reset. The refusal clears by itself; only its message tells it from a real 403.
+pub fn owner_kind_not_yet_mapped(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s)
+        if s.code == 403 && s.message.contains("cannot find RESTMapping"))
+}
+
 /// A connection that could not be made: the request never left.
 fn never_sent(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(error);
@@ -32,11 +42,40 @@ mod tests {
     use crate::client::build;
 
     fn api_error(code: u16, reason: &str) -> kube::Error {
+        api_error_saying(code, reason, "m")
+    }
+
+    fn api_error_saying(code: u16, reason: &str, message: &str) -> kube::Error {
         let status: kube::core::Status = serde_json::from_value(serde_json::json!({
-            "status": "Failure", "code": code, "reason": reason, "message": "m"
+            "status": "Failure", "code": code, "reason": reason, "message": message
         }))
         .unwrap();
         kube::Error::Api(Box::new(status))
+    }
+
+    /// Only the admission's "cannot find RESTMapping" clears by itself; a quota or RBAC 403
+    /// stays until someone acts.
+    #[test]
+    fn only_an_unmapped_owner_kind_clears_by_itself() {
+        let unmapped = "pods \"p\" is forbidden: cannot set blockOwnerDeletion in this case \
+            because cannot find RESTMapping for APIVersion app.example.com/v1alpha1 Kind PodSet";
+        assert!(owner_kind_not_yet_mapped(&api_error_saying(
+            403,
+            "Forbidden",
+            unmapped
+        )));
+        for message in [
+            "pods \"p\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=5",
+            "pods is forbidden: User \"x\" cannot create resource \"pods\"",
+        ] {
+            let error = api_error_saying(403, "Forbidden", message);
+            assert!(!owner_kind_not_yet_mapped(&error), "{message}");
+        }
+        assert!(!owner_kind_not_yet_mapped(&api_error_saying(
+            500,
+            "InternalError",
+            unmapped
+        )));
     }
 
     /// What the API server turned away made nothing; anything else may have acted.

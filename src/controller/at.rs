@@ -10,7 +10,7 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info};
 
-use super::{Context, api_message, publish, retry_after, status_patch_params, timed};
+use super::{Context, api_message, publish, retry_after, retry_soon, status_patch_params, timed};
 use crate::api::{At, AtPhase, AtStatus};
 use crate::cache::CachedPod;
 use crate::client;
@@ -33,6 +33,8 @@ enum Next {
     Then(Action),
     /// Something outside the operator is in the way: try again with a growing delay.
     Retry,
+    /// The API server refused what it will accept within seconds: try again then.
+    RetrySoon,
 }
 
 async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
@@ -89,6 +91,7 @@ async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
             action
         }
         Next::Retry => retry_after(at, ctx),
+        Next::RetrySoon => retry_soon(),
     })
 }
 
@@ -101,7 +104,7 @@ async fn start(at: &At, ctx: &Context, now: Timestamp) -> Result<(AtStatus, Next
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
     let pod_name = plan::pod_name(at);
     info!(controller = CONTROLLER, namespace = at.namespace(), name = at.name_any(), phase = "RUNNING", command = %at.spec.command, "schedule due: creating pod");
-    let blocked = |reason, message| Ok((plan::blocked(at, reason, message, now), Next::Retry));
+    let blocked = |reason, message, next| Ok((plan::blocked(at, reason, message, now), next));
     let pod = match client::create(&api, &plan::pod_for(at)).await {
         Ok(pod) => pod,
         Err(kube::Error::Api(s)) if s.code == 409 => match read_pod(at, ctx).await? {
@@ -110,13 +113,17 @@ async fn start(at: &At, ctx: &Context, now: Timestamp) -> Result<(AtStatus, Next
                 let message = format!(
                     "pod {pod_name} exists and is not controlled by this At; it is left alone, and the command runs once the name is free"
                 );
-                return blocked(plan::REASON_POD_NAME_TAKEN, message);
+                return blocked(plan::REASON_POD_NAME_TAKEN, message, Next::Retry);
             }
         },
         Err(e) if client::may_have_acted(&e) => return Err(Error::PodApi(e)),
         Err(e) => {
             let message = format!("creating pod {pod_name}: {}", api_message(&e));
-            return blocked(plan::REASON_FAILED_CREATE, message);
+            let next = match client::owner_kind_not_yet_mapped(&e) {
+                true => Next::RetrySoon,
+                false => Next::Retry,
+            };
+            return blocked(plan::REASON_FAILED_CREATE, message, next);
         }
     };
     Ok((

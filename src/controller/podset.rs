@@ -13,7 +13,7 @@ use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::{Context, api_message, publish, retry_after, status_patch_params, timed};
+use super::{Context, api_message, publish, retry_after, retry_soon, status_patch_params, timed};
 use crate::api::PodSet;
 use crate::cache::CachedPod;
 use crate::client;
@@ -59,6 +59,7 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
         write_status(ps, &ctx.pods.owned_by(&uid), &outcome, ctx).await?;
     }
     Ok(match (&outcome, pending) {
+        (Outcome::Failed(f), _) if f.clears_by_itself => retry_soon(),
         (Outcome::Failed(_), _) => retry_after(ps, ctx),
         (_, Some(left)) => Action::requeue(left),
         // Spread out, so that PodSets made together are not all looked at in one burst.
@@ -327,13 +328,15 @@ async fn report(
         let note = format!("{past} pods: {}", done.join(", "));
         publish(ps, ctx, EventType::Normal, success, action, note).await;
     }
-    let message = api_message(&error?);
+    let error = error?;
+    let message = api_message(&error);
     warn!(controller = CONTROLLER, namespace, name, error = %message, "{action} pods failed");
     let note = format!("Error: {action} pods: {message}");
     publish(ps, ctx, EventType::Warning, failure, action, note).await;
     Some(Failure {
         reason: failure,
         message,
+        clears_by_itself: client::owner_kind_not_yet_mapped(&error),
     })
 }
 /// Writes the status only when it differs from what the PodSet shows.
