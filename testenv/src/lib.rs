@@ -12,11 +12,12 @@ pub mod audit;
 mod max_pods;
 pub mod node;
 pub mod pki;
+mod ports;
 pub mod process;
 pub mod proxy;
 pub mod registry;
 
-use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -28,6 +29,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 pub use max_pods::{MaxPods, controller_uid, live_pods_by_owner};
+pub use ports::free_port;
 pub use process::{Process, run_command, spawn_tied};
 
 const ADMIN_TOKEN_USER: &str = "testenv-admin";
@@ -151,12 +153,6 @@ pub fn kube_bin_dir() -> PathBuf {
             PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
         });
     cache.join("podset-operator/kubernetes-v1.20.2/bin")
-}
-
-/// A free TCP port on loopback. The port is released before use, so another process could
-/// take it in between; the window is small and a collision fails loudly at start-up.
-pub fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 impl Cluster {
