@@ -1,13 +1,33 @@
 //! Ports for the processes a test starts to listen on.
 
 use std::net::TcpListener;
+use std::sync::atomic::{AtomicU32, Ordering};
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 
-/// A free TCP port on loopback. The port is released before use, so another process could
-/// take it in between; the window is small and a collision fails loudly at start-up.
+/// Where ports are handed out: below Linux's default ephemeral range (32768-60999), from
+/// which `bind(:0)` and the local port of every outgoing connection are taken, and below
+/// Kubernetes' NodePort range (30000-32767).
+const PORTS: std::ops::Range<u32> = 16384..30000;
+
+/// A TCP port free on loopback, for a process a test starts to listen on. The port is
+/// released before that process binds it. A port of the ephemeral range could meanwhile
+/// become the local port of any outgoing connection (CI saw the operator's metrics port
+/// taken so); below it, only other callers compete. In this process each port is handed out
+/// once (a counter walks the range); another process walks from its own pid-derived start,
+/// and a port in use is skipped.
 pub fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7919);
+    let span = PORTS.end - PORTS.start;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (PORTS.start + start.wrapping_add(n) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free port on 127.0.0.1 in {PORTS:?}")
 }
 
 #[cfg(test)]
