@@ -40,6 +40,7 @@ fn never_sent(error: &(dyn std::error::Error + 'static)) -> bool {
 mod tests {
     use super::*;
     use crate::client::build;
+    use crate::controller::fixtures::UNMAPPED_OWNER_KIND;
 
     fn api_error(code: u16, reason: &str) -> kube::Error {
         api_error_saying(code, reason, "m")
@@ -57,12 +58,10 @@ mod tests {
     /// stays until someone acts.
     #[test]
     fn only_an_unmapped_owner_kind_clears_by_itself() {
-        let unmapped = "pods \"p\" is forbidden: cannot set blockOwnerDeletion in this case \
-            because cannot find RESTMapping for APIVersion app.example.com/v1alpha1 Kind PodSet";
         assert!(owner_kind_not_yet_mapped(&api_error_saying(
             403,
             "Forbidden",
-            unmapped
+            UNMAPPED_OWNER_KIND
         )));
         for message in [
             "pods \"p\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=5",
@@ -74,7 +73,7 @@ mod tests {
         assert!(!owner_kind_not_yet_mapped(&api_error_saying(
             500,
             "InternalError",
-            unmapped
+            UNMAPPED_OWNER_KIND
         )));
     }
 

@@ -79,14 +79,17 @@ impl Answer {
     /// A 1.20 API server's refusal of a pod owned by a kind its admission has not mapped yet
     /// (the first 30 s after the CRDs are installed, or after it restarts).
     pub fn unmapped_owner_kind() -> Self {
-        let message = "pods \"web-pod7z7ts\" is forbidden: cannot set blockOwnerDeletion in \
-            this case because cannot find RESTMapping for APIVersion app.example.com/v1alpha1 \
-            Kind PodSet: no matches for kind \"PodSet\" in version \"app.example.com/v1alpha1\"";
         let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-            "code": 403, "reason": "Forbidden", "message": message});
+            "code": 403, "reason": "Forbidden", "message": UNMAPPED_OWNER_KIND});
         Self::Reply(403, status)
     }
 }
+
+/// The message of that refusal, as a 1.20 API server words it.
+pub const UNMAPPED_OWNER_KIND: &str = "pods \"web-pod7z7ts\" is forbidden: cannot set \
+    blockOwnerDeletion in this case because cannot find RESTMapping for APIVersion \
+    app.example.com/v1alpha1 Kind PodSet: no matches for kind \"PodSet\" in version \
+    \"app.example.com/v1alpha1\"";
 
 /// The delay `action` requeues after: kube's Action keeps it private, and its Debug shows
 /// it as a Duration (`Some(2.5s)`, `Some(800ms)`).

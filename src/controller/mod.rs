@@ -8,7 +8,7 @@
 pub mod at;
 mod backoff;
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 pub mod podset;
 mod routing;
 

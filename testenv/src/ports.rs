@@ -50,13 +50,10 @@ mod tests {
     /// in use"), and never handed out twice.
     #[test]
     fn ports_come_from_outside_the_ephemeral_range_and_are_not_repeated() {
+        let ephemeral = ephemeral();
         let ports: Vec<u16> = (0..200).map(|_| free_port().unwrap()).collect();
         for port in &ports {
-            assert!(
-                !ephemeral().contains(port),
-                "{port} is in {:?}",
-                ephemeral()
-            );
+            assert!(!ephemeral.contains(port), "{port} is in {ephemeral:?}");
         }
         let unique: std::collections::HashSet<_> = ports.iter().collect();
         assert_eq!(unique.len(), ports.len(), "a port handed out twice");
