@@ -1,8 +1,20 @@
 # podset-operator: `make run` and `make test` work from a fresh machine; each installs what
-# it needs (apt, cargo) and says what it is doing.
+# it needs (apt, cargo, go) and says what it is doing.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
+
+# The Kubernetes the local clusters run: hack/go/versions.env's newest supported release
+# unless K8S_VERSION says otherwise (`K8S_VERSION=1.33 make test`). K8S_OLDEST, the low end
+# of the supported range, also runs the walkthroughs, restart tests and installs in `make test`.
+K8S_VERSION ?= $(shell sed -n 's/^K8S_VERSION=//p' hack/go/versions.env)
+K8S_OLDEST := $(shell sed -n 's/^K8S_OLDEST=//p' hack/go/versions.env)
+override K8S_VERSION := $(shell bash -c 'source hack/go/env.sh && resolve_k8s_version $(K8S_VERSION)')
+export K8S_VERSION
+# Recipes (and the tests) use the kubectl of the cluster's own version.
+export PATH := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/podset-operator/kubernetes-v$(K8S_VERSION)/bin:$(PATH)
+# The tests that also run on K8S_OLDEST: cargo test flags, then name filters.
+OLDEST_TESTS := --test real_node --test faults --test in_cluster -- podset_walkthrough at_echo_yay apiserver_restart install_from_the_local_image
 
 CLUSTER_DIR ?= $(CURDIR)/.local/cluster
 # make cluster-up / make run: real nodes (pods run real containers) and kubemark hollow nodes.
@@ -16,7 +28,9 @@ IMG ?= podset-operator:0.1.0
 HELM_VENV := $(CURDIR)/.local/helm-venv
 HELM_SDK_VERSION := 0.2.2
 CARGO ?= cargo
-say = @printf '\033[1m[make %s]\033[0m %s\n' "$@" "$(1)"
+comma := ,
+# $(call say,message): make splits call arguments at commas, so say joins them back.
+say = @printf '\033[1m[make %s]\033[0m %s\n' "$@" "$(1)$(if $(2),$(comma)$(2))$(if $(3),$(comma)$(3))$(if $(4),$(comma)$(4))"
 
 .PHONY: help
 help: ## Show the targets
@@ -27,9 +41,13 @@ deps: ## Install system packages the project needs (apt) and check the Rust tool
 	@bash hack/install-deps.sh
 
 .PHONY: kubernetes
-kubernetes: deps ## Build (once, cached) Kubernetes 1.20.2 (control plane, kubelet) and the node images from Debian's source
-	@bash hack/build-kubernetes.sh >/dev/null
+kubernetes: deps ## Build (once, cached) Kubernetes $K8S_VERSION, etcd and containerd from the Go module proxy, and the node images
+	@bash hack/build-kubernetes.sh $(K8S_VERSION)
 	@bash hack/build-node-images.sh
+
+.PHONY: kubernetes-oldest
+kubernetes-oldest: deps ## Build (once, cached) Kubernetes $K8S_OLDEST, the low end of the supported range
+	@bash hack/build-kubernetes.sh $(K8S_OLDEST)
 
 .PHONY: build
 build: deps ## Build the operator and the local-cluster tool
@@ -37,7 +55,7 @@ build: deps ## Build the operator and the local-cluster tool
 	$(CARGO) build --workspace --bins
 
 .PHONY: test
-test: kubernetes helm-sdk ## Build everything and run every test (unit, end to end on a real local control plane)
+test: kubernetes kubernetes-oldest helm-sdk ## Build everything and run every test (unit, end to end on real local clusters of $K8S_VERSION, some also on $K8S_OLDEST)
 	$(call say,cargo build --workspace --all-targets)
 	$(CARGO) build --workspace --all-targets
 	$(call say,checking formatting and lints)
@@ -46,9 +64,14 @@ test: kubernetes helm-sdk ## Build everything and run every test (unit, end to e
 	$(call say,building the operator's image offline: static binary (hack/build-static.sh) + buildah; the in-cluster tests run it)
 	@bash hack/build-image.sh
 	@bash hack/check-static.sh
-	$(call say,running tests: unit tests, then end-to-end tests that each start a real control plane (real nodes run real containers))
+	$(call say,running tests on Kubernetes $(K8S_VERSION): unit tests, then end-to-end tests that each start a real control plane (real nodes run real containers))
 	rm -rf $(AUDIT_DIR)
 	PODSET_AUDIT_DIR=$(AUDIT_DIR) $(CARGO) test --workspace --no-fail-fast -- --test-threads=$${TEST_THREADS:-2}
+	@if [ "$(K8S_VERSION)" != "$(K8S_OLDEST)" ]; then \
+	  printf '\033[1m[make test]\033[0m %s\n' "the walkthroughs, API server restarts and installs from the image on Kubernetes $(K8S_OLDEST)"; \
+	  PATH="$${PATH/kubernetes-v$(K8S_VERSION)/kubernetes-v$(K8S_OLDEST)}" K8S_VERSION=$(K8S_OLDEST) PODSET_AUDIT_DIR=$(AUDIT_DIR) \
+	    $(CARGO) test --no-fail-fast $(OLDEST_TESTS) --test-threads=$${TEST_THREADS:-2}; \
+	fi
 	$(call say,least privilege: every request the operator made in those tests against the generated RBAC rules)
 	PODSET_AUDIT_DIR=$(AUDIT_DIR) RUST_LIB_BACKTRACE=0 $(CARGO) test --test audit -- --ignored --nocapture
 	$(call say,benchmark harness smoke run: tiny sizes, checks the harness and its invariants, not speed)
@@ -119,7 +142,7 @@ image: ## Build the operator's image offline (buildah, no Docker engine): target
 	@bash hack/build-image.sh
 
 .PHONY: deploy-local
-deploy-local: ## With `make cluster-up` running: build the image, push it to its registry, install config/k8s-1.20 with it
+deploy-local: ## With `make cluster-up` running: build the image, push it to its registry, install config/default with it
 	@CLUSTER_DIR="$(CLUSTER_DIR)" bash hack/deploy-local.sh
 
 .PHONY: static

@@ -1,133 +1,130 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes 1.20.2 control plane (kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubemark) from Debian's source package, once, into a cache outside
-# the repo. Idempotent: a second run with the binaries present does nothing.
+# Builds, once, what a local cluster runs, from the Go module proxy into the cache
+# (~/.cache/podset-operator): Kubernetes (kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubelet, kubectl, kubemark) for each version asked, etcd, containerd and
+# its runc shim. Each build is skipped when its binaries are there; a cold one takes minutes
+# and says how far it is. Prints nothing on stdout.
+# Usage: hack/build-kubernetes.sh [VERSION...]   (default: $K8S_VERSION, else versions.env's)
 set -euo pipefail
+cd "$(dirname "$0")/.."
+SAY_AS=build-kubernetes
+source hack/go/env.sh
 
-K8S_DEB_VERSION="1.20.5+really1.20.2-1.1+deb12u1"
-CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/podset-operator/kubernetes-v1.20.2"
-BIN="$CACHE/bin"
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubemark kubelet)
+command -v go >/dev/null || { say "go not found: install Go 1.26 (https://go.dev/dl) first"; exit 1; }
+command -v jq >/dev/null || bash hack/install-deps.sh
 
-say() { printf '\033[1m[build-kubernetes]\033[0m %s\n' "$*" >&2; }
+# Upstream's own build flags: no cgo, no debug info, and the tags of hack/lib/golang.sh.
+BUILD_FLAGS=(-trimpath -tags "selinux,notest,grpcnotrace")
+export CGO_ENABLED=0
 
-have_all() {
-  for b in "${BINARIES[@]}"; do [ -x "$BIN/$b" ] || return 1; done
-}
-
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-
-enable_deb_src() {
-  local f=/etc/apt/sources.list.d/debian.sources
-  if [ -f "$f" ] && ! grep -q '^Types: deb deb-src' "$f"; then
-    say "enabling Debian source packages in $f"
-    as_root sed -i 's/^Types: deb$/Types: deb deb-src/' "$f"
-    APT_UPDATED=""
-  fi
-  if [ -f /etc/apt/sources.list ] && grep -q '^deb ' /etc/apt/sources.list && ! grep -q '^deb-src ' /etc/apt/sources.list; then
-    sed -n 's/^deb /deb-src /p' /etc/apt/sources.list | as_root tee -a /etc/apt/sources.list >/dev/null
-    APT_UPDATED=""
-  fi
-}
-
-install_build_deps() {
-  local pkgs=(golang-go etcd-server rsync jq golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev dpkg-dev patch)
-  local missing=()
-  for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  if [ ${#missing[@]} -gt 0 ] || [ -z "${APT_UPDATED:-}" ]; then
-    say "apt-get update"
-    as_root apt-get update -qq
-    APT_UPDATED=1
-  fi
-  if [ ${#missing[@]} -gt 0 ]; then
-    say "installing ${missing[*]}"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t bookworm "${missing[@]}"
-  fi
-}
-
-fetch_source() {
-  local src="$CACHE/src"
-  if [ -f "$src/.unpacked" ]; then return; fi
-  mkdir -p "$CACHE/dl"
-  say "downloading Debian source package kubernetes=$K8S_DEB_VERSION"
-  (cd "$CACHE/dl" && apt-get source --download-only "kubernetes=$K8S_DEB_VERSION" >/dev/null)
-  local tarball
-  tarball=$(ls "$CACHE"/dl/kubernetes_*.orig.tar.gz | head -n1)
-  say "unpacking $(basename "$tarball")"
-  rm -rf "$src" && mkdir -p "$src"
-  tar -xzf "$tarball" -C "$src" --strip-components=1
-  touch "$src/.unpacked"
-}
-
-# reflect2 1.0.1 faults under Go >= 1.18 ("fatal error: fault" in mapiterinit) on the
-# first custom-resource write; Debian's packaged copies are fixed.
-patch_vendor() {
-  local src="$CACHE/src"
-  [ -f "$src/.vendor-patched" ] && return
-  say "replacing vendored reflect2 and json-iterator with Debian's fixed copies"
-  for pkg in github.com/modern-go/reflect2 github.com/json-iterator/go; do
-    rm -rf "$src/vendor/$pkg"
-    mkdir -p "$src/vendor/$pkg"
-    cp -a "/usr/share/gocode/src/$pkg/." "$src/vendor/$pkg/"
-    find "$src/vendor/$pkg" -name '*_test.go' -delete
+# k8s.io/component-base/version and its client-go twin, as hack/lib/version.sh sets them:
+# unset, every binary reports v0.0.0-master (in /version, the node's kubeletVersion, kubectl).
+version_ldflags() {
+  local v=$1 minor=${1#1.}
+  minor=${minor%%.*}
+  local -a pairs=("gitVersion=v$v" "gitMajor=1" "gitMinor=$minor" "gitTreeState=clean"
+    "buildDate=$(date -u -d "@${SOURCE_DATE_EPOCH:-0}" +%Y-%m-%dT%H:%M:%SZ)")
+  local flags="-s -w" p
+  for p in "${pairs[@]}"; do
+    flags+=" -X k8s.io/component-base/version.$p -X k8s.io/client-go/pkg/version.$p"
   done
-  touch "$src/.vendor-patched"
+  echo "$flags"
 }
 
-# Our fixes to the Kubernetes source (hack/patches/*.patch). Each leaves a stamp, so a
-# cached build without it is rebuilt (incrementally, from Go's build cache).
-PATCHES=("$(dirname "$0")"/patches/*.patch)
-
-patches_applied() {
-  local p
-  for p in "${PATCHES[@]}"; do [ -f "$CACHE/src/.patched-$(basename "$p")" ] || return 1; done
+# The wrapper module for VERSION: the checked-in one of its minor when it pins VERSION,
+# else one generated into the cache (another patch release, say).
+wrapper_for() {
+  local v=$1 minor=${1%.*}
+  local checked_in="hack/go/kubernetes-$minor"
+  if [ "$(pinned_k8s_version "$checked_in/go.mod" 2>/dev/null)" = "$v" ]; then
+    echo "$checked_in"
+    return
+  fi
+  local generated="$CACHE/kubernetes-v$v/wrapper"
+  if [ ! -f "$generated/go.sum" ]; then
+    say "no checked-in wrapper pins $v: generating one in $generated"
+    bash hack/go/kubernetes-wrapper.sh "$v" "$generated" >&2
+  fi
+  echo "$generated"
 }
 
-apply_patches() {
-  local p stamp
-  for p in "${PATCHES[@]}"; do
-    stamp="$CACHE/src/.patched-$(basename "$p")"
-    [ -f "$stamp" ] && continue
-    say "patching the source: $(basename "$p") ($(head -n1 "$p"))"
-    patch --forward --silent -p1 -d "$CACHE/src" < "$p"
-    touch "$stamp"
-  done
+build_kubernetes() {
+  local v=$1 bin="$CACHE/kubernetes-v$1/bin" missing=() cmd
+  for cmd in $KUBERNETES_COMMANDS; do [ -x "$bin/$cmd" ] || missing+=("$cmd"); done
+  if [ ${#missing[@]} = 0 ]; then
+    say "Kubernetes v$v cached in $bin"
+    return
+  fi
+  local wrapper
+  wrapper=$(wrapper_for "$v")
+  say "Kubernetes v$v: downloading its modules (about 1.5 GB the first time) into $GOMODCACHE"
+  (cd "$wrapper" && go mod download)
+  say "Kubernetes v$v: compiling ${missing[*]} (about 11 minutes on 2 cores the first time)"
+  local pkgs=()
+  for cmd in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$cmd"); done
+  go_build_with_progress "$wrapper" "$bin.tmp" "${BUILD_FLAGS[@]}" -ldflags "$(version_ldflags "$v")" -- "${pkgs[@]}"
+  mkdir -p "$bin"
+  for cmd in "${missing[@]}"; do mv "$bin.tmp/$cmd" "$bin/$cmd"; done
+  rmdir "$bin.tmp"
+  say "Kubernetes v$v: $("$bin/kubectl" version --client 2>/dev/null | head -n1) in $bin"
 }
 
-compile() {
-  local src="$CACHE/src"
-  say "compiling ${BINARIES[*]} with $(go version | cut -d' ' -f3) (about 15 minutes on 2 cores the first time)"
-  mkdir -p "$CACHE/home"
-  local start=$SECONDS
-  (
-    cd "$src"
-    HOME="$CACHE/home" GOFLAGS=-mod=vendor make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler cmd/kubemark cmd/kubelet" \
-      KUBE_BUILD_PLATFORMS=linux/amd64 2>&1 | sed -u 's/^/  [go] /'
-  ) &
-  local pid=$!
-  while kill -0 "$pid" 2>/dev/null; do
-    sleep 30
-    kill -0 "$pid" 2>/dev/null && say "still compiling... $((SECONDS - start))s elapsed"
-  done
-  wait "$pid"
-  mkdir -p "$BIN"
-  for b in "${BINARIES[@]}"; do cp "$src/_output/local/bin/linux/amd64/$b" "$BIN/$b"; done
-  say "built in $((SECONDS - start))s"
+# etcd's main package is the root of go.etcd.io/etcd/server/v3; its version is a constant.
+build_etcd() {
+  local bin="$CACHE/etcd-v$ETCD_VERSION/bin"
+  if [ -x "$bin/etcd" ]; then say "etcd v$ETCD_VERSION cached in $bin"; return; fi
+  say "etcd v$ETCD_VERSION: downloading and compiling (a minute or two the first time)"
+  (cd hack/go/etcd && go mod download)
+  go_build_with_progress hack/go/etcd "$bin.tmp" -trimpath -ldflags "-s -w" -- go.etcd.io/etcd/server/v3
+  mkdir -p "$bin"
+  mv "$bin.tmp/server" "$bin/etcd"
+  rmdir "$bin.tmp"
+  say "etcd: $("$bin/etcd" --version | head -n1)"
+}
+
+# containerd and its runc shim (built without cgo, as upstream builds the shim; the btrfs
+# snapshotter needs cgo and is left out). runc itself is Debian's, built with seccomp.
+build_containerd() {
+  local bin="$CACHE/containerd-v$CONTAINERD_VERSION/bin"
+  if [ -x "$bin/containerd" ] && [ -x "$bin/containerd-shim-runc-v2" ]; then
+    say "containerd v$CONTAINERD_VERSION cached in $bin"
+    return
+  fi
+  say "containerd v$CONTAINERD_VERSION: downloading and compiling (a few minutes the first time)"
+  (cd hack/go/containerd && go mod download)
+  go_build_with_progress hack/go/containerd "$bin.tmp" -trimpath -tags no_btrfs \
+    -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=v$CONTAINERD_VERSION" -- \
+    github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+  mkdir -p "$bin"
+  mv "$bin.tmp"/* "$bin/"
+  rmdir "$bin.tmp"
+  say "containerd: $("$bin/containerd" --version)"
+}
+
+# `kubectl` in a new terminal is the one of the local cluster's version ($K8S_VERSION):
+# /usr/local/bin/kubectl links to it, unless something else is installed there.
+link_kubectl() {
+  [ "$1" = "$(resolve_k8s_version "$K8S_VERSION")" ] || return 0
+  local target="$CACHE/kubernetes-v$1/bin/kubectl" link=/usr/local/bin/kubectl
+  if [ -e "$link" ] && [[ "$(readlink "$link")" != "$CACHE"/kubernetes-v*/bin/kubectl ]]; then
+    say "leaving $link alone (not ours); the local cluster's kubectl is $target"
+    return
+  fi
+  [ "$(readlink "$link" 2>/dev/null)" = "$target" ] && return
+  if ln -sfn "$target" "$link" 2>/dev/null; then
+    say "kubectl v$1: $link -> $target"
+  else
+    say "could not link $link; the local cluster's kubectl is $target"
+  fi
 }
 
 main() {
-  if have_all && patches_applied; then
-    say "control plane binaries cached in $BIN"
-  else
-    enable_deb_src
-    install_build_deps
-    fetch_source
-    patch_vendor
-    apply_patches
-    compile
-  fi
-  command -v etcd >/dev/null || { APT_UPDATED=""; install_build_deps; }
-  echo "$BIN"
+  local versions=("$@") v
+  [ ${#versions[@]} -gt 0 ] || versions=("${K8S_VERSION}")
+  build_etcd
+  build_containerd
+  for v in "${versions[@]}"; do build_kubernetes "$(resolve_k8s_version "$v")"; done
+  for v in "${versions[@]}"; do link_kubectl "$(resolve_k8s_version "$v")"; done
 }
 
 main "$@"

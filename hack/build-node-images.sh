@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Builds, once, the two images a real node of the local control plane pulls: busybox (from
-# Debian's busybox-static) and pause (from the Kubernetes 1.20.2 source), as OCI archives in
-# the cache. testenv pushes them into each cluster's own registry. Idempotent.
+# Debian's busybox-static) and pause (build/pause/linux/pause.c of the Kubernetes module), as
+# OCI archives in the cache. testenv pushes them into each cluster's own registry. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/podset-operator"
+SAY_AS=node-images
+source hack/go/env.sh
 OUT="$CACHE/images"
-SRC="$CACHE/kubernetes-v1.20.2/src"
-say() { printf '\033[1m[node-images]\033[0m %s\n' "$*" >&2; }
+PAUSE_TAG=${PAUSE_IMAGE##*:}
 
-if [ -f "$OUT/busybox.tar" ] && [ -f "$OUT/pause.tar" ]; then
+if [ -f "$OUT/busybox.tar" ] && [ -f "$OUT/pause-$PAUSE_TAG.tar" ]; then
   say "busybox and pause images cached in $OUT"
   exit 0
 fi
-[ -f "$SRC/build/pause/linux/pause.c" ] || { say "missing $SRC: run hack/build-kubernetes.sh first"; exit 1; }
+default_version=$(sed -n 's/^K8S_VERSION=//p' hack/go/versions.env)
+SRC=$(go mod download -json "k8s.io/kubernetes@v$default_version" | jq -r .Dir)
+[ -f "$SRC/build/pause/linux/pause.c" ] || { say "no build/pause/linux/pause.c in $SRC"; exit 1; }
+grep -qx "TAG ?= $PAUSE_TAG" "$SRC/build/pause/Makefile" ||
+  say "note: Kubernetes v$default_version tags its pause $(sed -n 's/^TAG ?= //p' "$SRC/build/pause/Makefile"), versions.env says $PAUSE_TAG"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$OUT"
@@ -31,7 +35,7 @@ bash hack/oci-build.sh hack/images/busybox.Dockerfile "$work/busybox" docker.io/
 
 say "pause: gcc -static build/pause/linux/pause.c"
 mkdir -p "$work/pause"
-gcc -Os -static -DVERSION=3.2 -o "$work/pause/pause" "$SRC/build/pause/linux/pause.c"
+gcc -Os -static -DVERSION="$PAUSE_TAG" -o "$work/pause/pause" "$SRC/build/pause/linux/pause.c"
 strip "$work/pause/pause"
-bash hack/oci-build.sh hack/images/pause.Dockerfile "$work/pause" registry.k8s.io/pause:3.2 "$OUT/pause.tar"
-say "built $OUT/busybox.tar and $OUT/pause.tar"
+bash hack/oci-build.sh hack/images/pause.Dockerfile "$work/pause" "$PAUSE_IMAGE" "$OUT/pause-$PAUSE_TAG.tar"
+say "built $OUT/busybox.tar and $OUT/pause-$PAUSE_TAG.tar"

@@ -11,14 +11,15 @@ for comp in rustfmt clippy; do
     rustup component add $comp
   fi
 done
+command -v go >/dev/null || { say "go not found: install Go 1.26 first (Kubernetes, etcd and containerd are built from the Go module proxy)"; exit 1; }
 missing=()
-command -v kubectl >/dev/null || missing+=(kubernetes-client)
-command -v etcd >/dev/null || missing+=(etcd-server)
 command -v jq >/dev/null || missing+=(jq)
 command -v python3 >/dev/null || missing+=(python3)
-# Real nodes: a containerd per node with runc and the CNI bridge plugin; the cluster's own
-# registry; busybox and the operator's image built offline (buildah) and pushed (skopeo).
-for pkg in containerd runc containernetworking-plugins busybox-static docker-registry buildah skopeo iproute2; do
+# Real nodes: runc (with seccomp) and the CNI bridge plugin under the containerd that
+# hack/build-kubernetes.sh builds; the cluster's own registry; busybox and the operator's
+# image built offline (buildah) and pushed (skopeo); iptables to check that nodes leave the
+# host's tables as they found them.
+for pkg in runc containernetworking-plugins busybox-static docker-registry buildah skopeo iproute2 iptables; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then

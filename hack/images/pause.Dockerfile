@@ -1,4 +1,4 @@
-# The pod sandbox image (registry.k8s.io/pause:3.2), built from the Kubernetes source's own
+# The pod sandbox image (registry.k8s.io/pause), built from the Kubernetes source's own
 # build/pause/linux/pause.c.
 FROM scratch
 COPY pause /pause
