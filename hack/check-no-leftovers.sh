@@ -5,7 +5,9 @@
 #  - processes: control plane, operators, kubelets, containerds, their shims, registries
 #    (by argument), and any process still in a container's cgroup (/k8s.io/<id>);
 #  - mounts: anything mounted under a test cluster's directory;
-#  - network interfaces: a test node's bridge (pst*) or a veth still attached to one.
+#  - network interfaces: a test node's bridge (pst*) or a veth still attached to one;
+#  - netfilter: any KUBE-* chain or rule in iptables, ip6tables or nftables (a kubelet's);
+#  - /tmp: kubemark's scratch directories (hollow-kubelet.*).
 set -uo pipefail
 fail=0
 report() { echo "$1" >&2; echo "$2" | sed 's/^/  /' >&2; fail=1; }
@@ -28,5 +30,15 @@ mounts=$(grep 'podset-testenv-' /proc/self/mountinfo || true)
 links=$(ip -o link show 2>/dev/null | grep -E ': pst[0-9a-f]{8}[:@]|master pst[0-9a-f]{8} ' || true)
 [ -z "$links" ] || report "network interfaces left behind by the tests:" "$links"
 
-[ $fail = 0 ] && echo "no test process, mount or network interface left behind"
+rules=""
+for cmd in iptables-save ip6tables-save "nft list ruleset"; do
+  command -v "${cmd%% *}" >/dev/null || continue
+  rules+=$($cmd 2>/dev/null | grep 'KUBE-' | sed "s|^|${cmd%% *}: |")
+done
+[ -z "$rules" ] || report "netfilter chains or rules left behind by a kubelet:" "$rules"
+
+scratch=$(ls -d /tmp/hollow-kubelet.* 2>/dev/null || true)
+[ -z "$scratch" ] || report "kubemark scratch directories left behind:" "$scratch"
+
+[ $fail = 0 ] && echo "no test process, mount, network interface, netfilter rule or scratch directory left behind"
 exit $fail

@@ -7,13 +7,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
 };
 
 pub struct Pki {
     dir: PathBuf,
-    ca: CertifiedIssuer<'static, KeyPair>,
+    ca: Issuer<'static, KeyPair>,
     pub ca_cert: PathBuf,
     pub serving_cert: PathBuf,
     pub serving_key: PathBuf,
@@ -27,16 +26,39 @@ pub struct KeyPairFiles {
     pub key: PathBuf,
 }
 
+fn ca_params() -> Result<CertificateParams> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "podset-testenv-ca");
+    Ok(params)
+}
+
 impl Pki {
-    /// `extra_ips`: addresses besides loopback the apiserver serves on.
-    pub fn generate(dir: &Path, extra_ips: &[IpAddr]) -> Result<Self> {
+    /// The CA and ServiceAccount signing key that `dir` holds, else new ones; and a new
+    /// serving certificate for loopback and `extra_ips`. A restarted `make cluster-up` keeps
+    /// its CA and signing key: the kubeconfigs, and the tokens its pods hold, stay valid.
+    pub fn load_or_generate(dir: &Path, extra_ips: &[IpAddr]) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
-        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "podset-testenv-ca");
-        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
+        let ca_key_file = dir.join("ca.key");
+        let kept = ["ca.crt", "sa.key", "sa.pub"]
+            .iter()
+            .all(|f| dir.join(f).exists());
+        let ca_key = match std::fs::read_to_string(&ca_key_file) {
+            Ok(pem) if kept => KeyPair::from_pem(&pem)?,
+            _ => {
+                let key = KeyPair::generate()?;
+                std::fs::write(dir.join("ca.crt"), ca_params()?.self_signed(&key)?.pem())?;
+                std::fs::write(&ca_key_file, key.serialize_pem())?;
+                let sa = KeyPair::generate()?;
+                std::fs::write(dir.join("sa.key"), sa.serialize_pem())?;
+                std::fs::write(dir.join("sa.pub"), sa.public_key_pem())?;
+                key
+            }
+        };
+        // The same name and key: what it signs chains to the certificate on disk.
+        let ca = Issuer::new(ca_params()?, ca_key);
 
         let mut names = vec![
             "localhost".to_string(),
@@ -52,7 +74,6 @@ impl Pki {
         let serving_key = KeyPair::generate()?;
         let serving_cert = serving.signed_by(&serving_key, &ca)?;
 
-        let sa_key = KeyPair::generate()?;
         let pki = Self {
             dir: dir.to_path_buf(),
             ca_cert: dir.join("ca.crt"),
@@ -62,11 +83,8 @@ impl Pki {
             service_account_pub: dir.join("sa.pub"),
             ca,
         };
-        std::fs::write(&pki.ca_cert, pki.ca.pem())?;
         std::fs::write(&pki.serving_cert, serving_cert.pem())?;
         std::fs::write(&pki.serving_key, serving_key.serialize_pem())?;
-        std::fs::write(&pki.service_account_key, sa_key.serialize_pem())?;
-        std::fs::write(&pki.service_account_pub, sa_key.public_key_pem())?;
         Ok(pki)
     }
 

@@ -30,6 +30,23 @@ pub fn free_port() -> Result<u16> {
     bail!("no free port on 127.0.0.1 in {PORTS:?}")
 }
 
+/// The port `name` had in `dir` before if it is still free (a restarted `make cluster-up`
+/// keeps its API server's and registry's addresses, which kubeconfigs and deployed images
+/// name), else a new one; remembered for next time.
+pub fn sticky_port(dir: &std::path::Path, name: &str) -> Result<u16> {
+    let file = dir.join(format!("{name}.port"));
+    let before = std::fs::read_to_string(&file)
+        .ok()
+        .and_then(|p| p.trim().parse::<u16>().ok())
+        .filter(|p| TcpListener::bind(("0.0.0.0", *p)).is_ok());
+    let port = match before {
+        Some(p) => p,
+        None => free_port()?,
+    };
+    std::fs::write(&file, port.to_string())?;
+    Ok(port)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

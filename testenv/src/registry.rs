@@ -13,7 +13,7 @@ use crate::process::Process;
 
 /// Starts the registry; returns it with its `host:port`.
 pub async fn start(dir: &Path) -> Result<(Process, String)> {
-    let addr = format!("127.0.0.1:{}", crate::free_port()?);
+    let addr = format!("127.0.0.1:{}", crate::ports::sticky_port(dir, "registry")?);
     let conf = dir.join("registry.yml");
     std::fs::write(
         &conf,

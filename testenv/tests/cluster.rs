@@ -43,9 +43,9 @@ async fn pods_schedule_and_run_on_hollow_nodes() -> Result<()> {
 }
 
 /// Kubemark 1.20's hollow kubelet raced on its fake filesystem when it started several
-/// containers at once, and died (`fatal error: concurrent map writes`); we patch it
-/// (hack/patches/kubemark-fakeos-race.patch). Many pods bound to one node
-/// at the same moment all go Running only if it survives.
+/// containers at once, and died (`fatal error: concurrent map writes`); we patched it then.
+/// The kubemark we build now is unpatched: many pods bound to one node at the same moment all
+/// go Running only if it survives them.
 #[tokio::test]
 async fn a_hollow_node_survives_many_pods_starting_at_once() -> Result<()> {
     const PODS: usize = 30;

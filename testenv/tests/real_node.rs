@@ -91,10 +91,13 @@ async fn only_pods_that_tolerate_it_land_on_a_hollow_node() -> Result<()> {
     Ok(())
 }
 
-/// A node torn down with a pod still running (whose PID 1 ignores SIGTERM) leaves nothing.
+/// A node torn down with a pod still running (whose PID 1 ignores SIGTERM) leaves nothing; and
+/// while they run, neither a real kubelet nor a hollow one puts anything in the host's netfilter
+/// tables (kubelets add KUBE-FIREWALL to INPUT and OUTPUT, and more, and never remove them) or
+/// in its `/tmp` (kubemark's scratch directories).
 #[tokio::test]
-async fn a_dropped_cluster_leaves_no_process_mount_or_interface() -> Result<()> {
-    let cluster = Cluster::start(Options::default().with_real_nodes(1)).await?;
+async fn a_dropped_cluster_leaves_no_process_mount_interface_or_netfilter_rule() -> Result<()> {
+    let cluster = Cluster::start(Options::default().with_nodes(1).with_real_nodes(1)).await?;
     cluster.create_namespace("left").await?;
     let pods: Api<Pod> = Api::namespaced(cluster.client().await?, "left");
     let spec = serde_json::json!({"containers": [{
@@ -102,6 +105,8 @@ async fn a_dropped_cluster_leaves_no_process_mount_or_interface() -> Result<()> 
     pods.create(&PostParams::default(), &pod("stays", spec)?)
         .await?;
     wait_phase(&pods, "stays", "Running").await?;
+    assert_eq!(netfilter_rules_of_kubelets()?, Vec::<String>::new());
+    assert_eq!(kubemark_scratch_in_tmp()?, Vec::<String>::new());
     let dir = cluster.dir().to_string_lossy().into_owned();
     let socket = format!("{dir}/node-0/containerd.sock");
     ensure!(
@@ -126,6 +131,35 @@ async fn a_dropped_cluster_leaves_no_process_mount_or_interface() -> Result<()> 
         },
     )
     .await
+}
+
+/// The lines of the host's iptables, ip6tables and nftables rulesets that name a KUBE- chain.
+fn netfilter_rules_of_kubelets() -> Result<Vec<String>> {
+    let mut found = Vec::new();
+    for (program, args) in [
+        ("iptables-save", &[][..]),
+        ("ip6tables-save", &[][..]),
+        ("nft", &["list", "ruleset"][..]),
+    ] {
+        let Ok(out) = std::process::Command::new(program).args(args).output() else {
+            continue; // not installed: nothing can have been added through it
+        };
+        found.extend(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| l.contains("KUBE-"))
+                .map(|l| format!("{program}: {l}")),
+        );
+    }
+    Ok(found)
+}
+
+fn kubemark_scratch_in_tmp() -> Result<Vec<String>> {
+    Ok(std::fs::read_dir("/tmp")?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("hollow-kubelet."))
+        .collect())
 }
 
 /// The bridge of the cluster's first node, from its CNI configuration.

@@ -4,24 +4,17 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 
 use super::network::Bridge;
-
-/// The sandbox image every pod starts with; the node's registry serves it (see `registry`).
-pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.2";
+use crate::versions;
 
 /// containerd's configuration: everything under `dir`, so any number of nodes coexist, and
-/// `docker.io` / `registry.k8s.io` pulled from the cluster's own registry.
-pub fn containerd_toml(dir: &Path, registry: &str) -> String {
+/// images pulled through `dir/certs.d` (see [`registry_hosts`]).
+pub fn containerd_toml(dir: &Path) -> String {
     let d = dir.display();
-    let mirror = |host: &str| {
-        format!(
-            "[plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"{host}\"]\n  endpoint = [\"http://{registry}\"]\n"
-        )
-    };
     format!(
-        r#"version = 2
+        r#"version = 3
 root = "{d}/containerd/root"
 state = "{d}/containerd/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.erofs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing", "io.containerd.nri.v1.nri"]
 
 [grpc]
   address = "{d}/containerd.sock"
@@ -32,26 +25,48 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [metrics]
   address = ""
 
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{d}/containerd/opt"
+[plugins."io.containerd.cri.v1.images"]
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "{pause}"
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "{d}/certs.d"
 
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE_IMAGE}"
+[plugins."io.containerd.transfer.v1.local"]
+  config_path = "{d}/certs.d"
+
+[plugins."io.containerd.cri.v1.runtime"]
   # These machines lack CAP_SYS_RESOURCE: a sandbox asking for oom_score_adj -998 fails.
   restrict_oom_score_adj = true
   # Network namespaces under the node's own state dir, so teardown finds exactly its own.
   netns_mounts_under_state_dir = true
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "{d}/cni/net.d"
+
+[plugins."io.containerd.grpc.v1.cri"]
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
-
-[plugins."io.containerd.grpc.v1.cri".cni]
-  bin_dir = "/usr/lib/cni"
-  conf_dir = "{d}/cni/net.d"
-
-{docker}{k8s}"#,
-        docker = mirror("docker.io"),
-        k8s = mirror("registry.k8s.io"),
+"#,
+        pause = versions::pause_image(),
     )
+}
+
+/// The registry hosts containerd resolves through the cluster's own registry, each with its
+/// `hosts.toml` (`certs.d/<host>/hosts.toml`): `docker.io` and `registry.k8s.io` (pods name
+/// images as on any cluster: `image: busybox`), and `localhost:<port>` over plain HTTP.
+pub fn registry_hosts(registry: &str) -> Vec<(String, String)> {
+    let port = registry.rsplit(':').next().unwrap_or_default();
+    let mirror = format!(
+        "[host.\"http://{registry}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  skip_verify = true\n"
+    );
+    ["docker.io", "registry.k8s.io", &format!("localhost:{port}")]
+        .map(|host| {
+            (
+                host.to_string(),
+                format!("server = \"http://{registry}\"\n{mirror}"),
+            )
+        })
+        .into()
 }
 
 /// The CNI network: the node's bridge, host-local addresses from its subnet, a default route
@@ -77,43 +92,52 @@ pub fn cni_conflist(bridge: &Bridge, ipam_dir: &Path) -> String {
     .to_string()
 }
 
-/// The kubelet's flags. Its name and address is a loopback IP of its own (the API server
+/// The kubelet's configuration file. Its address is a loopback IP of its own (the API server
 /// reaches it there for logs and exec; nothing listens beyond loopback), its clients are
-/// authenticated by the cluster CA and authorized by the API server (Webhook).
-pub fn kubelet_args(dir: &Path, address: Ipv4Addr, kubeconfig: &Path, ca: &Path) -> Vec<String> {
+/// authenticated by the cluster CA and authorized by the API server (Webhook). Pod logs go to
+/// the node's own directory: two nodes sharing `/var/log/pods` would delete each other's.
+pub fn kubelet_config(dir: &Path, address: Ipv4Addr, ca: &Path) -> String {
+    serde_json::json!({
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": address.to_string(),
+        "healthzBindAddress": address.to_string(),
+        "readOnlyPort": 0,
+        "authentication": {
+            "anonymous": {"enabled": false},
+            "webhook": {"enabled": true},
+            "x509": {"clientCAFile": ca},
+        },
+        "authorization": {"mode": "Webhook"},
+        "containerRuntimeEndpoint": format!("unix://{}/containerd.sock", dir.display()),
+        "podLogsDir": dir.join("pod-logs"),
+        "volumePluginDir": dir.join("volume-plugins"),
+        // Our hosts run cgroup v1, which kubelet 1.35+ refuses unless told (KEP-5573).
+        "failCgroupV1": false,
+        "cgroupDriver": "cgroupfs",
+        "cgroupsPerQOS": false,
+        "enforceNodeAllocatable": [],
+        "failSwapOn": false,
+        // A test machine's disk and memory are the tests' business, not eviction's.
+        "evictionHard": {},
+        "imageGCHighThresholdPercent": 100,
+        "serializeImagePulls": false,
+    })
+    .to_string()
+}
+
+/// The kubelet's flags: what its configuration file cannot say.
+pub fn kubelet_args(dir: &Path, address: Ipv4Addr, kubeconfig: &Path) -> Vec<String> {
     let d = dir.display();
-    let mut args: Vec<String> = vec![
+    vec![
+        format!("--config={d}/kubelet.json"),
         format!("--kubeconfig={}", kubeconfig.display()),
         format!("--hostname-override={address}"),
-        format!("--address={address}"),
-        format!("--healthz-bind-address={address}"),
         format!("--root-dir={d}/kubelet"),
         format!("--cert-dir={d}/kubelet-pki"),
-        format!("--volume-plugin-dir={d}/volume-plugins"),
-        format!("--container-runtime-endpoint=unix://{d}/containerd.sock"),
-        format!("--client-ca-file={}", ca.display()),
-        format!("--pod-infra-container-image={PAUSE_IMAGE}"),
         "--node-labels=podset-testenv/node=real".into(),
-    ];
-    args.extend(
-        [
-            "--container-runtime=remote",
-            "--anonymous-auth=false",
-            "--authorization-mode=Webhook",
-            "--fail-swap-on=false",
-            "--cgroup-driver=cgroupfs",
-            "--cgroups-per-qos=false",
-            "--enforce-node-allocatable=",
-            "--read-only-port=0",
-            "--make-iptables-util-chains=false",
-            "--eviction-hard=",
-            "--image-gc-high-threshold=100",
-            "--serialize-image-pulls=false",
-            "--v=1",
-        ]
-        .map(String::from),
-    );
-    args
+        "--v=1".into(),
+    ]
 }
 
 /// A kubeconfig with a client certificate (the kubelet's `system:node:<name>`).
@@ -132,22 +156,46 @@ mod tests {
 
     #[test]
     fn containerd_keeps_every_path_and_socket_under_the_node_dir() {
-        let toml = containerd_toml(Path::new("/n/x"), "127.0.0.1:5001");
+        let toml = containerd_toml(Path::new("/n/x"));
         for line in toml.lines().filter(|l| l.contains('/') && l.contains('=')) {
             assert!(
                 line.contains("\"/n/x/")
                     || line.contains("/usr/lib/cni")
-                    || line.contains("http://127.0.0.1:5001")
-                    || line.contains(PAUSE_IMAGE),
+                    || line.contains(versions::pause_image()),
                 "path outside the node dir: {line}"
             );
         }
         assert!(toml.contains("restrict_oom_score_adj = true"));
+    }
+
+    #[test]
+    fn images_resolve_through_the_clusters_registry() {
+        let hosts = registry_hosts("127.0.0.1:5001");
+        let names: Vec<_> = hosts.iter().map(|(h, _)| h.as_str()).collect();
+        assert_eq!(names, ["docker.io", "registry.k8s.io", "localhost:5001"]);
+        for (_, toml) in hosts {
+            assert!(
+                toml.starts_with("server = \"http://127.0.0.1:5001\""),
+                "{toml}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_kubelet_keeps_its_files_under_the_node_dir_and_runs_on_cgroup_v1() {
+        let conf: serde_json::Value = serde_json::from_str(&kubelet_config(
+            Path::new("/n/x"),
+            Ipv4Addr::new(127, 3, 4, 5),
+            Path::new("/ca.crt"),
+        ))
+        .unwrap();
+        assert_eq!(conf["podLogsDir"], "/n/x/pod-logs");
         assert_eq!(
-            toml.matches("endpoint = [\"http://127.0.0.1:5001\"]")
-                .count(),
-            2
+            conf["containerRuntimeEndpoint"],
+            "unix:///n/x/containerd.sock"
         );
+        assert_eq!(conf["address"], "127.3.4.5");
+        assert_eq!(conf["failCgroupV1"], false);
     }
 
     #[test]

@@ -1,19 +1,21 @@
-//! Real nodes: a kubelet 1.20.2 and a containerd of its own (runc, the CNI bridge plugin),
-//! so pods run real containers. Everything a node creates is named after it or lives under
-//! its directory, so any number of clusters with real nodes run at once on one machine.
+//! Real nodes: a kubelet and a containerd 2 of its own (runc, the CNI bridge plugin), so pods
+//! run real containers. Everything a node creates is named after it or lives under its
+//! directory, so any number of clusters with real nodes run at once on one machine; nothing
+//! it does reaches the host's netfilter tables (see [`path_without_iptables`]).
 
 pub mod cleanup;
 pub mod config;
 pub mod network;
 
 use std::net::{Ipv4Addr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
 use crate::pki::Pki;
 use crate::process::Process;
+use crate::versions;
 use cleanup::Footprint;
 use network::Bridge;
 
@@ -43,7 +45,7 @@ impl RealNode {
     /// Starts containerd, then the kubelet, on `bridge`. The node registers itself; the
     /// caller waits for it to be Ready.
     pub fn start(dir: &Path, bridge: Bridge, cluster: &ClusterRef) -> Result<Self> {
-        let address = free_loopback_address()?;
+        let address = node_address(dir)?;
         let name = address.to_string();
         for sub in [
             "containerd",
@@ -62,7 +64,12 @@ impl RealNode {
         footprint
             .record()
             .context("recording the node's footprint in /run/podset-testenv")?;
-        let containerd = start_containerd(dir, &name, cluster.registry)?;
+        for (host, toml) in config::registry_hosts(cluster.registry) {
+            let host_dir = dir.join("certs.d").join(host);
+            std::fs::create_dir_all(&host_dir)?;
+            std::fs::write(host_dir.join("hosts.toml"), toml)?;
+        }
+        let containerd = start_containerd(dir, &name)?;
         std::fs::write(
             dir.join("cni/net.d/10-podset-testenv.conflist"),
             config::cni_conflist(&bridge, &dir.join("cni/ipam")),
@@ -109,32 +116,40 @@ impl Drop for RealNode {
     }
 }
 
-/// containerd in a mount namespace of the node's own, where `/var/log/pods` (a path the
-/// 1.20 kubelet hard-codes, and whose pods it does not know it garbage-collects) is the
-/// node's own directory: two nodes would otherwise delete each other's pod logs. The kubelet
-/// joins this namespace; everything the node mounts stays in it and goes with it.
-fn start_containerd(dir: &Path, name: &str, registry: &str) -> Result<Process> {
+/// containerd in a mount namespace of the node's own. The kubelet joins it: everything the
+/// node mounts (volumes, container root filesystems) stays in it and goes with it. Its shim
+/// is found on its PATH, beside it.
+fn start_containerd(dir: &Path, name: &str) -> Result<Process> {
     let conf = dir.join("containerd.toml");
-    std::fs::write(&conf, config::containerd_toml(dir, registry))?;
-    let logs = dir.join("pod-logs");
-    std::fs::create_dir_all(&logs)?;
-    std::fs::create_dir_all("/var/log/pods")?;
-    let script = r#"mount --bind "$0" /var/log/pods && exec containerd --config "$1""#;
+    std::fs::write(&conf, config::containerd_toml(dir))?;
+    std::fs::create_dir_all(dir.join("pod-logs"))?;
+    let bin = versions::containerd_bin_dir();
+    let containerd = bin.join("containerd");
+    if !containerd.exists() {
+        bail!(
+            "{} is missing: run hack/build-kubernetes.sh (make kubernetes) first",
+            containerd.display()
+        );
+    }
     let args = [
         "--mount",
         "--propagation=private",
-        "sh",
-        "-c",
-        script,
-        &logs.to_string_lossy(),
+        &containerd.to_string_lossy(),
+        "--config",
         &conf.to_string_lossy(),
     ];
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let mut p = Process::new(
         &format!("containerd-{name}"),
         "unshare",
         args.map(String::from).into(),
         dir,
-    );
+    )
+    .env("PATH", &path);
     p.start()?;
     let socket = dir.join("containerd.sock");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -162,6 +177,10 @@ fn start_kubelet(
         &format!("system:node:{name}"),
         &["system:nodes"],
     )?;
+    std::fs::write(
+        dir.join("kubelet.json"),
+        config::kubelet_config(dir, address, &cluster.pki.ca_cert),
+    )?;
     let kubeconfig = dir.join("kubelet.kubeconfig");
     std::fs::write(
         &kubeconfig,
@@ -177,15 +196,44 @@ fn start_kubelet(
         "--".into(),
         cluster.kubelet_path.to_string_lossy().into_owned(),
     ];
-    args.extend(config::kubelet_args(
-        dir,
-        address,
-        &kubeconfig,
-        &cluster.pki.ca_cert,
-    ));
-    let mut p = Process::new(&format!("kubelet-{name}"), "nsenter", args, dir);
+    args.extend(config::kubelet_args(dir, address, &kubeconfig));
+    let mut p = Process::new(&format!("kubelet-{name}"), "nsenter", args, dir)
+        .env("PATH", &path_without_iptables());
     p.start()?;
     Ok(p)
+}
+
+/// A kubelet's PATH (real or hollow): ours without the directories that hold `iptables`. A
+/// kubelet that finds iptables puts chains and rules into the host's tables (KUBE-FIREWALL in
+/// INPUT and OUTPUT, KUBE-IPTABLES-HINT, KUBE-KUBELET-CANARY) and never removes them; one that
+/// does not logs "No iptables support on this system" and goes on, as on an nftables-only
+/// host. Nothing of a test node needs them: its pods reach nothing beyond their bridge and
+/// the API server.
+pub(crate) fn path_without_iptables() -> String {
+    std::env::var("PATH")
+        .unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into())
+        .split(':')
+        .filter(|dir| !Path::new(dir).join("iptables").exists())
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// The node's address, which is also its name: the one it had before in `dir` (a restarted
+/// `make cluster-up` keeps its node, instead of leaving a ghost that still looks Ready to the
+/// scheduler), or a new one.
+fn node_address(dir: &Path) -> Result<Ipv4Addr> {
+    let file = dir.join("address");
+    let before = std::fs::read_to_string(&file)
+        .ok()
+        .and_then(|a| a.trim().parse::<Ipv4Addr>().ok())
+        .filter(|a| TcpListener::bind((*a, KUBELET_PORT)).is_ok());
+    let address = match before {
+        Some(a) => a,
+        None => free_loopback_address()?,
+    };
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(&file, address.to_string())?;
+    Ok(address)
 }
 
 /// A loopback address (127.x.y.z) whose kubelet port nobody holds.
@@ -207,13 +255,4 @@ fn free_loopback_address() -> Result<Ipv4Addr> {
 
 pub(crate) fn random_u32() -> u32 {
     crate::rand_u128() as u32
-}
-
-/// Where `hack/build-node-images.sh` leaves busybox.tar and pause.tar.
-pub fn images_dir() -> PathBuf {
-    crate::kube_bin_dir()
-        .parent()
-        .and_then(Path::parent)
-        .map(|cache| cache.join("images"))
-        .unwrap_or_else(|| PathBuf::from("images"))
 }

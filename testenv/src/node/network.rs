@@ -2,6 +2,7 @@
 //! uses. Nothing leaves the machine: the bridge has no uplink and no masquerade.
 
 use std::net::Ipv4Addr;
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
@@ -14,9 +15,30 @@ pub struct Bridge {
 }
 
 impl Bridge {
-    /// Picks an unused 10.x.y.0/24 and a unique name, and brings the bridge up. `prefix`
-    /// (3 letters) tells test clusters from `make cluster-up`'s in interface listings.
-    pub fn create(prefix: &str) -> Result<Self> {
+    /// Brings up the bridge of the node whose directory is `dir`: the one it had before
+    /// (a restarted `make cluster-up` keeps its addresses: the API server listens on the
+    /// first bridge's gateway, and kubeconfigs and deployed pods name it), else a new one
+    /// with an unused 10.x.y.0/24 and a unique name. `prefix` (3 letters) tells test
+    /// clusters from `make cluster-up`'s in interface listings.
+    pub fn create(prefix: &str, dir: &Path) -> Result<Self> {
+        let file = dir.join("bridge");
+        let before = std::fs::read_to_string(&file).ok().and_then(|s| {
+            let (name, subnet) = s.trim().split_once(' ')?;
+            Some(Self {
+                name: name.to_string(),
+                subnet: subnet.parse().ok()?,
+            })
+        });
+        let bridge = match before {
+            Some(b) if !subnet_in_use(b.subnet)? && b.bring_up().is_ok() => b,
+            _ => Self::create_new(prefix)?,
+        };
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(&file, format!("{} {}", bridge.name, bridge.subnet))?;
+        Ok(bridge)
+    }
+
+    fn create_new(prefix: &str) -> Result<Self> {
         for _ in 0..20 {
             let r = super::random_u32();
             let subnet = Ipv4Addr::new(10, 64 + (r % 64) as u8, (r >> 8) as u8, 0);
