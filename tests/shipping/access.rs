@@ -22,7 +22,7 @@ pub async fn can_i(
     let kc = kc.display().to_string();
     let mut full = vec!["--kubeconfig", kc.as_str()];
     full.extend_from_slice(&args);
-    let out = tokio::process::Command::new("kubectl")
+    let out = tokio::process::Command::new(testenv::versions::kubectl())
         .args(&full)
         .output()
         .await?;

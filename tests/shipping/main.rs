@@ -73,7 +73,7 @@ async fn kubectl(kubeconfig: &Path, args: &[&str]) -> Result<String> {
     let kc = kubeconfig.display().to_string();
     let mut full = vec!["--kubeconfig", kc.as_str()];
     full.extend_from_slice(args);
-    run("kubectl", &full).await
+    run(&testenv::versions::kubectl().to_string_lossy(), &full).await
 }
 
 #[tokio::test]
@@ -282,7 +282,11 @@ fn cluster_wide_names(docs: &[Value]) -> BTreeSet<String> {
 
 #[tokio::test]
 async fn kustomize_default_renders_the_generated_manifests() -> Result<()> {
-    let out = run("kubectl", &["kustomize", "config/default"]).await?;
+    let out = run(
+        &testenv::versions::kubectl().to_string_lossy(),
+        &["kustomize", "config/default"],
+    )
+    .await?;
     let docs = documents(&out)?;
     assert_kinds(
         &docs,
@@ -538,17 +542,15 @@ async fn helm_install_single_namespace_then_uninstall() -> Result<()> {
         .await
 }
 
-/// `kubectl apply --server-side -k config/default`, as `make deploy` runs it. Kubernetes 1.20
-/// serves PodDisruptionBudgets only as policy/v1beta1, so against this control plane the test
-/// applies config/k8s-1.20: config/default with that one apiVersion patched (the test above
-/// checks config/default's own rendering).
+/// `kubectl apply --server-side -k config/default`, as `make deploy` runs it, with the kubectl
+/// of the cluster's own version.
 #[tokio::test]
 async fn kustomize_deploy_installs_everything_then_undeploy() -> Result<()> {
     let _crds = CRDS.write().await;
     let cluster = cluster().await?;
     let kc = cluster.kubeconfig();
     let ns = "podset-operator-system";
-    kubectl(kc, &["apply", "--server-side", "-k", "config/k8s-1.20"]).await?;
+    kubectl(kc, &["apply", "--server-side", "-k", "config/default"]).await?;
 
     wait_crds_established(kc).await?;
     let objects: Vec<String> = [
@@ -597,7 +599,7 @@ async fn kustomize_deploy_installs_everything_then_undeploy() -> Result<()> {
             "--ignore-not-found",
             "--wait=false",
             "-k",
-            "config/k8s-1.20",
+            "config/default",
         ],
     )
     .await?;
