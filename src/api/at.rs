@@ -1,12 +1,26 @@
 //! `At` (cnat.programming-kubernetes.info/v1alpha1): runs a command once, at a given time.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The API server's own refusal of a spec change once the At has left PENDING: the change
+/// could no longer take effect (the command has run, or is running), and silently ignoring
+/// it would mislead. The operator reads the spec only while PENDING.
+pub const SPEC_FROZEN_RULE: &str = "!has(oldSelf.status) || !has(oldSelf.status.phase) \
+    || oldSelf.status.phase == 'PENDING' || self.spec == oldSelf.spec";
+pub const SPEC_FROZEN_MESSAGE: &str = "spec cannot change once the At has left PENDING: its \
+    command has already run or is running; create a new At to run it again";
+
+/// `spec.schedule` is a real time, not only the right shape: the pattern alone admits
+/// February 30th or 25 o'clock. (Kubernetes' CEL format library, from 1.31.)
+pub const SCHEDULE_RULE: &str = "!format.named('datetime').value().validate(self).hasValue()";
+pub const SCHEDULE_MESSAGE: &str =
+    "must be a valid UTC time, YYYY-MM-DDThh:mm:ssZ, for example 2019-04-12T10:12:00Z";
+
 /// When and what to run.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "cnat.programming-kubernetes.info",
     version = "v1alpha1",
@@ -17,13 +31,21 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Schedule","type":"string","description":"When the command runs (UTC)","jsonPath":".spec.schedule"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    doc = "An At runs a command once, in a pod, at a scheduled UTC time."
+    doc = "An At runs a command once, in a pod, at a scheduled UTC time.",
+    validation = Rule::new(SPEC_FROZEN_RULE)
+        .message(SPEC_FROZEN_MESSAGE)
+        .field_path(".spec")
+        .reason(Reason::FieldValueForbidden)
 )]
 #[serde(rename_all = "camelCase")]
 pub struct AtSpec {
     /// When to run the command, in UTC: `YYYY-MM-DDThh:mm:ssZ`, for example
     /// `2019-04-12T10:12:00Z`. A time in the past runs at once.
-    #[schemars(regex(pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"))]
+    #[schemars(
+        regex(pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"),
+        length(max = 20)
+    )]
+    #[x_kube(validation = Rule::new(SCHEDULE_RULE).message(SCHEDULE_MESSAGE))]
     pub schedule: String,
 
     /// The command to run, through `sh -c` in a busybox container.

@@ -1,6 +1,6 @@
 //! The malformed objects the bad-input test submits, and what must become of each.
 
-use podset_operator::plan::at::REASON_INVALID_SCHEDULE;
+use podset_operator::api::at::SCHEDULE_MESSAGE;
 use serde_json::{Value, json};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -22,9 +22,6 @@ pub enum Expect {
     Running,
     /// Stored; the At waits for its schedule.
     Pending,
-    /// Stored; the At's Scheduled condition is False with this reason, message naming the
-    /// second string, and a Warning event says so.
-    Blocked(&'static str, &'static str),
 }
 
 pub struct Case {
@@ -232,14 +229,14 @@ pub fn cases() -> Vec<Case> {
             Kind::PodSet,
             &long(253),
             json!({"spec": {}}),
-            Refused(422, "at most 63 chars"),
+            Refused(422, "more than 63 bytes"),
         ),
         case(
             "name of 64 chars",
             Kind::PodSet,
             &long(64),
             json!({"spec": {}}),
-            Refused(422, "at most 63 chars"),
+            Refused(422, "more than 63 bytes"),
         ),
         case(
             "name of 254 chars",
@@ -320,19 +317,19 @@ pub fn cases() -> Vec<Case> {
             "impossible date",
             1,
             when("2019-02-30T10:00:00Z"),
-            Blocked(REASON_INVALID_SCHEDULE, "2019-02-30T10:00:00Z"),
+            Refused(422, SCHEDULE_MESSAGE),
         ),
         at(
             "hour 25",
             2,
             when("2019-04-12T25:00:00Z"),
-            Blocked(REASON_INVALID_SCHEDULE, "2019-04-12T25:00:00Z"),
+            Refused(422, SCHEDULE_MESSAGE),
         ),
         at(
             "February 29th, not a leap year",
             3,
             when("2019-02-29T10:00:00Z"),
-            Blocked(REASON_INVALID_SCHEDULE, "2019-02-29T10:00:00Z"),
+            Refused(422, SCHEDULE_MESSAGE),
         ),
         at(
             "February 29th, leap year",
@@ -464,14 +461,14 @@ pub fn cases() -> Vec<Case> {
             Kind::At,
             &long(253).replace('a', "b"),
             json!({"spec": when("2019-04-12T10:12:00Z")}),
-            Refused(422, "at most 63 chars"),
+            Refused(422, "more than 63 bytes"),
         ),
         case(
             "name of 100 chars",
             Kind::At,
             &long(100).replace('a', "c"),
             json!({"spec": when("2019-04-12T10:12:00Z")}),
-            Refused(422, "at most 63 chars"),
+            Refused(422, "more than 63 bytes"),
         ),
         case(
             "name of 254 chars",

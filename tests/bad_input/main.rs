@@ -17,7 +17,6 @@ use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::ListParams;
 use podset_operator::api::{At, AtPhase, PodSet};
-use podset_operator::plan::at::CONDITION_SCHEDULED;
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
 use serde_json::Value;
 
@@ -104,25 +103,6 @@ async fn handled(ns: &TestNs, c: &Case) -> Result<String> {
                     }
                     Expect::Pending => {
                         (status.phase == Some(AtPhase::Pending)).then(|| "PENDING".to_string())
-                    }
-                    Expect::Blocked(reason, part) => {
-                        let scheduled = status
-                            .conditions
-                            .iter()
-                            .find(|c| c.type_ == CONDITION_SCHEDULED)
-                            .filter(|c| {
-                                c.status == "False"
-                                    && c.reason == *reason
-                                    && c.message.contains(part)
-                            });
-                        let Some(cond) = scheduled else {
-                            return Ok(None);
-                        };
-                        let seen = format!("Scheduled=False {}: {}", cond.reason, cond.message);
-                        if c.event && !warning(ns, &c.name, reason).await? {
-                            bail!("no {reason} Warning event, though the status says {seen}");
-                        }
-                        Some(seen)
                     }
                     _ => None,
                 })
