@@ -2,7 +2,8 @@
 //! two pods on a real node, installed by kustomize (`make deploy-local`, the very script) and
 //! by the Helm chart. Both replicas become Ready through their probes, exactly one holds the
 //! Lease, PodSets converge, deleting the leader's pod hands the Lease over within its
-//! duration, the logs are JSON lines, and /metrics answers in the cluster.
+//! duration, the logs are JSON lines, and /metrics answers in the cluster. Both install into a
+//! namespace that enforces the restricted Pod Security Standard, which the pods meet.
 
 mod common;
 
@@ -14,7 +15,7 @@ use anyhow::{Context as _, Result, ensure};
 use common::{TestNs, converged, poll_some};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use podset_operator::api::PodSet;
@@ -98,6 +99,15 @@ impl Install {
 
     /// The whole walkthrough, against this install.
     async fn prove(&self) -> Result<()> {
+        let namespace = Api::<Namespace>::all(self.client.clone())
+            .get(&self.ns)
+            .await?;
+        ensure!(
+            namespace.labels().get("pod-security.kubernetes.io/enforce")
+                == Some(&"restricted".to_string()),
+            "namespace {} does not enforce the restricted Pod Security Standard",
+            self.ns
+        );
         let leader = self.ready_with_leader().await?;
         let ns = TestNs::new_in(self.cluster.clone(), "in-cluster").await?;
         let podsets = ns.api::<PodSet>();
@@ -253,6 +263,7 @@ async fn helm_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
         .context("no registry")?;
     let ns = "ps-helm";
     cluster.create_namespace(ns).await?;
+    common::enforce_restricted(&cluster.client().await?, ns).await?;
     let host = cluster.api_host.to_string();
     let port = cluster.api_port.to_string();
     let values = [

@@ -25,7 +25,7 @@ fn sample() -> Result<PodSet> {
 }
 
 fn kubectl(ns: &TestNs, args: &[&str]) -> Result<String> {
-    let out = std::process::Command::new("kubectl")
+    let out = std::process::Command::new(testenv::versions::kubectl())
         .arg(format!(
             "--kubeconfig={}",
             ns.cluster.kubeconfig().display()
@@ -250,31 +250,7 @@ async fn quota_refusal_is_reported_and_retried_with_backoff() -> Result<()> {
         2,
         "exactly the quota's worth"
     );
-    let events = ns.api::<Event>();
-    poll(PROMPTLY, "a FailedCreate Warning event", || async {
-        let list = events.list(&ListParams::default()).await?;
-        Ok(list.items.iter().any(|e| {
-            e.reason.as_deref() == Some("FailedCreate") && e.type_.as_deref() == Some("Warning")
-        }))
-    })
-    .await?;
-    // Retries back off instead of hot-looping: count the create attempts seen over a window
-    // through the Warning events (a repeat becomes an event series with a count).
-    let attempts = |list: &[Event]| -> i32 {
-        list.iter()
-            .filter(|e| e.reason.as_deref() == Some("FailedCreate"))
-            .map(|e| e.series.as_ref().map_or(1, |s| s.count))
-            .sum()
-    };
-    let before = attempts(&events.list(&ListParams::default()).await?.items);
-    let window = tokio::time::Instant::now();
-    tokio::time::sleep_until(window + Duration::from_secs(10)).await; // observation window, not a wait
-    let after = attempts(&events.list(&ListParams::default()).await?.items);
-    assert!(
-        after - before <= 5,
-        "{} failed attempts in 10 s: not backing off",
-        after - before
-    );
+    common::failed_creates_back_off(&ns).await?;
 
     // Lift the quota: the PodSet converges and the failure clears.
     quotas.delete("two-pods", &DeleteParams::default()).await?;

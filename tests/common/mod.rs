@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
 };
@@ -411,6 +412,52 @@ pub fn condition(ps: &PodSet, type_: &str) -> Option<(String, String, String)> {
         .iter()
         .find(|c| c.type_ == type_)
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Labels namespace `ns` so that the API server enforces the `restricted` Pod Security
+/// Standard there.
+pub async fn enforce_restricted(client: &Client, ns: &str) -> Result<()> {
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest",
+            }}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Waits for a FailedCreate Warning event in the namespace, then checks that the failed
+/// creates are retried with a backoff, not in a hot loop: at most 5 more in 10 s, counted
+/// through the Warning events (a repeat becomes an event series with a count).
+pub async fn failed_creates_back_off(ns: &TestNs) -> Result<()> {
+    let events = ns.api::<Event>();
+    poll(PROMPTLY, "a FailedCreate Warning event", || async {
+        let list = events.list(&ListParams::default()).await?;
+        Ok(list.items.iter().any(|e| {
+            e.reason.as_deref() == Some("FailedCreate") && e.type_.as_deref() == Some("Warning")
+        }))
+    })
+    .await?;
+    let attempts = |list: &[Event]| -> i32 {
+        list.iter()
+            .filter(|e| e.reason.as_deref() == Some("FailedCreate"))
+            .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+            .sum()
+    };
+    let before = attempts(&events.list(&ListParams::default()).await?.items);
+    let window = tokio::time::Instant::now();
+    tokio::time::sleep_until(window + Duration::from_secs(10)).await; // observation window, not a wait
+    let after = attempts(&events.list(&ListParams::default()).await?.items);
+    anyhow::ensure!(
+        after - before <= 5,
+        "{} failed attempts in 10 s: not backing off",
+        after - before
+    );
+    Ok(())
 }
 
 /// Waits until the PodSet has exactly `n` Running pods of its own and its status names them.
