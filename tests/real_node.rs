@@ -5,16 +5,18 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use common::{PROMPTLY, TestNs, at, cluster_with_real_node, converged, poll_some};
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, LogParams, PostParams};
+use kube::api::{Api, ListParams, LogParams, PostParams};
 use podset_operator::api::{At, AtPhase, PodSet};
 use podset_operator::plan::at::CONDITION_COMPLETED;
+use testenv::{Cluster, Options};
 
 async fn namespace(prefix: &str) -> Result<TestNs> {
     TestNs::new_in(cluster_with_real_node().await?, prefix).await
@@ -30,7 +32,24 @@ struct Ran {
 }
 
 async fn run_at(prefix: &str, name: &str, schedule: &str, command: &str) -> Result<Ran> {
-    let ns = namespace(prefix).await?;
+    run_at_in(
+        cluster_with_real_node().await?,
+        prefix,
+        name,
+        schedule,
+        command,
+    )
+    .await
+}
+
+async fn run_at_in(
+    cluster: Arc<Cluster>,
+    prefix: &str,
+    name: &str,
+    schedule: &str,
+    command: &str,
+) -> Result<Ran> {
+    let ns = TestNs::new_in(cluster, prefix).await?;
     let _op = ns.start_operator(&["--controllers=at"]).await?;
     let api = ns.api::<At>();
     api.create(&PostParams::default(), &at(name, schedule, command))
@@ -66,10 +85,64 @@ fn completed_message(at: &At) -> String {
 #[tokio::test]
 async fn at_echo_yay_ends_done_and_its_log_says_yay() -> Result<()> {
     let ran = run_at("at-yay", "example-at", "2019-04-12T10:12:00Z", "echo YAY").await?;
+    assert_yay(&ran);
+    Ok(())
+}
+
+fn assert_yay(ran: &Ran) {
     assert_eq!(ran.at.status.as_ref().and_then(|s| s.succeeded), Some(true));
     assert_eq!(ran.pod.name_any(), "example-at-pod");
     assert_eq!(common::phase(&ran.pod), "Succeeded");
     assert_eq!(ran.log, "YAY\n");
+}
+
+/// `make cluster-down` then `make cluster-up`: the cluster in its directory keeps its state
+/// and its node, under the same name, with no ghost of it left Ready for the scheduler to
+/// bind pods to; the At walkthrough run right after the restart ends DONE with YAY.
+#[tokio::test]
+async fn a_restarted_cluster_keeps_its_node_and_runs_the_at_walkthrough_at_once() -> Result<()> {
+    let dir = tempfile::Builder::new()
+        .prefix("podset-testenv-restart-")
+        .tempdir()?;
+    let options = || Options {
+        dir: Some(dir.path().to_path_buf()),
+        crds: Some(podset_operator::api::crds_yaml()),
+        ..Options::default().with_real_nodes(1)
+    };
+    let first = Cluster::start(options()).await?;
+    let node = first.real_nodes();
+    first.create_namespace("from-before").await?;
+    drop(first);
+
+    let again = Arc::new(Cluster::start(options()).await?);
+    assert_eq!(again.real_nodes(), node, "the node's name changed");
+    let client = again.client().await?;
+    let nodes: Vec<String> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    assert_eq!(
+        nodes, node,
+        "a node this cluster no longer runs is still registered"
+    );
+    ensure!(
+        Api::<Namespace>::all(client)
+            .get_opt("from-before")
+            .await?
+            .is_some(),
+        "the restart lost the cluster's state"
+    );
+    let ran = run_at_in(
+        again,
+        "at-restart",
+        "example-at",
+        "2019-04-12T10:12:00Z",
+        "echo YAY",
+    )
+    .await?;
+    assert_yay(&ran);
     Ok(())
 }
 
@@ -195,7 +268,7 @@ async fn exec(ns: &TestNs, pod: &str, command: &[&str]) -> Result<String> {
         "--",
     ];
     args.extend_from_slice(command);
-    let out = tokio::process::Command::new("kubectl")
+    let out = tokio::process::Command::new(testenv::versions::kubectl())
         .args(&args)
         .kill_on_drop(true)
         .output()
