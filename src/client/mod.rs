@@ -9,7 +9,9 @@
 //!   names its object can be sent again safely. The controller decides (PodSet pods are
 //!   named, and their creates are settled by sending them again; see `expectations`).
 //!   It replaces kube's default policy, which re-sends creates on 503 and 504;
-//! - a counter of every request sent, by verb, for `/metrics`.
+//! - a counter of every request sent, by verb, for `/metrics`;
+//! - a log of every distinct `Warning` header the API server answers with (a deprecated API,
+//!   a field it ignored), as client-go's default warning handler prints them: kube drops them.
 //!
 //! Every request names the instance in its User-Agent (as client-go names the binary), so
 //! that the API server's audit log says which replica did what.
@@ -37,7 +39,9 @@ use tower::{BoxError, Layer, Service, ServiceBuilder};
 use crate::metrics::Metrics;
 
 mod outcome;
+mod warnings;
 pub use outcome::{may_have_acted, owner_kind_not_yet_mapped};
+pub use warnings::LOGGED_AS as WARNING_LOGGED_AS;
 
 /// Builds the operator's client from a kubeconfig or in-cluster config, for the instance
 /// named `instance`.
@@ -55,6 +59,7 @@ pub fn build(
         req
     });
     Ok(http_stack(config)?
+        .with_layer(&ServiceBuilder::new().map_response(warnings::log))
         .with_layer(&count)
         .with_layer(&RetryLayer::new(Retry::default()))
         .with_layer(&MutatingLimit::new(max_mutating_in_flight))

@@ -353,8 +353,16 @@ impl Operator {
             .collect()
     }
 
-    /// Fails if the operator exited or panicked.
+    /// Fails if the operator exited, panicked, or was warned by the API server (a deprecated
+    /// API, a dropped field: see `client::WARNING_LOGGED_AS`).
     pub fn assert_healthy(&mut self) {
+        assert!(
+            !self
+                .log()
+                .contains(podset_operator::client::WARNING_LOGGED_AS),
+            "the API server warned the operator:\n{}",
+            self.process.log_tail(50)
+        );
         assert!(
             self.process.exited().is_none(),
             "operator exited:\n{}",
