@@ -1,4 +1,4 @@
-//! Least privilege, proven from the API server's audit log.
+//! Least privilege, proven from the API server's audit log; and no deprecated API used.
 //!
 //! `make test` runs every other suite with `PODSET_AUDIT_DIR` set: each test control plane,
 //! when it stops, leaves there what the operator's ServiceAccount asked of it (testenv's
@@ -38,7 +38,8 @@ const EXPECTED_REFUSALS: &[(&str, &str, &str, &str)] = &[(
     "create",
     "",
     "pods",
-    "podset::quota_refusal_is_reported_and_retried_with_backoff fills a ResourceQuota",
+    "podset::quota_refusal_is_reported_and_retried_with_backoff fills a ResourceQuota; \
+     pod_security::... submits a template the restricted Pod Security Standard refuses",
 )];
 
 /// A 403, unless admission refused it and a suite does that on purpose, or a suite's API
@@ -202,10 +203,12 @@ fn drift(records: &[Record], grants: &[Grant]) -> Vec<String> {
         .iter()
         .filter(|r| !resource(r))
         .filter(|r| !JUSTIFIED_PATHS.iter().any(|(p, _)| *p == r.request.path));
+    let deprecated = records.iter().filter(|r| r.request.deprecated);
     let mut sections: Vec<String> = [
         ("requests refused with 403", refused.collect::<Vec<_>>()),
         ("requests no generated rule grants", ungranted.collect()),
         ("non-resource URLs not justified", unjustified.collect()),
+        ("requests to a deprecated API", deprecated.collect()),
     ]
     .into_iter()
     .filter(|(_, rows)| !rows.is_empty())
@@ -225,6 +228,34 @@ fn drift(records: &[Record], grants: &[Grant]) -> Vec<String> {
         ));
     }
     sections
+}
+
+/// A request to a deprecated API version is reported, even granted and answered 200.
+#[test]
+fn a_request_to_a_deprecated_api_is_reported() {
+    let record = |deprecated| Record {
+        request: audit::Request {
+            verb: "get".into(),
+            api_group: "coordination.k8s.io".into(),
+            resource: "leases".into(),
+            subresource: String::new(),
+            namespaced: true,
+            path: String::new(),
+            code: 200,
+            refusal: String::new(),
+            deprecated,
+        },
+        count: 1,
+        example: "/apis/coordination.k8s.io/v1beta1/namespaces/ns/leases/l".into(),
+    };
+    let grants = grants();
+    let reported = |deprecated| {
+        drift(&[record(deprecated)], &grants)
+            .iter()
+            .any(|s| s.starts_with("requests to a deprecated API"))
+    };
+    assert!(reported(true));
+    assert!(!reported(false));
 }
 
 /// The grants no request used (one refused by RBAC did not), but those proven by admission.

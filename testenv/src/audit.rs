@@ -72,6 +72,10 @@ pub struct Request {
     pub code: u16,
     /// For a 403: [`REFUSED_BY_RBAC`] or [`REFUSED_BY_ADMISSION`]. Empty otherwise.
     pub refusal: String,
+    /// The API server marked the API deprecated (the `k8s.io/deprecated` annotation, the
+    /// same decision its `apiserver_requested_deprecated_apis` metric counts).
+    #[serde(default)]
+    pub deprecated: bool,
 }
 
 impl Request {
@@ -188,6 +192,10 @@ impl Event {
                 path,
                 code: status.code,
                 refusal: refusal.to_string(),
+                deprecated: self
+                    .annotations
+                    .get(DEPRECATED)
+                    .is_some_and(|v| v == "true"),
             },
             count: 1,
             example: self.request_uri,
@@ -207,6 +215,8 @@ impl Event {
 
 /// The annotation the authorizer leaves on every event: `allow` or `forbid`.
 const DECISION: &str = "authorization.k8s.io/decision";
+/// The annotation the API server leaves on a request to a deprecated API version.
+const DEPRECATED: &str = "k8s.io/deprecated";
 
 /// The audit log files in `dir`, oldest first: rotated ones (`audit-<time>.log`) sort before
 /// the current `audit.log`.
