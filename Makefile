@@ -45,17 +45,15 @@ kubernetes: deps ## Build (once, cached) Kubernetes $K8S_VERSION, etcd and conta
 	@bash hack/build-kubernetes.sh $(K8S_VERSION)
 	@bash hack/build-node-images.sh
 
-.PHONY: kubernetes-oldest
-kubernetes-oldest: deps ## Build (once, cached) Kubernetes $K8S_OLDEST, the low end of the supported range
-	@bash hack/build-kubernetes.sh $(K8S_OLDEST)
-
 .PHONY: build
 build: deps ## Build the operator and the local-cluster tool
 	$(call say,cargo build (the first build compiles ~300 crates; cargo shows progress))
 	$(CARGO) build --workspace --bins
 
 .PHONY: test
-test: kubernetes kubernetes-oldest helm-sdk ## Build everything and run every test (unit, end to end on real local clusters of $K8S_VERSION, some also on $K8S_OLDEST)
+test: deps helm-sdk ## Build everything and run every test (unit, end to end on real local clusters of $K8S_VERSION, some also on $K8S_OLDEST)
+	$(call say,building Kubernetes $(K8S_VERSION) and $(K8S_OLDEST) (etcd, containerd, node images) beside the cargo builds)
+	@bash hack/in-background.sh start kubernetes bash -c 'bash hack/build-kubernetes.sh $(K8S_VERSION) $(K8S_OLDEST) && bash hack/build-node-images.sh'
 	$(call say,cargo build --workspace --all-targets)
 	$(CARGO) build --workspace --all-targets
 	$(call say,checking formatting and lints)
@@ -64,6 +62,7 @@ test: kubernetes kubernetes-oldest helm-sdk ## Build everything and run every te
 	$(call say,building the operator's image offline: static binary (hack/build-static.sh) + buildah; the in-cluster tests run it)
 	@bash hack/build-image.sh
 	@bash hack/check-static.sh
+	@bash hack/in-background.sh wait kubernetes
 	$(call say,running tests on Kubernetes $(K8S_VERSION): unit tests, then end-to-end tests that each start a real control plane (real nodes run real containers))
 	rm -rf $(AUDIT_DIR)
 	PODSET_AUDIT_DIR=$(AUDIT_DIR) $(CARGO) test --workspace --no-fail-fast -- --test-threads=$${TEST_THREADS:-2}
