@@ -27,10 +27,8 @@ use testenv::MaxPods;
 /// How long a large scale-up (or the recovery from a fault) may take on 2 shared cores.
 const RECOVERY: Duration = Duration::from_secs(120);
 
-/// How long the recovery from a control-plane restart may take. A restarted kube-apiserver
-/// refuses pods with owner references for up to 30 s more ("cannot find RESTMapping": its
-/// admission plugin's mapper is reset every 30 s), retried every few seconds; the backoff
-/// grown while it was down can put a PodSet's next try as long again as the outage after it.
+/// How long the recovery from a control-plane restart may take: the backoff grown while it
+/// was down can put a PodSet's next try as long again as the outage after it.
 const RECOVERY_FROM_RESTART: Duration = Duration::from_secs(240);
 
 async fn shared_ns(prefix: &str) -> Result<TestNs> {

@@ -40,7 +40,7 @@ use crate::metrics::Metrics;
 
 mod outcome;
 mod warnings;
-pub use outcome::{may_have_acted, owner_kind_not_yet_mapped};
+pub use outcome::may_have_acted;
 pub use warnings::LOGGED_AS as WARNING_LOGGED_AS;
 
 /// Builds the operator's client from a kubeconfig or in-cluster config, for the instance

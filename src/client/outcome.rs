@@ -14,16 +14,6 @@ pub fn may_have_acted(error: &kube::Error) -> bool {
     }
 }
 
-/// Whether the API server refused a pod only because its admission cannot map the kind of
-/// the pod's owner yet: OwnerReferencesPermissionEnforcement checks `blockOwnerDeletion`
-/// against a RESTMapper it resets every 30 s, so a kind it learned of since (a CRD just
-/// installed, or every CRD right after the API server restarts) is refused until the next
-/// reset. The refusal clears by itself; only its message tells it from a real 403.
-pub fn owner_kind_not_yet_mapped(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(s)
-        if s.code == 403 && s.message.contains("cannot find RESTMapping"))
-}
-
 /// A connection that could not be made: the request never left.
 fn never_sent(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(error);
@@ -40,7 +30,6 @@ fn never_sent(error: &(dyn std::error::Error + 'static)) -> bool {
 mod tests {
     use super::*;
     use crate::client::build;
-    use crate::controller::fixtures::UNMAPPED_OWNER_KIND;
 
     fn api_error(code: u16, reason: &str) -> kube::Error {
         api_error_saying(code, reason, "m")
@@ -52,29 +41,6 @@ mod tests {
         }))
         .unwrap();
         kube::Error::Api(Box::new(status))
-    }
-
-    /// Only the admission's "cannot find RESTMapping" clears by itself; a quota or RBAC 403
-    /// stays until someone acts.
-    #[test]
-    fn only_an_unmapped_owner_kind_clears_by_itself() {
-        assert!(owner_kind_not_yet_mapped(&api_error_saying(
-            403,
-            "Forbidden",
-            UNMAPPED_OWNER_KIND
-        )));
-        for message in [
-            "pods \"p\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=5",
-            "pods is forbidden: User \"x\" cannot create resource \"pods\"",
-        ] {
-            let error = api_error_saying(403, "Forbidden", message);
-            assert!(!owner_kind_not_yet_mapped(&error), "{message}");
-        }
-        assert!(!owner_kind_not_yet_mapped(&api_error_saying(
-            500,
-            "InternalError",
-            UNMAPPED_OWNER_KIND
-        )));
     }
 
     /// What the API server turned away made nothing; anything else may have acted.

@@ -10,7 +10,7 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info};
 
-use super::{Context, api_message, publish, retry_after, retry_soon, status_patch_params, timed};
+use super::{Context, api_message, publish, retry_after, status_patch_params, timed};
 use crate::api::{At, AtPhase, AtStatus};
 use crate::cache::CachedPod;
 use crate::client;
@@ -33,8 +33,6 @@ enum Next {
     Then(Action),
     /// Something outside the operator is in the way: try again with a growing delay.
     Retry,
-    /// The API server refused what it will accept within seconds: try again then.
-    RetrySoon,
 }
 
 async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
@@ -91,7 +89,6 @@ async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
             action
         }
         Next::Retry => retry_after(at, ctx),
-        Next::RetrySoon => retry_soon(),
     })
 }
 
@@ -119,11 +116,7 @@ async fn start(at: &At, ctx: &Context, now: Timestamp) -> Result<(AtStatus, Next
         Err(e) if client::may_have_acted(&e) => return Err(Error::PodApi(e)),
         Err(e) => {
             let message = format!("creating pod {pod_name}: {}", api_message(&e));
-            let next = match client::owner_kind_not_yet_mapped(&e) {
-                true => Next::RetrySoon,
-                false => Next::Retry,
-            };
-            return blocked(plan::REASON_FAILED_CREATE, message, next);
+            return blocked(plan::REASON_FAILED_CREATE, message, Next::Retry);
         }
     };
     Ok((
@@ -221,9 +214,7 @@ const STATUS_FIELDS: [&str; 6] = [
 mod tests {
     use super::*;
     use crate::api::AtSpec;
-    use crate::controller::fixtures::{
-        Answer, Sent, assert_retried_within_seconds, scripted_context,
-    };
+    use crate::controller::fixtures::{Answer, Sent, scripted_context};
     use crate::plan::at::REASON_STARTED;
     use http::Method;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -398,17 +389,5 @@ mod tests {
                 status("8", "PENDING", Value::Null),
             ]
         );
-    }
-
-    /// A create refused until the API server maps the At kind (30 s after the CRDs are
-    /// installed or it restarts) is retried within seconds: the command runs seconds after
-    /// the refusals end, not a grown backoff later.
-    #[tokio::test]
-    async fn a_refusal_until_the_api_server_maps_our_kind_is_retried_within_seconds() {
-        let (ctx, _) = scripted_context(script(|_| Answer::unmapped_owner_kind()));
-        assert_retried_within_seconds(|| async {
-            reconcile(Arc::new(due_at()), ctx.clone()).await.unwrap()
-        })
-        .await;
     }
 }

@@ -1,13 +1,11 @@
 //! What the controller tests share, including a scripted API for exact request sequences.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use http::{Method, Request, Response};
 use http_body_util::BodyExt;
 use kube::Client;
 use kube::client::Body;
-use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -74,46 +72,6 @@ impl Answer {
         let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
             "code": code, "reason": reason, "message": format!("scripted {reason}")});
         Self::Reply(code, status)
-    }
-
-    /// A 1.20 API server's refusal of a pod owned by a kind its admission has not mapped yet
-    /// (the first 30 s after the CRDs are installed, or after it restarts).
-    pub fn unmapped_owner_kind() -> Self {
-        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-            "code": 403, "reason": "Forbidden", "message": UNMAPPED_OWNER_KIND});
-        Self::Reply(403, status)
-    }
-}
-
-/// The message of that refusal, as a 1.20 API server words it.
-pub const UNMAPPED_OWNER_KIND: &str = "pods \"web-pod7z7ts\" is forbidden: cannot set \
-    blockOwnerDeletion in this case because cannot find RESTMapping for APIVersion \
-    app.example.com/v1alpha1 Kind PodSet: no matches for kind \"PodSet\" in version \
-    \"app.example.com/v1alpha1\"";
-
-/// The delay `action` requeues after: kube's Action keeps it private, and its Debug shows
-/// it as a Duration (`Some(2.5s)`, `Some(800ms)`).
-pub fn requeue_after(action: &Action) -> Option<Duration> {
-    let debug = format!("{action:?}");
-    let shown = debug.split("Some(").nth(1)?.split(')').next()?;
-    let (number, unit) = match shown.strip_suffix("ms") {
-        Some(ms) => (ms, 1e-3),
-        None => (shown.strip_suffix('s')?, 1.0),
-    };
-    Some(Duration::from_secs_f64(number.parse::<f64>().ok()? * unit))
-}
-
-/// Reconciles `reconcile` 8 times: a refusal that clears by itself within seconds must be
-/// retried within seconds every time, not after a backoff that doubles (8 s by the 4th).
-pub async fn assert_retried_within_seconds<F: std::future::Future<Output = Action>>(
-    mut reconcile: impl FnMut() -> F,
-) {
-    for attempt in 1..=8 {
-        let after = requeue_after(&reconcile().await);
-        assert!(
-            after.is_some_and(|d| d <= Duration::from_secs(5)),
-            "attempt {attempt} retries after {after:?}"
-        );
     }
 }
 

@@ -37,7 +37,6 @@ use crate::cache::PodCache;
 use crate::error::Error;
 use crate::expectations::{Expectations, StatusWrites};
 use crate::health::Health;
-use crate::jitter::jittered;
 use crate::metrics::Metrics;
 
 /// How long a starting instance watches before it acts (see `run`).
@@ -283,13 +282,6 @@ fn log_result<K: Resource, E: std::fmt::Display>(
 /// The delay after a failed reconcile, growing per object.
 pub fn retry_after<K: Resource>(obj: &K, ctx: &Context) -> Action {
     Action::requeue(ctx.backoff.next(&obj.uid().unwrap_or_default()))
-}
-
-/// The delay after a refusal that clears by itself ([`client::owner_kind_not_yet_mapped`]):
-/// a few seconds, jittered, and the object's backoff left as it was. Retrying it with the
-/// backoff would leave the object waiting up to as long again after the refusals end.
-pub fn retry_soon() -> Action {
-    Action::requeue(jittered(Duration::from_secs(5)))
 }
 
 /// Status writes name the operator as their field manager (`kubectl get -o yaml

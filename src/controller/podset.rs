@@ -13,7 +13,7 @@ use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::{Context, api_message, publish, retry_after, retry_soon, status_patch_params, timed};
+use super::{Context, api_message, publish, retry_after, status_patch_params, timed};
 use crate::api::PodSet;
 use crate::cache::CachedPod;
 use crate::client;
@@ -59,7 +59,6 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
         write_status(ps, &ctx.pods.owned_by(&uid), &outcome, ctx).await?;
     }
     Ok(match (&outcome, pending) {
-        (Outcome::Failed(f), _) if f.clears_by_itself => retry_soon(),
         (Outcome::Failed(_), _) => retry_after(ps, ctx),
         (_, Some(left)) => Action::requeue(left),
         // Spread out, so that PodSets made together are not all looked at in one burst.
@@ -336,7 +335,6 @@ async fn report(
     Some(Failure {
         reason: failure,
         message,
-        clears_by_itself: client::owner_kind_not_yet_mapped(&error),
     })
 }
 /// Writes the status only when it differs from what the PodSet shows.

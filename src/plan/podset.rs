@@ -76,9 +76,6 @@ pub fn slow_start_batches(total: usize) -> Vec<usize> {
 pub struct Failure {
     pub reason: &'static str,
     pub message: String,
-    /// The API server will accept the same request within seconds, unasked (see
-    /// `client::owner_kind_not_yet_mapped`).
-    pub clears_by_itself: bool,
 }
 
 /// What this reconcile's pod actions came to.
@@ -339,7 +336,6 @@ mod tests {
         let failure = Failure {
             reason: "FailedCreate",
             message: "pods \"web-pod\" is forbidden: exceeded quota".into(),
-            clears_by_itself: false,
         };
         let t = Timestamp::from_second(1_000).unwrap();
         let failed = status(&ps, ps.status.as_ref(), &[], &Outcome::Failed(failure), t);

@@ -1,8 +1,6 @@
 use super::*;
 use crate::cache::PodCache;
-use crate::controller::fixtures::{
-    Answer, Sent, assert_retried_within_seconds, podset, scripted_context,
-};
+use crate::controller::fixtures::{Answer, Sent, podset, scripted_context};
 use crate::expectations::Expectations;
 use http::Method;
 use serde_json::json;
@@ -186,21 +184,4 @@ async fn a_delete_whose_reply_was_lost_is_sent_again_with_its_uid_precondition()
         Readiness::Satisfied,
         "a 404 settles the delete"
     );
-}
-
-/// The API server refuses pods owned by a kind its admission has not mapped yet, for up to
-/// 30 s after the CRDs are installed or it restarts. That clears by itself, so the PodSet is
-/// tried again within seconds however often it was refused: a backoff grown through the
-/// refusal would leave it unmade up to as long again after.
-#[tokio::test]
-async fn a_refusal_until_the_api_server_maps_our_kind_is_retried_within_seconds() {
-    let (ctx, log) = scripted_context(|sent, _| match sent.is(&Method::POST, PODS) {
-        true => Answer::unmapped_owner_kind(),
-        false => otherwise(sent),
-    });
-    assert_retried_within_seconds(|| async {
-        reconcile(Arc::new(podset()), ctx.clone()).await.unwrap()
-    })
-    .await;
-    assert_eq!(creates(&log.lock()).len(), 8, "one create a reconcile");
 }
