@@ -2,7 +2,7 @@
 # Builds, once, what a local cluster runs, from the Go module proxy into the cache
 # (~/.cache/podset-operator): Kubernetes (kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubelet, kubectl, kubemark) for each version asked, etcd, containerd and
-# its runc shim. Each build is skipped when its binaries are there; a cold one takes minutes
+# its runc shim, and the helm CLI. Each build is skipped when its binaries are there; a cold one takes minutes
 # and says how far it is. Prints nothing on stdout.
 # Usage: hack/build-kubernetes.sh [VERSION...]   (default: $K8S_VERSION, else versions.env's)
 set -euo pipefail
@@ -101,20 +101,33 @@ build_containerd() {
   say "containerd: $("$bin/containerd" --version)"
 }
 
-# `kubectl` in a new terminal is the one of the local cluster's version ($K8S_VERSION):
-# /usr/local/bin/kubectl links to it, unless something else is installed there.
-link_kubectl() {
-  [ "$1" = "$(resolve_k8s_version "$K8S_VERSION")" ] || return 0
-  local target="$CACHE/kubernetes-v$1/bin/kubectl" link=/usr/local/bin/kubectl
-  if [ -e "$link" ] && [[ "$(readlink "$link")" != "$CACHE"/kubernetes-v*/bin/kubectl ]]; then
-    say "leaving $link alone (not ours); the local cluster's kubectl is $target"
+# The helm CLI, for the README's Helm commands (the tests use helm-python-sdk).
+build_helm() {
+  local bin="$CACHE/helm-v$HELM_VERSION/bin"
+  if [ -x "$bin/helm" ]; then say "helm v$HELM_VERSION cached in $bin"; return; fi
+  say "helm v$HELM_VERSION: downloading and compiling (a minute or two the first time)"
+  (cd hack/go/helm && go mod download)
+  go_build_with_progress hack/go/helm "$bin.tmp" -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=v$HELM_VERSION" -- helm.sh/helm/v4/cmd/helm
+  mkdir -p "$bin"
+  mv "$bin.tmp/helm" "$bin/helm"
+  rmdir "$bin.tmp"
+  say "helm: $("$bin/helm" version --short)"
+}
+
+# `kubectl` and `helm` in a new terminal: /usr/local/bin links to ours (kubectl of the local
+# cluster's version, $K8S_VERSION), unless something else is installed there.
+link_tool() {
+  local target=$1 link="/usr/local/bin/$(basename "$1")"
+  if [ -e "$link" ] && [[ "$(readlink "$link")" != "$CACHE"/* ]]; then
+    say "leaving $link alone (not ours); ours is $target"
     return
   fi
   [ "$(readlink "$link" 2>/dev/null)" = "$target" ] && return
   if ln -sfn "$target" "$link" 2>/dev/null; then
-    say "kubectl v$1: $link -> $target"
+    say "$link -> $target"
   else
-    say "could not link $link; the local cluster's kubectl is $target"
+    say "could not link $link; ours is $target"
   fi
 }
 
@@ -123,8 +136,10 @@ main() {
   [ ${#versions[@]} -gt 0 ] || versions=("${K8S_VERSION}")
   build_etcd
   build_containerd
+  build_helm
   for v in "${versions[@]}"; do build_kubernetes "$(resolve_k8s_version "$v")"; done
-  for v in "${versions[@]}"; do link_kubectl "$(resolve_k8s_version "$v")"; done
+  link_tool "$CACHE/kubernetes-v$(resolve_k8s_version "$K8S_VERSION")/bin/kubectl"
+  link_tool "$CACHE/helm-v$HELM_VERSION/bin/helm"
 }
 
 main "$@"
