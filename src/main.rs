@@ -9,7 +9,8 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use podset_operator::controller::{self, Settings, Shared};
 use podset_operator::http::{self, MetricsSecurity};
-use podset_operator::leader::LeaderElection;
+use podset_operator::client::{self, Lane};
+use podset_operator::leader::{Fence, LeaderElection};
 use podset_operator::metrics::Metrics;
 use podset_operator::telemetry::{self, LogFormat};
 use tokio_util::sync::CancellationToken;
@@ -160,17 +161,26 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-/// The operator's client (see `podset_operator::client`) for the kubeconfig's cluster.
-async fn client(metrics: Arc<Metrics>, args: &RunArgs) -> anyhow::Result<kube::Client> {
+/// The operator's clients (see `podset_operator::client`) for the kubeconfig's cluster: the
+/// controllers', behind `fence`, and one for the Lease and the metrics reviews.
+struct Clients {
+    controllers: kube::Client,
+    own: kube::Client,
+}
+
+async fn clients(metrics: Arc<Metrics>, args: &RunArgs, fence: Fence) -> anyhow::Result<Clients> {
     let config = kube::Config::infer()
         .await
         .context("finding Kubernetes credentials (kubeconfig or in-cluster)")?;
-    Ok(podset_operator::client::build(
-        config,
-        &args.instance,
-        metrics,
-        args.max_mutating_requests,
-    )?)
+    let lane = Lane {
+        max_in_flight: args.max_mutating_requests,
+        fence,
+    };
+    let build = |lane| client::build(config.clone(), &args.instance, metrics.clone(), lane);
+    Ok(Clients {
+        controllers: build(Some(lane))?,
+        own: build(None)?,
+    })
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -179,7 +189,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
 
-    let client = client(shared.metrics.clone(), &args).await?;
+    let fence = match args.leader_elect {
+        true => Fence::closed(),
+        false => Fence::always_open(),
+    };
+    let clients = clients(shared.metrics.clone(), &args, fence.clone()).await?;
     let stop_http = CancellationToken::new();
     let health_addr = http::serve_probes(
         args.health_probe_bind_address,
@@ -191,7 +205,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let security = if args.metrics_secure {
         MetricsSecurity::Secure {
             cert_dir: args.metrics_cert_dir.clone(),
-            client: client.clone(),
+            client: clients.own.clone(),
         }
     } else {
         warn!("serving /metrics in plain HTTP to anyone who can reach it (--metrics-secure=false)");
@@ -226,10 +240,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let timeout = Duration::from_secs(args.shutdown_timeout_seconds);
     let result = if args.leader_elect {
-        run_as_leader(&args, client, settings, shared, shutdown).await
+        run_as_leader(&args, clients, fence, settings, shared, shutdown).await
     } else {
         shared.metrics.leader.set(1);
-        run_controllers(client, settings, shared, shutdown, timeout).await
+        run_controllers(clients.controllers, settings, shared, shutdown, timeout).await
     };
     stop_http.cancel();
     match &result {
@@ -266,10 +280,12 @@ async fn run_controllers(
 }
 
 /// Waits for the lease, runs the controllers while holding it, and releases it on shutdown.
-/// Losing the lease ends the process with an error: a fresh start is the safe way back.
+/// Losing the lease stops the controllers first (the fence already refuses their writes),
+/// then releases it if still held, and waits for it again with fresh caches.
 async fn run_as_leader(
     args: &RunArgs,
-    client: kube::Client,
+    clients: Clients,
+    fence: Fence,
     settings: Settings,
     shared: Shared,
     shutdown: CancellationToken,
@@ -280,27 +296,26 @@ async fn run_as_leader(
         .or_else(own_namespace)
         .unwrap_or_else(|| "default".into());
     let election = LeaderElection::new(
-        client.clone(),
+        clients.own,
         &namespace,
         &args.leader_election_id,
         &args.instance,
         Duration::from_secs(args.lease_duration_seconds),
-    )
-    .await
-    .context("setting up leader election")?;
+        fence,
+    );
     let timeout = Duration::from_secs(args.shutdown_timeout_seconds);
     loop {
         // A standby is healthy and ready: it is only waiting.
         shared.health.set_ready(true);
         info!(lease = %args.leader_election_id, %namespace, "waiting for the leader lease");
-        if !election.acquire(&shutdown).await? {
+        if !election.acquire(&shutdown).await {
             return Ok(());
         }
         info!(lease = %args.leader_election_id, "became the leader");
         shared.metrics.leader.set(1);
         shared.health.set_ready(false);
         let controllers = run_controllers(
-            client.clone(),
+            clients.controllers.clone(),
             settings.clone(),
             shared.clone(),
             shutdown.clone(),

@@ -56,13 +56,13 @@ pub fn rules() -> Vec<PolicyRule> {
     ]
 }
 
-/// Leader election on a coordination.k8s.io Lease: kube-lease-manager gets, creates and
-/// patches it; a standby watches it to take over the moment it is released.
+/// Leader election on a coordination.k8s.io Lease (`leader`): get, create, and update over
+/// the resourceVersion read; list and watch to see it change at once.
 pub fn leader_election_rules() -> Vec<PolicyRule> {
     vec![rule(
         "coordination.k8s.io",
         &["leases"],
-        &["get", "list", "watch", "create", "patch"],
+        &["get", "list", "watch", "create", "update"],
     )]
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, anyhow};
 use common::{
     LEASE, Operator, PROMPTLY, TestNs, converged, leader_args, lease_holder, own_cluster,
-    own_cluster_ns, podset, poll, poll_some,
+    own_cluster_ns, podset, poll, poll_some, wait_for_holder,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
@@ -55,17 +55,6 @@ async fn scraper(ns: &TestNs) -> Result<String> {
 async fn start(ns: &TestNs, args: &[String]) -> Result<Operator> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     ns.start_operator(&args).await
-}
-
-async fn wait_for_holder(ns: &TestNs, candidates: &[&Operator]) -> Result<String> {
-    poll_some(PROMPTLY, "a leader", || async {
-        let holder = lease_holder(ns).await?;
-        Ok(candidates
-            .iter()
-            .any(|o| o.instance == holder)
-            .then_some(holder))
-    })
-    .await
 }
 
 #[tokio::test]

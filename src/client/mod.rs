@@ -34,8 +34,10 @@ use hyper_util::rt::TokioExecutor;
 use kube::client::{Body, ClientBuilder, ConfigExt};
 use tokio::sync::Semaphore;
 use tower::retry::{Policy, RetryLayer};
+use tower::util::option_layer;
 use tower::{BoxError, Layer, Service, ServiceBuilder};
 
+use crate::leader::fence::{Fence, FenceLayer};
 use crate::metrics::Metrics;
 
 mod outcome;
@@ -43,13 +45,22 @@ mod warnings;
 pub use outcome::may_have_acted;
 pub use warnings::LOGGED_AS as WARNING_LOGGED_AS;
 
-/// Builds the operator's client from a kubeconfig or in-cluster config, for the instance
-/// named `instance`.
+/// The controllers' lane: their writes wait for one of `max_in_flight` slots, and leave only
+/// while `fence` is open (see `leader::fence`).
+pub struct Lane {
+    pub max_in_flight: usize,
+    pub fence: Fence,
+}
+
+/// Builds a client of the operator from a kubeconfig or in-cluster config, for the instance
+/// named `instance`: the controllers' (`lane`), or, without one, a client whose requests
+/// never wait behind the controllers' writes nor stop at their fence (the Lease's, and the
+/// reviews of `/metrics` callers).
 pub fn build(
     mut config: kube::Config,
     instance: &str,
     metrics: Arc<Metrics>,
-    max_mutating_in_flight: usize,
+    lane: Option<Lane>,
 ) -> Result<kube::Client, kube::Error> {
     let agent = HeaderValue::from_str(&user_agent(instance))
         .map_err(|e| kube::Error::HttpError(e.into()))?;
@@ -58,11 +69,17 @@ pub fn build(
         metrics.api_request(req.method().as_str());
         req
     });
+    let (fence, limit) = match lane {
+        Some(l) => (Some(FenceLayer(l.fence)), Some(MutatingLimit::new(l.max_in_flight))),
+        None => (None, None),
+    };
+    // Innermost first: the fence is checked as a request is sent, after any wait outside it.
     Ok(http_stack(config)?
+        .with_layer(&option_layer(fence))
         .with_layer(&ServiceBuilder::new().map_response(warnings::log))
         .with_layer(&count)
         .with_layer(&RetryLayer::new(Retry::default()))
-        .with_layer(&MutatingLimit::new(max_mutating_in_flight))
+        .with_layer(&option_layer(limit))
         .build())
 }
 

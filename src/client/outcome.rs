@@ -14,10 +14,14 @@ pub fn may_have_acted(error: &kube::Error) -> bool {
     }
 }
 
-/// A connection that could not be made: the request never left.
+/// A connection that could not be made, or a write the leader's fence refused: the request
+/// never left.
 fn never_sent(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(error);
     while let Some(e) = cause {
+        if e.is::<crate::leader::NotLeading>() {
+            return true;
+        }
         if let Some(e) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
             return e.is_connect();
         }
@@ -29,7 +33,8 @@ fn never_sent(error: &(dyn std::error::Error + 'static)) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::build;
+    use crate::client::{Lane, build};
+    use crate::leader::Fence;
 
     fn api_error(code: u16, reason: &str) -> kube::Error {
         api_error_saying(code, reason, "m")
@@ -65,10 +70,15 @@ mod tests {
         }
     }
 
-    /// A create through the operator's real client against a local socket.
-    async fn create_through(addr: std::net::SocketAddr) -> kube::Error {
+    /// A create through the operator's real client (the controllers' lane, behind `fence`)
+    /// against a local socket.
+    async fn create_through(addr: std::net::SocketAddr, fence: Fence) -> kube::Error {
         let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
-        let client = build(config, "test", Default::default(), 1).unwrap();
+        let lane = Lane {
+            max_in_flight: 1,
+            fence,
+        };
+        let client = build(config, "test", Default::default(), Some(lane)).unwrap();
         let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, "ns");
         api.create(&Default::default(), &api_pod())
             .await
@@ -93,7 +103,7 @@ mod tests {
             }
             socket.set_zero_linger().unwrap();
         });
-        let error = create_through(addr).await;
+        let error = create_through(addr, Fence::always_open()).await;
         assert!(may_have_acted(&error), "taken as not created: {error}");
     }
 
@@ -104,8 +114,21 @@ mod tests {
             .unwrap()
             .local_addr()
             .unwrap();
-        let error = create_through(addr).await;
+        let error = create_through(addr, Fence::always_open()).await;
         assert!(!may_have_acted(&error), "{error}");
+    }
+
+    /// Issue 20: a create the leader's fence refused never reached the server, so it made
+    /// nothing and leaves no expectation behind.
+    #[tokio::test]
+    async fn a_create_the_fence_refused_was_never_sent() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let error = create_through(addr, Fence::closed()).await;
+        assert!(!may_have_acted(&error), "{error}");
+        let accepted =
+            tokio::time::timeout(std::time::Duration::from_millis(200), listener.accept()).await;
+        assert!(accepted.is_err(), "a connection reached the server");
     }
 
     fn whole_request(bytes: &[u8]) -> bool {

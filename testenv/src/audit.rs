@@ -266,6 +266,16 @@ pub fn requests_of_agent(dir: &Path, agent: &str) -> Result<Vec<Record>> {
     Ok(merge(theirs.map(|e| e.record(&[]))))
 }
 
+/// The operator's requests in the audit log of the cluster in `dir` sent with User-Agent
+/// `agent` that the API server received at `since` or later, merged by kind.
+pub fn requests_of_agent_since(dir: &Path, agent: &str, since: SystemTime) -> Result<Vec<Record>> {
+    let events = operator_events(dir)?;
+    let theirs = events
+        .into_iter()
+        .filter(|e| e.user_agent == agent && e.received_in(&[(since, SystemTime::now())]));
+    Ok(merge(theirs.map(|e| e.record(&[]))))
+}
+
 /// Adds up records of the same kind of request, keeping the first example.
 pub fn merge(records: impl IntoIterator<Item = Record>) -> Vec<Record> {
     let mut merged: BTreeMap<Request, Record> = BTreeMap::new();

@@ -71,6 +71,13 @@ pub fn own_cluster(ns: &mut TestNs) -> Result<&mut Cluster> {
     Arc::get_mut(&mut ns.cluster).ok_or_else(|| anyhow!("the cluster is shared; cannot stop it"))
 }
 
+/// The operator binary under test: this build's, or `$PODSET_OPERATOR_BIN` (an older build, to
+/// show that a test fails on it).
+pub fn operator_binary() -> String {
+    std::env::var("PODSET_OPERATOR_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_podset-operator").to_string())
+}
+
 /// A namespace of one test, with the operator's ServiceAccount bound to the manager rules.
 pub struct TestNs {
     pub cluster: Arc<Cluster>,
@@ -278,7 +285,7 @@ impl TestNs {
         args.extend(extra_args.iter().map(|s| s.to_string()));
         let mut process = Process::new(
             &format!("operator-{}-{n}", self.name),
-            env!("CARGO_BIN_EXE_podset-operator"),
+            operator_binary(),
             args,
             self.cluster.dir(),
         )
@@ -520,6 +527,18 @@ pub fn leader_args(ns: &TestNs, lease_seconds: u64) -> Vec<String> {
         format!("--leader-election-namespace={}", ns.name),
         format!("--lease-duration-seconds={lease_seconds}"),
     ]
+}
+
+/// Waits until one of `candidates` holds the [`LEASE`] in `ns`; its name.
+pub async fn wait_for_holder(ns: &TestNs, candidates: &[&Operator]) -> Result<String> {
+    poll_some(PROMPTLY, "a leader", || async {
+        let holder = lease_holder(ns).await?;
+        Ok(candidates
+            .iter()
+            .any(|o| o.instance == holder)
+            .then_some(holder))
+    })
+    .await
 }
 
 /// Who holds the [`LEASE`] in `ns` ("" for nobody).

@@ -1,0 +1,236 @@
+//! The decisions of leader election, without I/O: client-go's leaderelection semantics.
+//!
+//! - A lease is timed from when **this** instance observed its record change (its own clock,
+//!   monotonic), never from the holder's `renewTime`: clocks differ between machines, and a
+//!   record that reads the same twice (a relist, a repeated GET) is the same observation.
+//! - Whoever writes the Lease writes it over the `resourceVersion` it read, so of two writers
+//!   one wins and the other learns it lost (409), whatever the order their writes arrive in.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::LeaseSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use tokio::time::Instant;
+
+/// The Lease as this instance last saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observed {
+    pub spec: LeaseSpec,
+    /// The `resourceVersion` it was read at: a write goes over it.
+    pub version: String,
+    /// When the record was first seen as it is now.
+    pub at: Instant,
+}
+
+impl Observed {
+    /// What this instance knows after reading `spec` at `version` at `now`: the time of the
+    /// observation moves only when the record changed.
+    pub fn seen(before: Option<&Observed>, spec: LeaseSpec, version: String, now: Instant) -> Self {
+        let at = match before {
+            Some(b) if b.spec == spec => b.at,
+            _ => now,
+        };
+        Self { spec, version, at }
+    }
+
+    pub fn holder(&self) -> &str {
+        self.spec.holder_identity.as_deref().unwrap_or_default()
+    }
+
+    /// When the record expires for an instance that observed it at `self.at`.
+    fn expiry(&self, default: Duration) -> Instant {
+        let seconds = self.spec.lease_duration_seconds.map(|s| s.max(0) as u64);
+        self.at + seconds.map_or(default, Duration::from_secs)
+    }
+}
+
+/// What to do with the Lease, given what was observed of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// There is no Lease: create it, naming this instance.
+    Create,
+    /// Free or expired: write it over the observed version, naming this instance.
+    Take,
+    /// This instance holds it: write the renewal over the observed version.
+    Renew,
+    /// Someone else holds it until then (as this instance times it).
+    WaitUntil(Instant),
+}
+
+pub fn decide(observed: Option<&Observed>, me: &str, duration: Duration, now: Instant) -> Decision {
+    let Some(observed) = observed else {
+        return Decision::Create;
+    };
+    match observed.holder() {
+        holder if holder == me => Decision::Renew,
+        "" => Decision::Take,
+        _ => match observed.expiry(duration) {
+            expiry if expiry <= now => Decision::Take,
+            expiry => Decision::WaitUntil(expiry),
+        },
+    }
+}
+
+/// The record naming `me` as holder, renewed `now`: a renewal keeps the acquire time and
+/// transitions, a takeover starts its own and counts one transition more.
+pub fn claim(before: Option<&LeaseSpec>, me: &str, duration: Duration, now: Timestamp) -> LeaseSpec {
+    let mine = before.and_then(|b| b.holder_identity.as_deref()) == Some(me);
+    let transitions = before.and_then(|b| b.lease_transitions).unwrap_or(0);
+    LeaseSpec {
+        holder_identity: Some(me.to_string()),
+        lease_duration_seconds: Some(duration.as_secs().max(1) as i32),
+        acquire_time: match mine {
+            true => before.and_then(|b| b.acquire_time.clone()),
+            false => Some(MicroTime(now)),
+        },
+        renew_time: Some(MicroTime(now)),
+        lease_transitions: Some(match (mine, before) {
+            (true, _) | (false, None) => transitions,
+            (false, Some(_)) => transitions + 1,
+        }),
+        ..before.cloned().unwrap_or_default()
+    }
+}
+
+/// The record a leader leaves when it stops: no holder, so a standby takes over at once (as
+/// client-go's ReleaseOnCancel writes it).
+pub fn released(before: &LeaseSpec, now: Timestamp) -> LeaseSpec {
+    LeaseSpec {
+        holder_identity: None,
+        lease_duration_seconds: Some(1),
+        acquire_time: Some(MicroTime(now)),
+        renew_time: Some(MicroTime(now)),
+        ..before.clone()
+    }
+}
+
+/// How a lease of a given duration is kept.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timing {
+    /// The lease duration a standby waits from its observation of the last change.
+    pub lease: Duration,
+    /// How often the holder renews: a third of the lease, so that one late or lost renewal
+    /// never lets it lapse.
+    pub renew_every: Duration,
+    /// How long the holder acts after the last renewal it sent that landed: two thirds of the
+    /// lease, so a third of the lease separates a holder that stops from a standby that takes
+    /// over (client-go's 10 s of 15).
+    pub renew_deadline: Duration,
+    /// How long a failed Lease request waits before the next: five tries within the deadline
+    /// (client-go's 2 s of its 10).
+    pub retry_period: Duration,
+}
+
+pub fn timing(duration: Duration) -> Timing {
+    let lease = Duration::from_secs(duration.as_secs().max(2));
+    let renew_deadline = lease * 2 / 3;
+    Timing {
+        lease,
+        renew_every: lease / 3,
+        renew_deadline,
+        retry_period: renew_deadline / 5,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(15);
+
+    fn spec(holder: &str, renewed: Timestamp) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(holder.into()).filter(|h: &String| !h.is_empty()),
+            lease_duration_seconds: Some(15),
+            renew_time: Some(MicroTime(renewed)),
+            lease_transitions: Some(3),
+            ..Default::default()
+        }
+    }
+
+    fn observed(spec: LeaseSpec, at: Instant) -> Observed {
+        Observed::seen(None, spec, "7".into(), at)
+    }
+
+    /// The holder's renewTime says an hour ago (its clock, or a record written long ago and
+    /// only now seen): a standby still waits a whole lease from when it saw it.
+    #[test]
+    fn a_lease_is_timed_from_its_observation_not_the_holders_timestamps() {
+        let now = Instant::now();
+        let an_hour_ago = Timestamp::now() - jiff::SignedDuration::from_hours(1);
+        let seen = observed(spec("other", an_hour_ago), now);
+        assert_eq!(decide(Some(&seen), "me", LEASE, now), Decision::WaitUntil(now + LEASE));
+        let later = now + LEASE - Duration::from_millis(1);
+        assert_eq!(decide(Some(&seen), "me", LEASE, later), Decision::WaitUntil(now + LEASE));
+        assert_eq!(decide(Some(&seen), "me", LEASE, now + LEASE), Decision::Take);
+    }
+
+    /// The same record read again (a relist, a poll) is not a renewal: the expiry stays; a
+    /// changed one (a renewal, whatever its timestamps say) starts it again.
+    #[test]
+    fn only_a_changed_record_moves_the_observation() {
+        let t0 = Instant::now();
+        let record = spec("other", Timestamp::now());
+        let first = observed(record.clone(), t0);
+        let again = Observed::seen(Some(&first), record.clone(), "8".into(), t0 + LEASE);
+        assert_eq!(again.at, t0);
+        assert_eq!(decide(Some(&again), "me", LEASE, t0 + LEASE), Decision::Take);
+        let renewed = LeaseSpec {
+            renew_time: Some(MicroTime(Timestamp::now() - jiff::SignedDuration::from_hours(5))),
+            ..record
+        };
+        let moved = Observed::seen(Some(&again), renewed, "9".into(), t0 + LEASE);
+        assert_eq!(moved.at, t0 + LEASE);
+        assert_eq!(moved.version, "9");
+    }
+
+    #[test]
+    fn a_missing_lease_is_created_a_free_one_taken_and_ours_renewed() {
+        let now = Instant::now();
+        assert_eq!(decide(None, "me", LEASE, now), Decision::Create);
+        let free = observed(spec("", Timestamp::now()), now);
+        assert_eq!(decide(Some(&free), "me", LEASE, now), Decision::Take);
+        let ours = observed(spec("me", Timestamp::now()), now);
+        assert_eq!(decide(Some(&ours), "me", LEASE, now), Decision::Renew);
+    }
+
+    #[test]
+    fn a_claim_counts_transitions_and_keeps_the_acquire_time_of_a_renewal() {
+        let t1 = Timestamp::from_second(1_000).unwrap();
+        let t2 = Timestamp::from_second(2_000).unwrap();
+        let theirs = spec("other", t1);
+        let taken = claim(Some(&theirs), "me", LEASE, t2);
+        assert_eq!(taken.holder_identity.as_deref(), Some("me"));
+        assert_eq!(taken.lease_transitions, Some(4));
+        assert_eq!(taken.acquire_time, Some(MicroTime(t2)));
+        let t3 = Timestamp::from_second(3_000).unwrap();
+        let renewed = claim(Some(&taken), "me", LEASE, t3);
+        assert_eq!(renewed.lease_transitions, Some(4));
+        assert_eq!(renewed.acquire_time, Some(MicroTime(t2)));
+        assert_eq!(renewed.renew_time, Some(MicroTime(t3)));
+        assert_eq!(claim(None, "me", LEASE, t3).lease_transitions, Some(0));
+        let gone = released(&renewed, t3);
+        assert_eq!(gone.holder_identity, None);
+        assert_eq!(gone.lease_transitions, Some(4));
+    }
+
+    #[test]
+    fn a_leader_renews_then_steps_down_before_its_lease_can_expire() {
+        for seconds in [1, 2, 3, 8, 15] {
+            let t = timing(Duration::from_secs(seconds));
+            assert!(t.renew_every < t.renew_deadline, "{t:?}");
+            assert!(t.renew_deadline < t.lease, "{t:?}");
+            assert!(t.retry_period > Duration::ZERO, "{t:?}");
+        }
+        assert_eq!(
+            timing(LEASE),
+            Timing {
+                lease: LEASE,
+                renew_every: Duration::from_secs(5),
+                renew_deadline: Duration::from_secs(10),
+                retry_period: Duration::from_secs(2),
+            }
+        );
+    }
+}

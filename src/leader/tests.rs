@@ -1,0 +1,242 @@
+//! The leader election against an in-memory Lease API that keeps resourceVersions as the
+//! API server does (a write over a stale one is a 409), and fails requests on demand. Its
+//! watches never deliver: what is tested here holds without them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Method, Request, Response};
+use http_body_util::{Either, Full, StreamBody};
+use hyper::body::{Bytes, Frame};
+use kube::client::Body;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tower::BoxError;
+
+use super::*;
+
+const NAME: &str = "lead";
+const LEASE: Duration = Duration::from_secs(3);
+
+#[derive(Default)]
+struct State {
+    /// The Lease's spec and resourceVersion, if there is one.
+    lease: Option<(Value, u64)>,
+    /// How many more requests to answer with a 500.
+    fail: usize,
+    /// Every request but watches: (method, the holder it wrote, if any).
+    seen: Vec<(Method, Option<String>)>,
+}
+
+impl State {
+    fn lease_json(&self) -> Option<Value> {
+        self.lease.as_ref().map(|(spec, rv)| {
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": NAME, "namespace": "ns", "resourceVersion": rv.to_string()},
+                "spec": spec})
+        })
+    }
+
+    /// Someone else writes the Lease (a standby, an administrator).
+    fn write(&mut self, spec: Value) {
+        let rv = self.lease.as_ref().map_or(1, |(_, rv)| rv + 1);
+        self.lease = Some((spec, rv));
+    }
+
+    fn holder(&self) -> Option<String> {
+        let (spec, _) = self.lease.as_ref()?;
+        spec["holderIdentity"].as_str().map(String::from)
+    }
+}
+
+type Shared = Arc<Mutex<State>>;
+/// A whole JSON reply, or a watch that never delivers.
+type Reply = Response<Either<Full<Bytes>, StreamBody<futures::stream::Pending<Result<Frame<Bytes>, BoxError>>>>>;
+
+fn reply(code: u16, body: Value) -> Reply {
+    Response::builder()
+        .status(code)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Either::Left(Full::new(Bytes::from(body.to_string()))))
+        .unwrap()
+}
+
+fn status(code: u16, reason: &str) -> Reply {
+    reply(code, json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "code": code, "reason": reason, "message": reason}))
+}
+
+fn answer(state: &Shared, method: Method, query: &str, body: Value) -> Reply {
+    let mut s = state.lock();
+    if query.contains("watch=true") {
+        return Response::new(Either::Right(StreamBody::new(futures::stream::pending())));
+    }
+    let holder = body["spec"]["holderIdentity"].as_str().map(String::from);
+    s.seen.push((method.clone(), holder));
+    if s.fail > 0 {
+        s.fail -= 1;
+        return status(500, "InternalError");
+    }
+    let list = query.contains("fieldSelector");
+    match method {
+        Method::GET if list => {
+            let items: Vec<Value> = s.lease_json().into_iter().collect();
+            reply(200, json!({"kind": "LeaseList", "apiVersion": "coordination.k8s.io/v1",
+                "metadata": {"resourceVersion": "1"}, "items": items}))
+        }
+        Method::GET => match s.lease_json() {
+            Some(l) => reply(200, l),
+            None => status(404, "NotFound"),
+        },
+        Method::POST if s.lease.is_some() => status(409, "AlreadyExists"),
+        Method::POST => {
+            s.write(body["spec"].clone());
+            reply(201, s.lease_json().unwrap())
+        }
+        Method::PUT => {
+            let Some((_, rv)) = &s.lease else {
+                return status(404, "NotFound");
+            };
+            if body["metadata"]["resourceVersion"].as_str() != Some(&rv.to_string()) {
+                return status(409, "Conflict");
+            }
+            s.write(body["spec"].clone());
+            reply(200, s.lease_json().unwrap())
+        }
+        _ => status(405, "MethodNotAllowed"),
+    }
+}
+
+fn api(state: Shared) -> Client {
+    let svc = tower::service_fn(move |req: Request<Body>| {
+        let state = state.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let bytes = body.collect_bytes().await?;
+            let body = serde_json::from_slice(&bytes).unwrap_or_default();
+            let query = parts.uri.query().unwrap_or_default().to_string();
+            Ok::<_, BoxError>(answer(&state, parts.method, &query, body))
+        }
+    });
+    Client::new(svc, "ns")
+}
+
+fn election(state: &Shared, me: &str) -> LeaderElection {
+    LeaderElection::new(api(state.clone()), "ns", NAME, me, LEASE, Fence::closed())
+}
+
+fn holding(holder: &str, renewed: jiff::Timestamp) -> Value {
+    json!({"holderIdentity": holder, "leaseDurationSeconds": LEASE.as_secs(),
+        "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string(), "leaseTransitions": 0})
+}
+
+async fn acquire_within(election: &LeaderElection, within: Duration) -> bool {
+    let shutdown = CancellationToken::new();
+    tokio::time::timeout(within, election.acquire(&shutdown))
+        .await
+        .unwrap_or(false)
+}
+
+#[tokio::test]
+async fn a_missing_lease_is_created_and_the_fence_opens() {
+    let state = Shared::default();
+    let me = election(&state, "me");
+    assert!(!me.fence.is_open());
+    assert!(acquire_within(&me, Duration::from_secs(5)).await);
+    assert_eq!(state.lock().holder().as_deref(), Some("me"));
+    assert!(me.fence.is_open());
+}
+
+/// Issue 19, item 6: a standby whose reads fail (an API server restarting, a leader's release
+/// under way) keeps trying and takes the lease once it can.
+#[tokio::test]
+async fn a_standby_whose_reads_fail_keeps_trying_and_takes_the_lease() {
+    let state = Shared::default();
+    state.lock().fail = 3;
+    let me = election(&state, "me");
+    assert!(acquire_within(&me, Duration::from_secs(10)).await);
+    assert_eq!(state.lock().holder().as_deref(), Some("me"));
+}
+
+/// Issue 19, item 5: the holder's renewTime says an hour ago (its clock, or a record written
+/// long ago): a standby still waits a whole lease from when it first saw the record.
+#[tokio::test]
+async fn a_standby_times_the_lease_from_its_own_observation() {
+    let state = Shared::default();
+    let an_hour_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
+    state.lock().write(holding("other", an_hour_ago));
+    let me = election(&state, "me");
+    let began = Instant::now();
+    assert!(acquire_within(&me, LEASE * 3).await);
+    assert!(began.elapsed() >= LEASE, "taken after {:?}", began.elapsed());
+    assert_eq!(state.lock().holder().as_deref(), Some("me"));
+}
+
+/// Issue 19, item 3: a Lease deleted under a leader is written again by it; under a standby,
+/// created by it once the holder's lease has run out as observed.
+#[tokio::test]
+async fn a_deleted_lease_is_created_again() {
+    let state = Shared::default();
+    let leader = election(&state, "me");
+    assert!(acquire_within(&leader, Duration::from_secs(5)).await);
+    state.lock().lease = None;
+    let held = tokio::time::timeout(LEASE, leader.hold());
+    assert!(held.await.is_err(), "the leader stepped down");
+    assert_eq!(state.lock().holder().as_deref(), Some("me"));
+
+    let standby = election(&state, "standby");
+    let waiting = tokio::spawn(async move { acquire_within(&standby, LEASE * 3).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    state.lock().lease = None;
+    assert!(waiting.await.unwrap());
+    assert_eq!(state.lock().holder().as_deref(), Some("standby"));
+}
+
+/// Issue 19, item 4: a leader that learns of another holder only when its renewal is refused
+/// steps down, closes its fence, and its release leaves the other holder in place.
+#[tokio::test]
+async fn a_leader_never_overwrites_another_holder() {
+    let state = Shared::default();
+    let me = election(&state, "me");
+    assert!(acquire_within(&me, Duration::from_secs(5)).await);
+    state.lock().write(holding("usurper", jiff::Timestamp::now()));
+    let stepped_down = tokio::time::timeout(LEASE, me.hold()).await;
+    assert!(stepped_down.is_ok(), "still holding");
+    assert!(!me.fence.is_open());
+    me.release().await;
+    assert_eq!(state.lock().holder().as_deref(), Some("usurper"));
+    let writes_as_me = state
+        .lock()
+        .seen
+        .iter()
+        .filter(|(m, h)| *m == Method::PUT && h.as_deref() != Some("usurper"))
+        .count();
+    // The renewal that met the 409 only: no write after it.
+    assert!(writes_as_me <= 2, "{:?}", state.lock().seen);
+}
+
+/// The leader renews every third of the lease, over the version it last wrote, and a
+/// renewal that cannot land closes the fence by the renew deadline.
+#[tokio::test]
+async fn renewals_come_every_third_of_the_lease_and_the_fence_closes_without_them() {
+    let state = Shared::default();
+    let me = election(&state, "me");
+    assert!(acquire_within(&me, Duration::from_secs(5)).await);
+    let puts = |s: &Shared| s.lock().seen.iter().filter(|(m, _)| *m == Method::PUT).count();
+    let held = tokio::time::timeout(LEASE * 2, me.hold()).await;
+    assert!(held.is_err(), "stepped down while renewals landed");
+    let renewals = puts(&state);
+    assert!((5..=7).contains(&renewals), "{renewals} renewals in two leases");
+    assert!(me.fence.is_open());
+
+    state.lock().fail = usize::MAX;
+    let began = Instant::now();
+    tokio::time::timeout(LEASE * 2, me.hold())
+        .await
+        .expect("stepped down");
+    let timing = record::timing(LEASE);
+    assert!(began.elapsed() <= timing.renew_deadline + Duration::from_millis(500));
+    assert!(!me.fence.is_open());
+}
