@@ -390,4 +390,60 @@ mod tests {
             ]
         );
     }
+
+    const AT: &str = "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/ns/ats/job";
+    const POD: &str = "/api/v1/namespaces/ns/pods/job-pod";
+
+    /// Issue 19, item 9: the client re-sent a RUNNING write that had landed (a 504 on the
+    /// first send), and the re-send met a 409: our own write, not a stale copy. A read of the
+    /// At settles it, and the pod is created.
+    #[tokio::test]
+    async fn a_conflict_with_our_own_running_write_still_creates_the_pod() {
+        let landed: Arc<parking_lot::Mutex<Option<Value>>> = Default::default();
+        let stored = landed.clone();
+        let (ctx, log) = scripted_context(move |sent, _| match () {
+            _ if sent.is(&Method::PATCH, STATUS) => {
+                if let Answer::Reply(_, at) = patched(sent) {
+                    *stored.lock() = Some(at);
+                }
+                Answer::status(409, "Conflict")
+            }
+            _ if sent.is(&Method::GET, STATUS) || sent.is(&Method::GET, AT) => {
+                Answer::Reply(200, stored.lock().clone().unwrap())
+            }
+            _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, sent.body.clone()),
+            _ => Answer::status(404, "NotFound"),
+        });
+        reconcile(Arc::new(due_at()), ctx).await.unwrap();
+        let writes = writes(&log.lock());
+        assert!(
+            writes.contains(&vec!["create".into(), "job-pod".into()]),
+            "{writes:#?}"
+        );
+    }
+
+    /// An At recorded RUNNING (`started` ago) whose create's outcome is unknown, reconciled
+    /// with no pod anywhere: the status writes and pod reads it caused.
+    async fn reconcile_running_without_pod(started: jiff::SignedDuration) -> Vec<Vec<Value>> {
+        let mut at = due_at();
+        at.status = Some(plan::starting(&at, Timestamp::now() - started));
+        let (ctx, log) = scripted_context(|sent, _| match () {
+            _ if sent.is(&Method::PATCH, STATUS) => patched(sent),
+            _ if sent.is(&Method::GET, POD) => Answer::status(404, "NotFound"),
+            _ => Answer::status(404, "NotFound"),
+        });
+        reconcile(Arc::new(at), ctx).await.unwrap();
+        writes(&log.lock())
+    }
+
+    /// Issue 19, item 8: a create whose reply was lost (or a previous leader's) can still land
+    /// for as long as the API server works on a request: no PodVanished verdict before then.
+    /// After it, the pod is really gone.
+    #[tokio::test]
+    async fn no_pod_vanished_verdict_while_a_create_may_still_land() {
+        let writes = reconcile_running_without_pod(jiff::SignedDuration::from_secs(5)).await;
+        assert!(writes.is_empty(), "{writes:#?}");
+        let writes = reconcile_running_without_pod(jiff::SignedDuration::from_mins(5)).await;
+        assert_eq!(writes, [status("7", "DONE", "job-pod".into())]);
+    }
 }
