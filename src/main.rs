@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
+use podset_operator::client::{self, Lane};
 use podset_operator::controller::{self, Settings, Shared};
 use podset_operator::http::{self, MetricsSecurity};
-use podset_operator::client::{self, Lane};
 use podset_operator::leader::{Fence, LeaderElection};
 use podset_operator::metrics::Metrics;
 use podset_operator::telemetry::{self, LogFormat};

@@ -70,7 +70,10 @@ pub fn build(
         req
     });
     let (fence, limit) = match lane {
-        Some(l) => (Some(FenceLayer(l.fence)), Some(MutatingLimit::new(l.max_in_flight))),
+        Some(l) => (
+            Some(FenceLayer(l.fence)),
+            Some(MutatingLimit::new(l.max_in_flight)),
+        ),
         None => (None, None),
     };
     // Innermost first: the fence is checked as a request is sent, after any wait outside it.

@@ -15,7 +15,7 @@ use crate::api::{At, AtPhase, AtStatus};
 use crate::cache::CachedPod;
 use crate::client;
 use crate::error::{Error, Result};
-use crate::plan::at::{self as plan, Step};
+use crate::plan::at::{self as plan, Confirmed, Step};
 
 const CONTROLLER: &str = "at";
 
@@ -62,10 +62,11 @@ async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
                 .await?
                 .filter(|p| controlled_by(at, p))
                 .map(|p| CachedPod::from_pod(&p));
-            (
-                plan::confirmed(at, live.as_ref(), now),
-                Next::Then(Action::await_change()),
-            )
+            match plan::confirmed(at, live.as_ref(), now) {
+                Confirmed::Status(status) => (status, Next::Then(Action::await_change())),
+                // The pod's watch event brings it back sooner if the create lands.
+                Confirmed::LookAgainIn(left) => return Ok(Action::requeue(left)),
+            }
         }
         Step::Start => match write_status(at, &plan::starting(at, now), ctx).await? {
             Some(running) => {
@@ -161,15 +162,20 @@ async fn write_status(at: &At, status: &AtStatus, ctx: &Context) -> Result<Optio
         .await
     {
         Ok(written) => written,
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            debug!(
-                controller = CONTROLLER,
-                namespace = at.namespace(),
-                name = at.name_any(),
-                "the At changed since it was read; retrying"
-            );
-            return Ok(None);
-        }
+        // Our own write may be what changed it: the client re-sends a patch whose answer was
+        // a 503 or 504, and one that had landed then meets a conflict with itself.
+        Err(kube::Error::Api(s)) if s.code == 409 => match ours_landed(&api, at, status).await? {
+            Some(written) => written,
+            None => {
+                debug!(
+                    controller = CONTROLLER,
+                    namespace = at.namespace(),
+                    name = at.name_any(),
+                    "the At changed since it was read; retrying"
+                );
+                return Ok(None);
+            }
+        },
         Err(e) => return Err(Error::StatusWrite(e)),
     };
     let phase = phase_name(status.phase);
@@ -178,6 +184,18 @@ async fn write_status(at: &At, status: &AtStatus, ctx: &Context) -> Result<Optio
         publish(at, ctx, note.type_, &note.reason, note.action, note.note).await;
     }
     Ok(Some(written))
+}
+
+/// The At as it is now if it shows exactly `status`: a write of ours that landed (its
+/// timestamps make it ours alone), not someone else's.
+async fn ours_landed(api: &Api<At>, at: &At, status: &AtStatus) -> Result<Option<At>> {
+    let now = api
+        .get_status(&at.name_any())
+        .await
+        .map_err(Error::ApiRead)?;
+    // Compared as written: the API server keeps timestamps to the second.
+    let as_written = |s: Option<&AtStatus>| serde_json::to_value(s).ok();
+    Ok((as_written(now.status.as_ref()) == as_written(Some(status))).then_some(now))
 }
 
 /// `status` as a merge patch that leaves nothing of the old one: a field it lacks is removed
@@ -347,11 +365,17 @@ mod tests {
         );
     }
 
-    /// A stale copy (the At changed since it was read) is refused its RUNNING: no pod.
+    /// A stale copy (the At changed since it was read: here someone made it DONE) is refused
+    /// its RUNNING: no pod.
     #[tokio::test]
     async fn a_stale_at_creates_no_pod() {
         let (ctx, log) = scripted_context(|sent, _| match sent.method {
             Method::PATCH => Answer::status(409, "Conflict"),
+            Method::GET if sent.is(&Method::GET, STATUS) => {
+                let mut done = serde_json::to_value(due_at()).unwrap();
+                done["status"] = serde_json::json!({"phase": "DONE"});
+                Answer::Reply(200, done)
+            }
             _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, sent.body.clone()),
             _ => Answer::status(404, "NotFound"),
         });

@@ -77,7 +77,9 @@ fn ticks(at: Instant) -> u64 {
 
 /// The error of a write the fence refused.
 #[derive(Debug, thiserror::Error)]
-#[error("not sent: this instance's leadership may have lapsed (renew deadline passed, or another holder)")]
+#[error(
+    "not sent: this instance's leadership may have lapsed (renew deadline passed, or another holder)"
+)]
 pub struct NotLeading;
 
 /// Refuses every request that changes state while the fence is closed. Reads pass.
@@ -179,6 +181,10 @@ mod tests {
         let refused = queued.await.expect_err("refused");
         assert!(refused.downcast_ref::<NotLeading>().is_some(), "{refused}");
         svc.clone().oneshot(request(Method::GET)).await.unwrap();
-        assert_eq!(sent.load(Ordering::SeqCst), 1, "only the read reached the server");
+        assert_eq!(
+            sent.load(Ordering::SeqCst),
+            1,
+            "only the read reached the server"
+        );
     }
 }

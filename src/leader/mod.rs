@@ -25,8 +25,8 @@ use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{ObjectMeta, PostParams};
-use kube::runtime::watcher::{Config as WatchConfig, Event, watcher};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{Config as WatchConfig, Event, watcher};
 use kube::{Api, Client};
 use parking_lot::Mutex;
 use tokio::time::{Instant, sleep_until, timeout};
@@ -115,7 +115,8 @@ impl LeaderElection {
         let mut next = Instant::now() + self.timing.renew_every;
         loop {
             let Some(deadline) = self.fence.deadline().filter(|d| *d > Instant::now()) else {
-                return self.step_down("no renewal of the leader lease landed within the renew deadline");
+                return self
+                    .step_down("no renewal of the leader lease landed within the renew deadline");
             };
             tokio::select! {
                 _ = sleep_until(next) => match timeout(deadline - Instant::now(), self.renew()).await {
@@ -155,9 +156,15 @@ impl LeaderElection {
         let write = self.write(Some(&mine), free);
         match timeout(self.timing.renew_deadline, write).await {
             Ok(Ok(Wrote::Landed(_))) => info!(lease = %self.name, "released the leader lease"),
-            Ok(Ok(Wrote::Lost)) => info!(lease = %self.name, "the leader lease had already changed; not released"),
-            Ok(Err(e)) => warn!(error = %e, "could not release the leader lease; it expires by itself"),
-            Err(_) => warn!(deadline = ?self.timing.renew_deadline, "releasing the leader lease did not finish in time; it expires by itself"),
+            Ok(Ok(Wrote::Lost)) => {
+                info!(lease = %self.name, "the leader lease had already changed; not released")
+            }
+            Ok(Err(e)) => {
+                warn!(error = %e, "could not release the leader lease; it expires by itself")
+            }
+            Err(_) => {
+                warn!(deadline = ?self.timing.renew_deadline, "releasing the leader lease did not finish in time; it expires by itself")
+            }
         }
     }
 
@@ -226,7 +233,12 @@ impl LeaderElection {
     /// when the Lease could be written at once but the write lost.
     fn wait_until(&self) -> Instant {
         let now = Instant::now();
-        match record::decide(self.observed.lock().as_ref(), &self.identity, self.timing.lease, now) {
+        match record::decide(
+            self.observed.lock().as_ref(),
+            &self.identity,
+            self.timing.lease,
+            now,
+        ) {
             Decision::WaitUntil(at) => at,
             _ => now + jittered(self.timing.retry_period),
         }

@@ -74,7 +74,12 @@ pub fn decide(observed: Option<&Observed>, me: &str, duration: Duration, now: In
 
 /// The record naming `me` as holder, renewed `now`: a renewal keeps the acquire time and
 /// transitions, a takeover starts its own and counts one transition more.
-pub fn claim(before: Option<&LeaseSpec>, me: &str, duration: Duration, now: Timestamp) -> LeaseSpec {
+pub fn claim(
+    before: Option<&LeaseSpec>,
+    me: &str,
+    duration: Duration,
+    now: Timestamp,
+) -> LeaseSpec {
     let mine = before.and_then(|b| b.holder_identity.as_deref()) == Some(me);
     let transitions = before.and_then(|b| b.lease_transitions).unwrap_or(0);
     LeaseSpec {
@@ -160,10 +165,19 @@ mod tests {
         let now = Instant::now();
         let an_hour_ago = Timestamp::now() - jiff::SignedDuration::from_hours(1);
         let seen = observed(spec("other", an_hour_ago), now);
-        assert_eq!(decide(Some(&seen), "me", LEASE, now), Decision::WaitUntil(now + LEASE));
+        assert_eq!(
+            decide(Some(&seen), "me", LEASE, now),
+            Decision::WaitUntil(now + LEASE)
+        );
         let later = now + LEASE - Duration::from_millis(1);
-        assert_eq!(decide(Some(&seen), "me", LEASE, later), Decision::WaitUntil(now + LEASE));
-        assert_eq!(decide(Some(&seen), "me", LEASE, now + LEASE), Decision::Take);
+        assert_eq!(
+            decide(Some(&seen), "me", LEASE, later),
+            Decision::WaitUntil(now + LEASE)
+        );
+        assert_eq!(
+            decide(Some(&seen), "me", LEASE, now + LEASE),
+            Decision::Take
+        );
     }
 
     /// The same record read again (a relist, a poll) is not a renewal: the expiry stays; a
@@ -175,9 +189,14 @@ mod tests {
         let first = observed(record.clone(), t0);
         let again = Observed::seen(Some(&first), record.clone(), "8".into(), t0 + LEASE);
         assert_eq!(again.at, t0);
-        assert_eq!(decide(Some(&again), "me", LEASE, t0 + LEASE), Decision::Take);
+        assert_eq!(
+            decide(Some(&again), "me", LEASE, t0 + LEASE),
+            Decision::Take
+        );
         let renewed = LeaseSpec {
-            renew_time: Some(MicroTime(Timestamp::now() - jiff::SignedDuration::from_hours(5))),
+            renew_time: Some(MicroTime(
+                Timestamp::now() - jiff::SignedDuration::from_hours(5),
+            )),
             ..record
         };
         let moved = Observed::seen(Some(&again), renewed, "9".into(), t0 + LEASE);

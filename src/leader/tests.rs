@@ -53,7 +53,9 @@ impl State {
 
 type Shared = Arc<Mutex<State>>;
 /// A whole JSON reply, or a watch that never delivers.
-type Reply = Response<Either<Full<Bytes>, StreamBody<futures::stream::Pending<Result<Frame<Bytes>, BoxError>>>>>;
+type Reply = Response<
+    Either<Full<Bytes>, StreamBody<futures::stream::Pending<Result<Frame<Bytes>, BoxError>>>>,
+>;
 
 fn reply(code: u16, body: Value) -> Reply {
     Response::builder()
@@ -64,8 +66,11 @@ fn reply(code: u16, body: Value) -> Reply {
 }
 
 fn status(code: u16, reason: &str) -> Reply {
-    reply(code, json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-        "code": code, "reason": reason, "message": reason}))
+    reply(
+        code,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "code": code, "reason": reason, "message": reason}),
+    )
 }
 
 fn answer(state: &Shared, method: Method, query: &str, body: Value) -> Reply {
@@ -83,8 +88,11 @@ fn answer(state: &Shared, method: Method, query: &str, body: Value) -> Reply {
     match method {
         Method::GET if list => {
             let items: Vec<Value> = s.lease_json().into_iter().collect();
-            reply(200, json!({"kind": "LeaseList", "apiVersion": "coordination.k8s.io/v1",
-                "metadata": {"resourceVersion": "1"}, "items": items}))
+            reply(
+                200,
+                json!({"kind": "LeaseList", "apiVersion": "coordination.k8s.io/v1",
+                "metadata": {"resourceVersion": "1"}, "items": items}),
+            )
         }
         Method::GET => match s.lease_json() {
             Some(l) => reply(200, l),
@@ -170,7 +178,11 @@ async fn a_standby_times_the_lease_from_its_own_observation() {
     let me = election(&state, "me");
     let began = Instant::now();
     assert!(acquire_within(&me, LEASE * 3).await);
-    assert!(began.elapsed() >= LEASE, "taken after {:?}", began.elapsed());
+    assert!(
+        began.elapsed() >= LEASE,
+        "taken after {:?}",
+        began.elapsed()
+    );
     assert_eq!(state.lock().holder().as_deref(), Some("me"));
 }
 
@@ -201,7 +213,9 @@ async fn a_leader_never_overwrites_another_holder() {
     let state = Shared::default();
     let me = election(&state, "me");
     assert!(acquire_within(&me, Duration::from_secs(5)).await);
-    state.lock().write(holding("usurper", jiff::Timestamp::now()));
+    state
+        .lock()
+        .write(holding("usurper", jiff::Timestamp::now()));
     let stepped_down = tokio::time::timeout(LEASE, me.hold()).await;
     assert!(stepped_down.is_ok(), "still holding");
     assert!(!me.fence.is_open());
@@ -224,11 +238,20 @@ async fn renewals_come_every_third_of_the_lease_and_the_fence_closes_without_the
     let state = Shared::default();
     let me = election(&state, "me");
     assert!(acquire_within(&me, Duration::from_secs(5)).await);
-    let puts = |s: &Shared| s.lock().seen.iter().filter(|(m, _)| *m == Method::PUT).count();
+    let puts = |s: &Shared| {
+        s.lock()
+            .seen
+            .iter()
+            .filter(|(m, _)| *m == Method::PUT)
+            .count()
+    };
     let held = tokio::time::timeout(LEASE * 2, me.hold()).await;
     assert!(held.is_err(), "stepped down while renewals landed");
     let renewals = puts(&state);
-    assert!((5..=7).contains(&renewals), "{renewals} renewals in two leases");
+    assert!(
+        (5..=7).contains(&renewals),
+        "{renewals} renewals in two leases"
+    );
     assert!(me.fence.is_open());
 
     state.lock().fail = usize::MAX;

@@ -181,13 +181,32 @@ pub fn progress(at: &At, pod: &CachedPod, now: Timestamp) -> AtStatus {
     }
 }
 
-/// The status once a live read settled what the cache could not: `live` is the pod if it
-/// exists and this At controls it.
-pub fn confirmed(at: &At, live: Option<&CachedPod>, now: Timestamp) -> AtStatus {
+/// How long after RUNNING was recorded the pod's create may still land, when its outcome is
+/// unknown (its reply was lost, or the operator that sent it is gone): kube-apiserver works on
+/// a request it received for up to its `--request-timeout`, 60 s by default; the rest is
+/// margin for a slow etcd.
+pub const A_CREATE_MAY_LAND_FOR: Duration = Duration::from_secs(90);
+
+/// What a live read of a RUNNING At's pod settles.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Confirmed {
+    /// The At's status from now on.
+    Status(AtStatus),
+    /// No pod yet, but its create may still land: look again then.
+    LookAgainIn(Duration),
+}
+
+/// What a live read settled that the cache could not: `live` is the pod if it exists and this
+/// At controls it. Without one, the At ends PodVanished, but not while a create whose outcome
+/// is unknown may still land: the command may yet run, and the pod give its real outcome.
+pub fn confirmed(at: &At, live: Option<&CachedPod>, now: Timestamp) -> Confirmed {
     if let Some(pod) = live {
-        return progress(at, pod, now);
+        return Confirmed::Status(progress(at, pod, now));
     }
     let previous = at.status.clone().unwrap_or_default();
+    if let Some(left) = create_may_still_land(&previous, now) {
+        return Confirmed::LookAgainIn(left);
+    }
     let name = previous.pod_name.clone().unwrap_or_else(|| pod_name(at));
     let completed = conditions::condition(
         &previous.conditions,
@@ -202,14 +221,26 @@ pub fn confirmed(at: &At, live: Option<&CachedPod>, now: Timestamp) -> AtStatus 
         at.meta().generation,
         now,
     );
-    AtStatus {
+    Confirmed::Status(AtStatus {
         phase: Some(AtPhase::Done),
         pod_name: Some(name),
         completion_time: Some(Time(now)),
         succeeded: Some(false),
         conditions: after_start_conditions(at, &previous, Some(completed), now),
         ..previous
-    }
+    })
+}
+
+/// How long a create of the pod may still land: RUNNING was recorded (`Starting`) and no
+/// create was seen to succeed, less than [`A_CREATE_MAY_LAND_FOR`] ago.
+fn create_may_still_land(status: &AtStatus, now: Timestamp) -> Option<Duration> {
+    let starting = conditions::find(&status.conditions, CONDITION_COMPLETED)
+        .is_some_and(|c| c.reason == REASON_STARTING);
+    let since = status.start_time.as_ref()?.0;
+    let elapsed = Duration::try_from(now.duration_since(since)).unwrap_or_default();
+    A_CREATE_MAY_LAND_FOR
+        .checked_sub(elapsed)
+        .filter(|left| starting && !left.is_zero())
 }
 
 /// The status of a due At whose pod could not be created: still PENDING, with why.

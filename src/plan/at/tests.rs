@@ -271,10 +271,12 @@ fn missing_pod_while_running_is_confirmed_then_done_as_vanished() {
     assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Confirm);
     assert_eq!(
         confirmed(&at, Some(&pod(Phase::Running)), ts(SCHEDULE)),
-        running,
+        Confirmed::Status(running.clone()),
         "only the cache lagged"
     );
-    let gone = confirmed(&at, None, ts("2019-04-12T10:20:00Z"));
+    let Confirmed::Status(gone) = confirmed(&at, None, ts("2019-04-12T10:20:00Z")) else {
+        panic!("the pod was seen: its create landed, so its absence is final");
+    };
     assert_eq!(
         (gone.phase, gone.succeeded),
         (Some(AtPhase::Done), Some(false))
@@ -294,6 +296,32 @@ fn missing_pod_while_running_is_confirmed_then_done_as_vanished() {
             ts("2019-04-12T11:00:00Z")
         ),
         Step::Record(gone)
+    );
+}
+
+/// RUNNING recorded, the create's outcome unknown: no verdict while it may still land; a pod
+/// that does appear gives the real outcome; none by then is PodVanished.
+#[test]
+fn a_create_that_may_still_land_is_waited_for() {
+    let starting = starting(&at_with(None), ts(SCHEDULE));
+    let at = at_with(Some(starting));
+    let soon = ts("2019-04-12T10:12:30Z");
+    assert_eq!(
+        confirmed(&at, None, soon),
+        Confirmed::LookAgainIn(A_CREATE_MAY_LAND_FOR - Duration::from_secs(30))
+    );
+    let landed = confirmed(&at, Some(&pod(Phase::Succeeded)), soon);
+    assert!(
+        matches!(landed, Confirmed::Status(ref s) if s.succeeded == Some(true)),
+        "{landed:?}"
+    );
+    let late = ts("2019-04-12T10:14:00Z");
+    let Confirmed::Status(gone) = confirmed(&at, None, late) else {
+        panic!("still waiting after the create could no longer land");
+    };
+    assert_eq!(
+        condition(&gone, CONDITION_COMPLETED),
+        ("True", REASON_POD_VANISHED)
     );
 }
 
