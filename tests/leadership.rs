@@ -111,7 +111,11 @@ async fn another_holders_claim_is_never_written_over() -> Result<()> {
     let sent = sent_since(&ns, &ops[0], usurped)?;
     assert_eq!(lease_writes_landed(&sent), 0, "written over: {sent:#?}");
     let made = recorder.snapshot().get(&after.uid().unwrap()).copied();
-    assert_eq!(made.unwrap_or(0), 0, "the old leader acted after losing its lease");
+    assert_eq!(
+        made.unwrap_or(0),
+        0,
+        "the old leader acted after losing its lease"
+    );
     ops[0].assert_healthy();
     Ok(())
 }
@@ -128,7 +132,9 @@ async fn a_standby_times_the_lease_from_its_own_observation() -> Result<()> {
         "metadata": {"name": LEASE},
         "spec": {"holderIdentity": "elsewhere", "acquireTime": an_hour_ago,
             "renewTime": an_hour_ago, "leaseDurationSeconds": LEASE_SECONDS}}))?;
-    ns.api::<Lease>().create(&PostParams::default(), &lease).await?;
+    ns.api::<Lease>()
+        .create(&PostParams::default(), &lease)
+        .await?;
     let written = Instant::now();
     let args = leader_args(&ns, LEASE_SECONDS);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -156,7 +162,10 @@ async fn renewals_come_every_third_of_the_lease() -> Result<()> {
     tokio::time::sleep_until(window + Duration::from_secs(60)).await;
     let writes = lease_writes_landed(&sent_since(&ns, &ops[0], from)?);
     let expected = 60 / (LEASE_SECONDS / 3);
-    println!("the leader's Lease writes in 60 s: {writes} (one every {} s: {expected})", LEASE_SECONDS / 3);
+    println!(
+        "the leader's Lease writes in 60 s: {writes} (one every {} s: {expected})",
+        LEASE_SECONDS / 3
+    );
     ensure!(
         writes >= expected / 2 && writes <= expected + 3,
         "{writes} Lease writes in a minute; expected about {expected}"
@@ -195,7 +204,10 @@ async fn a_leader_frozen_past_its_lease_sends_no_write_after_it_thaws() -> Resul
         }
         let thawed = SystemTime::now();
         unsafe { libc::kill(pid, libc::SIGCONT) };
-        println!("round {round}: thawed {:?} after the freeze", frozen.elapsed());
+        println!(
+            "round {round}: thawed {:?} after the freeze",
+            frozen.elapsed()
+        );
         for i in 0..20 {
             converged(&ns, &format!("made-{i}"), 5).await?;
         }

@@ -363,12 +363,24 @@ impl Operator {
     /// Fails if the operator exited, panicked, or was warned by the API server (a deprecated
     /// API, a dropped field: see `client::WARNING_LOGGED_AS`).
     pub fn assert_healthy(&mut self) {
+        self.assert_healthy_but_warned(&[]);
+    }
+
+    /// [`Self::assert_healthy`], but for API server warnings that contain one of `expected`
+    /// (what a test's own input draws).
+    pub fn assert_healthy_but_warned(&mut self, expected: &[&str]) {
+        let unexpected: Vec<serde_json::Value> = self
+            .log_lines()
+            .into_iter()
+            .filter(|l| l["message"] == podset_operator::client::WARNING_LOGGED_AS)
+            .filter(|l| {
+                let warning = l["warning"].as_str().unwrap_or_default();
+                !expected.iter().any(|e| warning.contains(e))
+            })
+            .collect();
         assert!(
-            !self
-                .log()
-                .contains(podset_operator::client::WARNING_LOGGED_AS),
-            "the API server warned the operator:\n{}",
-            self.process.log_tail(50)
+            unexpected.is_empty(),
+            "the API server warned the operator: {unexpected:#?}"
         );
         assert!(
             self.process.exited().is_none(),
