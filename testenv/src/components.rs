@@ -188,7 +188,9 @@ impl Cluster {
             "--propagation=private",
             "sh",
             "-c",
-            r#"mount --bind "$0" /tmp && exec "$@""#,
+            // Its own binary is bound into the scratch directory first: it may itself live
+            // under /tmp (a cache there), which the second mount hides.
+            r#"dir=$0 bin=$1; shift; : > "$dir/kubemark" && mount --bind "$bin" "$dir/kubemark" && mount --rbind "$dir" /tmp && exec /tmp/kubemark "$@""#,
         ]
         .map(String::from)
         .into();
