@@ -16,6 +16,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use podset_operator::api::{At, AtPhase};
+use podset_operator::plan::at::A_CREATE_MAY_LAND_FOR;
 
 /// Pod UIDs seen per At (the pods' `app` label), each deleted on sight.
 type Seen = Arc<Mutex<HashMap<String, HashSet<String>>>>;
@@ -76,7 +77,10 @@ async fn pods_deleted_on_sight_across_an_operator_kill_run_each_command_once() -
     let at_kill = started();
     operator.restart()?;
 
-    poll(PROMPTLY, &format!("all {N} Ats DONE"), || async {
+    // An At the kill caught between recording RUNNING and seeing its create answered ends
+    // only once that create can no longer land.
+    let deadline = A_CREATE_MAY_LAND_FOR + PROMPTLY;
+    poll(deadline, &format!("all {N} Ats DONE"), || async {
         let list = ats.list(&ListParams::default()).await?;
         let done = list
             .items
