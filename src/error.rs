@@ -12,6 +12,9 @@ pub enum Error {
 
     #[error("pod API call: {0}")]
     PodApi(#[source] kube::Error),
+
+    #[error("the reconcile did not finish within {0:?}")]
+    Timeout(std::time::Duration),
 }
 
 impl Error {
@@ -21,6 +24,7 @@ impl Error {
             Error::StatusWrite(_) => "status_write",
             Error::ApiRead(_) => "api_read",
             Error::PodApi(_) => "pod_api",
+            Error::Timeout(_) => "timeout",
         }
     }
 }

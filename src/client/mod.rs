@@ -40,8 +40,10 @@ use tower::{BoxError, Layer, Service, ServiceBuilder};
 use crate::leader::fence::{Fence, FenceLayer};
 use crate::metrics::Metrics;
 
+mod deadline;
 mod outcome;
 mod warnings;
+pub use deadline::REQUEST_TIMEOUT;
 pub use outcome::may_have_acted;
 pub use warnings::LOGGED_AS as WARNING_LOGGED_AS;
 
@@ -78,6 +80,7 @@ pub fn build(
     };
     // Innermost first: the fence is checked as a request is sent, after any wait outside it.
     Ok(http_stack(config)?
+        .with_layer(&deadline::RequestDeadline)
         .with_layer(&option_layer(fence))
         .with_layer(&ServiceBuilder::new().map_response(warnings::log))
         .with_layer(&count)
@@ -85,6 +88,17 @@ pub fn build(
         .with_layer(&option_layer(limit))
         .build())
 }
+
+/// How long a connection may deliver no byte before it counts as dead, whatever it carries:
+/// a watch gets a bookmark from the API server about every minute even when nothing changes
+/// (`allowWatchBookmarks`), so only a dead path stays silent longer. kube leaves it unset, and
+/// a watch or request on a connection that hangs (no reset) then waits forever.
+pub const READ_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_RETRIES: u32 = 3;
 
 /// `podset-operator/<version> (<instance>)`.
 pub fn user_agent(instance: &str) -> String {
@@ -109,10 +123,15 @@ fn http_stack(
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
+    // A peer that vanished without a reset (its host died behind a load balancer) is found
+    // by the kernel's probes of an idle connection.
+    tcp.set_keepalive(Some(KEEPALIVE_IDLE));
+    tcp.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
+    tcp.set_keepalive_retries(Some(KEEPALIVE_RETRIES));
     let mut connector = TimeoutConnector::new(config.rustls_https_connector_with_connector(tcp)?);
-    connector.set_connect_timeout(config.connect_timeout);
-    connector.set_read_timeout(config.read_timeout);
-    connector.set_write_timeout(config.write_timeout);
+    connector.set_connect_timeout(config.connect_timeout.or(Some(CONNECT_TIMEOUT)));
+    connector.set_read_timeout(config.read_timeout.or(Some(READ_IDLE_TIMEOUT)));
+    connector.set_write_timeout(config.write_timeout.or(Some(WRITE_TIMEOUT)));
     let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(connector);
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())

@@ -338,14 +338,22 @@ pub fn api_message(e: &kube::Error) -> String {
     }
 }
 
-/// Runs `f` with a timer; kept separate so both controllers count reconciles the same way.
+/// How long a reconcile may take: a few requests, each bounded by `client::REQUEST_TIMEOUT`
+/// and its retries. kube never starts another reconcile of an object whose reconcile hangs,
+/// so without a bound one hung request would stop that object for good.
+pub const RECONCILE_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Runs `f` with a timer and within [`RECONCILE_DEADLINE`]; kept separate so both controllers
+/// count reconciles the same way.
 pub async fn timed<F: Future<Output = crate::error::Result<Action>>>(
     ctx: &Context,
     controller: &'static str,
     f: F,
 ) -> crate::error::Result<Action> {
     let _timer = ctx.metrics.reconcile(controller);
-    let res = f.await;
+    let res = tokio::time::timeout(RECONCILE_DEADLINE, f)
+        .await
+        .unwrap_or(Err(crate::error::Error::Timeout(RECONCILE_DEADLINE)));
     if let Err(e) = &res {
         ctx.metrics.error(controller, e.metric_label());
     }

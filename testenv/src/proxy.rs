@@ -25,6 +25,9 @@ pub enum Fault {
     ResetReplies,
     /// Reset every connection, open or new.
     Refuse,
+    /// The connections open now hang for good, as behind a path that died without a reset
+    /// (packets dropped both ways); new connections pass.
+    Blackhole,
 }
 
 pub struct FaultProxy {
@@ -76,8 +79,16 @@ async fn connection(client: TcpStream, upstream: SocketAddr, mut fault: watch::R
     let (mut server_rx, mut server_tx) = server.into_split();
     let (mut up, mut down) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
     let mut hung = false;
+    // A connection made while the fault holds is one of the new ones: it passes.
+    let mut passes_blackhole = *fault.borrow() == Fault::Blackhole;
     loop {
         let now = *fault.borrow_and_update();
+        if now == Fault::Blackhole && !passes_blackhole {
+            // Silent for good: nothing either way, no reset, until the proxy goes.
+            while fault.changed().await.is_ok() {}
+            break;
+        }
+        passes_blackhole &= now == Fault::Blackhole;
         if hung && now != Fault::Hang || now == Fault::Refuse {
             break;
         }
@@ -157,6 +168,24 @@ mod tests {
         proxy.set(Fault::Pass);
         let mut again = TcpStream::connect(proxy.addr()).await.unwrap();
         assert_eq!(round_trip(&mut again).await.unwrap(), b"ping");
+    }
+
+    #[tokio::test]
+    async fn a_blackhole_silences_open_connections_and_lets_new_ones_pass() {
+        let proxy = echo_behind_proxy().await;
+        let mut old = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut old).await.unwrap(), b"ping");
+        proxy.set(Fault::Blackhole);
+        let mut new = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut new).await.unwrap(), b"ping");
+        let silent = round_trip(&mut old).await;
+        assert!(silent.is_err(), "the open connection answered: {silent:?}");
+        proxy.set(Fault::Pass);
+        let still = round_trip(&mut old).await;
+        assert!(
+            still.is_err(),
+            "a blackholed connection came back: {still:?}"
+        );
     }
 
     #[tokio::test]
