@@ -2,7 +2,7 @@
 //! it changed.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use jiff::Timestamp;
@@ -61,6 +61,11 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
     Ok(match (&outcome, pending) {
         (Outcome::Failed(_), _) => retry_after(ps, ctx),
         (_, Some(left)) => Action::requeue(left),
+        // Settled, and nothing left to wait for: the scale-up goes on at once. The pods that
+        // settled it may all have been seen already, so no watch event would bring it back.
+        (Outcome::Succeeded, None) if matches!(readiness, Readiness::Waiting(_)) => {
+            Action::requeue(Duration::ZERO)
+        }
         // Spread out, so that PodSets made together are not all looked at in one burst.
         _ => {
             ctx.backoff.reset(&uid);
