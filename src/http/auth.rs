@@ -30,6 +30,26 @@ const ALLOWED_TTL: Duration = Duration::from_secs(60);
 const DENIED_TTL: Duration = Duration::from_secs(10);
 /// Bounds the cache against a caller sending a new token each time.
 const MAX_CACHED: usize = 1024;
+/// Reviews in flight at once: each is two requests to the API server, and a flood of new
+/// tokens (no credentials needed to send one) must not become a flood of those. More callers
+/// with unknown tokens are turned away with 503 until one finishes.
+pub const REVIEWS_IN_FLIGHT: usize = 4;
+/// Reviews started per second, on average (and at most this many at once after a quiet
+/// while): bounds what a flood costs the API server, whose time the controllers need too.
+pub const REVIEWS_PER_SECOND: f64 = 10.0;
+/// How long a caller turned away waits for its 503 (its `Retry-After`).
+const BUSY_ANSWER_AFTER: Duration = Duration::from_secs(1);
+
+/// Why a caller could not be reviewed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error(
+        "reviews are at their cap ({REVIEWS_IN_FLIGHT} at once, {REVIEWS_PER_SECOND} a second)"
+    )]
+    Busy,
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -78,22 +98,59 @@ impl Cache {
 pub struct MetricsAuth {
     client: Client,
     cache: Mutex<Cache>,
+    reviews: tokio::sync::Semaphore,
+    budget: Mutex<Budget>,
+}
+
+/// A token bucket of review starts: [`REVIEWS_PER_SECOND`] refilled, as many held at most.
+#[derive(Debug)]
+struct Budget {
+    left: f64,
+    at: Instant,
+}
+
+impl Budget {
+    fn full(now: Instant) -> Self {
+        Self {
+            left: REVIEWS_PER_SECOND,
+            at: now,
+        }
+    }
+
+    /// Takes one start if the budget has it.
+    fn take(&mut self, now: Instant) -> bool {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * REVIEWS_PER_SECOND;
+        self.left = (self.left + refill).min(REVIEWS_PER_SECOND);
+        self.at = now;
+        let has = self.left >= 1.0;
+        if has {
+            self.left -= 1.0;
+        }
+        has
+    }
 }
 
 impl MetricsAuth {
+    /// `client` should be one whose requests wait behind no pod write (see `client::build`).
     pub fn new(client: Client) -> Arc<Self> {
         Arc::new(Self {
             client,
             cache: Mutex::default(),
+            reviews: tokio::sync::Semaphore::new(REVIEWS_IN_FLIGHT),
+            budget: Mutex::new(Budget::full(Instant::now())),
         })
     }
 
-    pub async fn check(&self, token: Option<&str>) -> Result<Decision, kube::Error> {
+    pub async fn check(&self, token: Option<&str>) -> Result<Decision, ReviewError> {
         let Some(token) = token else {
             return Ok(Decision::Unauthenticated);
         };
         if let Some(known) = self.cache().get(token, Instant::now()) {
             return Ok(known);
+        }
+        let _slot = self.reviews.try_acquire().map_err(|_| ReviewError::Busy)?;
+        if !self.budget.lock().take(Instant::now()) {
+            return Err(ReviewError::Busy);
         }
         let decision = self.review(token).await?;
         self.cache().put(token, decision.clone(), Instant::now());
@@ -188,7 +245,18 @@ pub async fn require(State(auth): State<Arc<MetricsAuth>>, req: Request, next: N
             format!("Forbidden: {user} may not {VERB} {PATH}\n"),
         )
             .into_response(),
-        Err(e) => {
+        Err(ReviewError::Busy) => {
+            // Held for the Retry-After it asks for: a client that ignores it cannot turn the
+            // cheap refusal into a flood that takes the CPU the controllers need.
+            tokio::time::sleep(BUSY_ANSWER_AFTER).await;
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "1")],
+                "Too many scrapers being reviewed; retry\n",
+            )
+                .into_response()
+        }
+        Err(ReviewError::Api(e)) => {
             warn!(error = %e, "could not review a metrics scraper's token");
             (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -278,5 +346,63 @@ mod tests {
         };
         assert_eq!(authenticated(refused), None);
         assert_eq!(authenticated(TokenReview::default()), None);
+    }
+
+    #[test]
+    fn review_starts_are_budgeted_per_second() {
+        let t0 = Instant::now();
+        let mut budget = Budget::full(t0);
+        let burst = (0..100).take_while(|_| budget.take(t0)).count();
+        assert_eq!(burst, REVIEWS_PER_SECOND as usize);
+        assert!(
+            !budget.take(t0 + Duration::from_millis(50)),
+            "refilled too soon"
+        );
+        assert!(
+            budget.take(t0 + Duration::from_millis(100)),
+            "one start a tenth of a second"
+        );
+        let a_while_later = t0 + Duration::from_secs(60);
+        let burst = (0..100).take_while(|_| budget.take(a_while_later)).count();
+        assert_eq!(
+            burst, REVIEWS_PER_SECOND as usize,
+            "a quiet while refills only the burst"
+        );
+    }
+
+    /// A flood of new tokens cannot become a flood of reviews: past the cap, callers with
+    /// unknown tokens are turned away at once, without a request to the API server.
+    #[tokio::test]
+    async fn reviews_in_flight_are_capped_and_the_rest_turned_away() {
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = sent.clone();
+        // An API server that takes every review and answers none.
+        let svc = tower::service_fn(move |_req: http::Request<kube::client::Body>| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::future::pending::<Result<http::Response<kube::client::Body>, tower::BoxError>>()
+        });
+        let auth = MetricsAuth::new(Client::new(svc, "default"));
+        let mut waiting = Vec::new();
+        for i in 0..REVIEWS_IN_FLIGHT {
+            let auth = auth.clone();
+            waiting.push(tokio::spawn(async move {
+                auth.check(Some(&format!("token-{i}"))).await.map(|_| ())
+            }));
+        }
+        while sent.load(std::sync::atomic::Ordering::SeqCst) < REVIEWS_IN_FLIGHT {
+            tokio::task::yield_now().await;
+        }
+        let turned_away = auth.check(Some("one-more")).await;
+        assert!(
+            matches!(turned_away, Err(ReviewError::Busy)),
+            "{turned_away:?}"
+        );
+        assert_eq!(
+            sent.load(std::sync::atomic::Ordering::SeqCst),
+            REVIEWS_IN_FLIGHT
+        );
+        for w in waiting {
+            w.abort();
+        }
     }
 }

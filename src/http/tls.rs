@@ -11,13 +11,14 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -27,6 +28,13 @@ use tracing::{debug, info, warn};
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// After a failed accept, as axum's own server waits.
 const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+/// Connections served at once; more are closed as they come. A scraper needs one.
+pub const MAX_CONNECTIONS: usize = 64;
+/// How long a client may take to send a request's headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one connection is served, idle or not: a scraper that keeps it alive opens
+/// another, and a client that holds one open cannot keep its slot.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(120);
 
 /// The server's TLS settings: the certificate in `cert_dir`, or a fresh self-signed one.
 pub fn server_config(cert_dir: Option<&Path>) -> anyhow::Result<Arc<ServerConfig>> {
@@ -74,6 +82,7 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     let acceptor = TlsAcceptor::from(config);
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -87,8 +96,21 @@ pub async fn serve(
             },
             _ = shutdown.cancelled() => return,
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            debug!(%peer, "too many metrics connections; closing this one");
+            continue;
+        };
         let (acceptor, app) = (acceptor.clone(), app.clone());
-        tokio::spawn(async move { connection(tcp, peer, acceptor, app).await });
+        tokio::spawn(async move {
+            let _slot = slot;
+            let served = connection(tcp, peer, acceptor, app);
+            if tokio::time::timeout(CONNECTION_LIFETIME, served)
+                .await
+                .is_err()
+            {
+                debug!(%peer, "closing a metrics connection at the end of its lifetime");
+            }
+        });
     }
 }
 
@@ -104,9 +126,12 @@ async fn connection(
         Err(_) => return debug!(%peer, "TLS handshake timed out"),
     };
     let service = TowerToHyperService::new(app);
-    let served = auto::Builder::new(TokioExecutor::new())
-        .serve_connection(TokioIo::new(tls), service)
-        .await;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let served = builder.serve_connection(TokioIo::new(tls), service).await;
     if let Err(e) = served {
         debug!(%peer, error = %e, "metrics connection ended with an error");
     }
