@@ -4,7 +4,8 @@
 # registry under a tag unique to its content, and applies config/default through a small
 # overlay: that image, and the API server's address (pods reach it on the first node's
 # bridge; the cluster has no kube-proxy, so the `kubernetes` Service routes nowhere).
-# Env: CLUSTER_DIR (default .local/cluster).
+# Env: CLUSTER_DIR (default .local/cluster); IMAGE_TAG (default dev-<digest of the image>: a
+# new tag on the same image rolls the Deployment, as an upgrade does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf '\033[1m[deploy-local]\033[0m %s\n' "$*" >&2; }
@@ -25,7 +26,7 @@ deploy() {
   archive="$DIR/podset-operator.tar"
   say "building the operator image"
   bash hack/build-image.sh "$archive"
-  tag="dev-$(sha256sum "$archive" | cut -c1-12)"
+  tag="${IMAGE_TAG:-dev-$(sha256sum "$archive" | cut -c1-12)}"
   say "pushing it to the cluster's registry as podset-operator:$tag"
   skopeo copy --quiet --insecure-policy --dest-tls-verify=false \
     "oci-archive:$archive" "docker://$registry/podset-operator:$tag"

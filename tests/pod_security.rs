@@ -3,7 +3,7 @@
 //! default pods, an At's pod) are admitted; a PodSet whose own template breaks the profile is
 //! refused by the API server, and the operator reports that refusal (a ReplicaFailure
 //! condition and a Warning event) and retries with a backoff, never in a loop. (The operator's
-//! own pods, in a restricted namespace too, are in tests/in_cluster.rs.)
+//! own pods, in a restricted namespace too, are in tests/in_cluster/.)
 
 mod common;
 

@@ -5,7 +5,9 @@
 //! duration, the logs are JSON lines, and /metrics answers in the cluster. Both install into a
 //! namespace that enforces the restricted Pod Security Standard, which the pods meet.
 
+#[path = "../common/mod.rs"]
 mod common;
+mod upgrade;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -41,6 +43,7 @@ async fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<Strin
 static IMAGE_BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// An installed operator: its namespace, its pods' selector, its Lease.
+#[derive(Clone)]
 struct Install {
     cluster: Arc<Cluster>,
     client: kube::Client,
@@ -238,6 +241,14 @@ async fn kustomize_install_from_the_local_image_runs_in_the_cluster() -> Result<
         metrics_reader: podset_operator::rbac::METRICS_READER_ROLE.into(),
     };
     install.prove().await?;
+    // The same script with a new tag: config/default (CRDs first in kustomize's order) rolls
+    // the Deployment.
+    let upgrade = async {
+        let _build = IMAGE_BUILD.lock().await;
+        let env = [env[0], ("IMAGE_TAG", "upgraded")];
+        run("bash", &["hack/deploy-local.sh"], &env).await.map(drop)
+    };
+    upgrade::loses_nothing(&install, upgrade).await?;
     run("bash", &["hack/deploy-local.sh", "undeploy"], &env).await?;
     let deployments = install.api::<Deployment>();
     common::poll(Duration::from_secs(60), "the Deployment gone", || async {
@@ -274,20 +285,15 @@ async fn helm_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
         "extraEnv[1].name=KUBERNETES_SERVICE_PORT".into(),
         format!("extraEnv[1].value={port}"),
     ];
-    let python = repo().join(".local/helm-venv/bin/python");
-    ensure!(
-        python.exists(),
-        "{} is missing: run `make helm-sdk`",
-        python.display()
-    );
+    // The helm CLI, as a user installs and upgrades: Helm 4 applies server-side under the
+    // program's name, so a release installed by another client (the Python SDK: "python")
+    // cannot be upgraded by the CLI without field conflicts.
     let kc = cluster.kubeconfig().display().to_string();
     let sets = values.join(",");
     let args = [
-        "hack/helm.py",
         "install",
-        "charts/podset-operator",
-        "--name",
         "ps",
+        "charts/podset-operator",
         "--namespace",
         ns,
         "--kubeconfig",
@@ -295,8 +301,8 @@ async fn helm_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
         "--set-string",
         &sets,
     ];
-    run(&python.display().to_string(), &args, &[]).await?;
-    Install {
+    run("helm", &args, &[]).await?;
+    let install = Install {
         cluster: cluster.clone(),
         client: cluster.client().await?,
         ns: ns.into(),
@@ -304,7 +310,34 @@ async fn helm_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
         deployment: "ps-podset-operator".into(),
         lease: "ps-podset-operator-leader".into(),
         metrics_reader: "ps-podset-operator-metrics-reader".into(),
-    }
-    .prove()
-    .await
+    };
+    install.prove().await?;
+    // As the README's Upgrade section says: the CRDs by server-side apply, then `helm upgrade`
+    // (the helm CLI) with a new image tag.
+    let upgrade = async {
+        testenv::registry::push(registry, &archive, "podset-operator:upgraded").await?;
+        let crds = [
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--kubeconfig",
+            &kc,
+        ];
+        let crds = [&crds[..], &["-f", "charts/podset-operator/crds/"]].concat();
+        run("kubectl", &crds, &[]).await?;
+        let helm = [
+            "upgrade",
+            "ps",
+            "charts/podset-operator",
+            "--namespace",
+            ns,
+            "--kubeconfig",
+            &kc,
+            "--reuse-values",
+            "--set",
+            "image.tag=upgraded",
+        ];
+        run("helm", &helm, &[]).await.map(drop)
+    };
+    upgrade::loses_nothing(&install, upgrade).await
 }

@@ -1,0 +1,236 @@
+//! A rolling upgrade loses nothing (issue 19): PodSets keep their pods, Ats due before,
+//! during and after the rollout each run exactly once and end DONE, leadership passes without
+//! a gap longer than the lease, and the operator never has fewer Ready pods than its
+//! PodDisruptionBudget's `minAvailable`. The upgrade itself is the caller's: `helm upgrade`
+//! or kustomize with a new image tag, as the README's Upgrade section says.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, ensure};
+use futures::TryStreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use podset_operator::api::{At, AtPhase, PodSet};
+use tokio_util::sync::CancellationToken;
+
+use super::{Install, LEASE_DURATION, pod_ready};
+use crate::common::{TestNs, at, converged, poll};
+
+/// Ats fall due every [`AT_SPACING`], from one spacing after the upgrade begins.
+const ATS: u32 = 12;
+const AT_SPACING: Duration = Duration::from_secs(5);
+const PODSETS: usize = 3;
+const REPLICAS: usize = 2;
+/// The chart's and config/default's PodDisruptionBudget.
+const MIN_AVAILABLE: usize = 1;
+
+/// What was seen while the upgrade ran, sampled every [`SAMPLE`].
+#[derive(Debug, Default)]
+struct Seen {
+    /// Pod UIDs by the pods' `app` label (a PodSet's or an At's name).
+    uids: BTreeMap<String, BTreeSet<String>>,
+    /// The longest time the Lease named no live operator pod.
+    longest_gap: Duration,
+    gap_since: Option<Instant>,
+    fewest_ready: Option<usize>,
+    holders: Vec<String>,
+}
+
+const SAMPLE: Duration = Duration::from_millis(200);
+
+impl Seen {
+    /// One sample: the Lease's holder, the Ready operator pods, whether the holder is one.
+    fn note(&mut self, holder: String, ready: usize, led: bool) {
+        self.fewest_ready = Some(self.fewest_ready.map_or(ready, |f| f.min(ready)));
+        if self.holders.last() != Some(&holder) {
+            self.holders.push(holder);
+        }
+        match (led, self.gap_since) {
+            (true, Some(since)) => {
+                self.longest_gap = self.longest_gap.max(since.elapsed());
+                self.gap_since = None;
+            }
+            (false, None) => self.gap_since = Some(Instant::now()),
+            _ => {}
+        }
+    }
+}
+
+/// Runs `upgrade` against `install` while PodSets and due Ats are in its care; checks that
+/// the upgrade lost nothing.
+pub async fn loses_nothing(
+    install: &Install,
+    upgrade: impl Future<Output = Result<()>>,
+) -> Result<()> {
+    let ns = TestNs::new_in(install.cluster.clone(), "upgrade").await?;
+    let podsets = ns.api::<PodSet>();
+    for i in 0..PODSETS {
+        let ps = crate::common::podset(&format!("kept-{i}"), REPLICAS as i32);
+        podsets.create(&PostParams::default(), &ps).await?;
+    }
+    let mut before = BTreeSet::new();
+    for i in 0..PODSETS {
+        before.extend(
+            converged(&ns, &format!("kept-{i}"), REPLICAS)
+                .await?
+                .iter()
+                .filter_map(|p| p.uid()),
+        );
+    }
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let stop = CancellationToken::new();
+    let watching = tokio::spawn(record_pods(ns.api::<Pod>(), seen.clone()));
+    let sampling = tokio::spawn(sample(install.clone(), seen.clone(), stop.clone()));
+
+    let began = jiff::Timestamp::now();
+    let names: Vec<String> = (1..=ATS).map(|i| format!("due-{i:02}")).collect();
+    for (i, name) in (1..=ATS).zip(&names) {
+        let when = began + jiff::SignedDuration::try_from(AT_SPACING * i)?;
+        let schedule = when.round(jiff::Unit::Second)?.to_string();
+        ns.api::<At>()
+            .create(
+                &PostParams::default(),
+                &at(name, &schedule, "echo upgraded"),
+            )
+            .await?;
+    }
+    let started = Instant::now();
+    upgrade.await?;
+    rolled_out(install).await?;
+    let rollout = started.elapsed();
+
+    let last_due = AT_SPACING * ATS;
+    poll(
+        last_due + Duration::from_secs(120),
+        "every At DONE",
+        || async {
+            let list = ns.api::<At>().list(&ListParams::default()).await?;
+            Ok(list.items.len() == names.len()
+                && list
+                    .items
+                    .iter()
+                    .all(|a| a.status.as_ref().and_then(|s| s.phase) == Some(AtPhase::Done)))
+        },
+    )
+    .await?;
+    stop.cancel();
+    sampling.await??;
+    watching.abort();
+
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    println!(
+        "{}: rolled out in {rollout:?}; Lease holders {:?}, longest without a live holder {:?}; \
+         fewest Ready operator pods {:?}",
+        install.deployment, seen.holders, seen.longest_gap, seen.fewest_ready
+    );
+    for at in ns.api::<At>().list(&ListParams::default()).await? {
+        let status = at.status.clone().unwrap_or_default();
+        ensure!(
+            status.succeeded == Some(true),
+            "{} did not succeed: {status:?}",
+            at.name_any()
+        );
+        let pods = seen.uids.get(&at.name_any()).map_or(0, BTreeSet::len);
+        ensure!(pods == 1, "{} ran in {pods} pods", at.name_any());
+    }
+    let mut after = BTreeSet::new();
+    for i in 0..PODSETS {
+        let name = format!("kept-{i}");
+        after.extend(
+            converged(&ns, &name, REPLICAS)
+                .await?
+                .iter()
+                .filter_map(|p| p.uid()),
+        );
+        let ever = seen.uids.get(&name).cloned().unwrap_or_default();
+        ensure!(
+            ever.is_subset(&before),
+            "{name} got new pods during the upgrade: {ever:?}"
+        );
+    }
+    ensure!(
+        after == before,
+        "PodSet pods were replaced: {before:?} -> {after:?}"
+    );
+    ensure!(
+        seen.longest_gap < LEASE_DURATION,
+        "leaderless for {:?}, longer than the lease",
+        seen.longest_gap
+    );
+    ensure!(
+        seen.fewest_ready.unwrap_or(0) >= MIN_AVAILABLE,
+        "Ready operator pods fell to {:?}",
+        seen.fewest_ready
+    );
+    Ok(())
+}
+
+/// Waits until the Deployment runs only pods of its newest template, all Ready.
+async fn rolled_out(install: &Install) -> Result<()> {
+    let deployments = install.api::<Deployment>();
+    poll(
+        Duration::from_secs(240),
+        "the rollout to finish",
+        || async {
+            let d = deployments.get(&install.deployment).await?;
+            let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            let generation = d.metadata.generation;
+            let s = d.status.unwrap_or_default();
+            Ok(s.observed_generation == generation
+                && s.updated_replicas == Some(want)
+                && s.replicas == Some(want)
+                && s.ready_replicas == Some(want))
+        },
+    )
+    .await
+}
+
+/// Every pod UID of the namespace, by its `app` label, as the watch delivers them.
+async fn record_pods(pods: kube::Api<Pod>, seen: Arc<Mutex<Seen>>) -> Result<()> {
+    let stream = watcher(pods, watcher::Config::default()).applied_objects();
+    futures::pin_mut!(stream);
+    while let Some(pod) = stream.try_next().await? {
+        if let (Some(app), Some(uid)) = (pod.labels().get("app").cloned(), pod.uid()) {
+            seen.lock()
+                .unwrap()
+                .uids
+                .entry(app)
+                .or_default()
+                .insert(uid);
+        }
+    }
+    Ok(())
+}
+
+/// Samples the Lease's holder and the Ready operator pods until `stop`.
+async fn sample(install: Install, seen: Arc<Mutex<Seen>>, stop: CancellationToken) -> Result<()> {
+    let pods = install.api::<Pod>();
+    while !stop.is_cancelled() {
+        let holder = install.holder().await?;
+        let live: Vec<Pod> = pods
+            .list(&ListParams::default().labels(&install.selector))
+            .await?
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        let ready = live.iter().filter(|p| pod_ready(p)).count();
+        let led = live.iter().any(|p| p.name_any() == holder);
+        seen.lock().unwrap().note(holder, ready, led);
+        tokio::select! {
+            _ = tokio::time::sleep(SAMPLE) => {}
+            _ = stop.cancelled() => {}
+        }
+    }
+    let mut s = seen.lock().unwrap();
+    if let Some(since) = s.gap_since {
+        s.longest_gap = s.longest_gap.max(since.elapsed());
+    }
+    Ok(())
+}
