@@ -11,8 +11,9 @@ K8S_VERSION ?= $(shell sed -n 's/^K8S_VERSION=//p' hack/go/versions.env)
 K8S_OLDEST := $(shell sed -n 's/^K8S_OLDEST=//p' hack/go/versions.env)
 override K8S_VERSION := $(shell bash -c 'source hack/go/env.sh && resolve_k8s_version $(K8S_VERSION)')
 export K8S_VERSION
-# Recipes (and the tests) use the kubectl of the cluster's own version.
-export PATH := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/podset-operator/kubernetes-v$(K8S_VERSION)/bin:$(PATH)
+# Recipes (and the tests) use the kubectl of the cluster's own version, and our helm CLI.
+HELM_VERSION := $(shell sed -n 's/^HELM_VERSION=//p' hack/go/versions.env)
+export PATH := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/podset-operator/kubernetes-v$(K8S_VERSION)/bin:$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/podset-operator/helm-v$(HELM_VERSION)/bin:$(PATH)
 # The tests that also run on K8S_OLDEST: cargo test flags, then name filters.
 OLDEST_TESTS := --test real_node --test faults --test in_cluster -- podset_walkthrough at_echo_yay apiserver_restart install_from_the_local_image
 

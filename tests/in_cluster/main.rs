@@ -38,6 +38,13 @@ async fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<Strin
     testenv::run_command(repo(), program, args, env).await
 }
 
+/// `helm <verb>` of the release `ps` of charts/podset-operator in `ns`, then `more`.
+async fn helm(verb: &str, ns: &str, kubeconfig: &str, more: &[&str]) -> Result<String> {
+    let release = [verb, "ps", "charts/podset-operator", "--namespace", ns];
+    let args = [&release[..], &["--kubeconfig", kubeconfig], more].concat();
+    run("helm", &args, &[]).await
+}
+
 /// One image build at a time: both tests build it, and hack/build-static.sh writes one
 /// output path.
 static IMAGE_BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -290,18 +297,7 @@ async fn helm_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
     // cannot be upgraded by the CLI without field conflicts.
     let kc = cluster.kubeconfig().display().to_string();
     let sets = values.join(",");
-    let args = [
-        "install",
-        "ps",
-        "charts/podset-operator",
-        "--namespace",
-        ns,
-        "--kubeconfig",
-        &kc,
-        "--set-string",
-        &sets,
-    ];
-    run("helm", &args, &[]).await?;
+    helm("install", ns, &kc, &["--set-string", &sets]).await?;
     let install = Install {
         cluster: cluster.clone(),
         client: cluster.client().await?,
@@ -325,19 +321,8 @@ async fn helm_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
         ];
         let crds = [&crds[..], &["-f", "charts/podset-operator/crds/"]].concat();
         run("kubectl", &crds, &[]).await?;
-        let helm = [
-            "upgrade",
-            "ps",
-            "charts/podset-operator",
-            "--namespace",
-            ns,
-            "--kubeconfig",
-            &kc,
-            "--reuse-values",
-            "--set",
-            "image.tag=upgraded",
-        ];
-        run("helm", &helm, &[]).await.map(drop)
+        let more = ["--reuse-values", "--set", "image.tag=upgraded"];
+        helm("upgrade", ns, &kc, &more).await.map(drop)
     };
     upgrade::loses_nothing(&install, upgrade).await
 }
