@@ -345,11 +345,18 @@ async fn converged_podsets_cost_no_writes() -> Result<()> {
             .await?;
         converged(&ns, &format!("idle-{i}"), 2).await?;
     }
+    // The operator's events only: the scheduler's and the hollow kubelets' may come late.
     let snapshot = |api: Api<PodSet>, pods: Api<Pod>, events: Api<Event>| async move {
-        let events = events.list(&ListParams::default()).await?.items.len();
+        let events = events.list(&ListParams::default()).await?.items;
+        let ours = |e: &&Event| e.reporting_controller.as_deref() == Some("podset-operator");
+        let events = events.iter().filter(ours).count();
         anyhow::Ok((versions(&api).await?, versions(&pods).await?, events))
     };
     let before = snapshot(api.clone(), ns.api(), ns.api()).await?;
+    assert!(
+        before.2 >= 3,
+        "no SuccessfulCreate event of the operator's seen"
+    );
     let window = tokio::time::Instant::now();
     tokio::time::sleep_until(window + Duration::from_secs(15)).await; // observation window, not a wait
     let after = snapshot(api.clone(), ns.api(), ns.api()).await?;
