@@ -17,8 +17,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use podset_operator::api::{At, AtSpec};
 use testenv::{Cluster, Options};
 
+use crate::NS;
+use crate::env::start_operator;
 use crate::system::quantile;
-use crate::{NS, start_operator};
 
 pub async fn node(operator: PathBuf, pods: usize) -> Result<()> {
     let mut cluster = None;

@@ -114,6 +114,10 @@ pub fn quantile(values: &[f64], q: f64) -> f64 {
     v[rank - 1]
 }
 
+pub fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -224,3 +224,7 @@ where
         }
     }
 }
+
+pub fn names(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}

@@ -1,0 +1,198 @@
+//! Measurements, their medians, the printed table and CSV, and the invariants every run must show.
+
+use anyhow::{Context, Result, bail};
+
+use crate::cli::{BenchArgs, Sizes};
+use crate::env::Target;
+use crate::system::median;
+
+/// One measurement.
+#[derive(Clone, Debug, Default)]
+pub struct Sample {
+    pub seconds: f64,
+    pub pods: usize,
+    pub mutations: f64,
+    /// Measured on a target's first run only (the window is long).
+    pub idle_writes_per_min: Option<f64>,
+    pub max_pods: usize,
+    pub peak_rss_mib: f64,
+    pub steady_rss_mib: f64,
+    pub cpu_seconds: f64,
+    /// CPU seconds of the API server and etcd while the work was done.
+    pub control_plane_cpu: f64,
+    pub note: String,
+}
+
+pub struct Row {
+    pub scenario: &'static str,
+    pub target: String,
+    pub samples: Vec<Sample>,
+}
+
+impl Row {
+    fn med(&self, f: impl Fn(&Sample) -> f64) -> f64 {
+        median(&self.samples.iter().map(f).collect::<Vec<_>>())
+    }
+}
+
+pub async fn repeat<F, Fut>(
+    runs: usize,
+    scenario: &'static str,
+    target: String,
+    mut f: F,
+) -> Result<Row>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Sample>>,
+{
+    let mut samples = Vec::new();
+    for run in 1..=runs {
+        eprintln!("[bench] {scenario} / {target}: run {run} of {runs}");
+        let sample = f()
+            .await
+            .with_context(|| format!("{scenario} / {target}, run {run}"))?;
+        eprintln!("[bench]   {:.3} s {}", sample.seconds, sample.note);
+        samples.push(sample);
+    }
+    Ok(Row {
+        scenario,
+        target,
+        samples,
+    })
+}
+
+/// The ratios the issue asks for, against baselines of the same run.
+fn ratio(rows: &[Row], scenario: &str, target: &str, base: &str) -> Option<f64> {
+    let find = |t: &str| {
+        rows.iter()
+            .find(|r| r.scenario == scenario && r.target == t)
+            .map(|r| r.med(|s| s.seconds))
+    };
+    Some(find(target)? / find(base)?)
+}
+
+pub fn report(rows: &[Row], args: &BenchArgs) -> Result<()> {
+    let header = [
+        "scenario",
+        "target",
+        "runs",
+        "pods",
+        "median s",
+        "x replicaset(qps1000)",
+        "x floor",
+        "mutating/pod",
+        "idle writes/min",
+        "max pods/object",
+        "peak RSS MiB",
+        "steady RSS MiB",
+        "CPU s",
+        "apiserver+etcd CPU s",
+        "note",
+    ];
+    let mut table = vec![header.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
+    for r in rows {
+        let fmt = |v: f64, digits: usize| {
+            if v.is_finite() && v != 0.0 {
+                format!("{v:.digits$}")
+            } else {
+                "-".into()
+            }
+        };
+        let note = r
+            .samples
+            .iter()
+            .map(|s| s.note.clone())
+            .find(|n| !n.is_empty())
+            .unwrap_or_default();
+        table.push(vec![
+            r.scenario.to_string(),
+            r.target.clone(),
+            r.samples.len().to_string(),
+            r.samples.last().map_or(0, |s| s.pods).to_string(),
+            format!("{:.3}", r.med(|s| s.seconds)),
+            ratio(
+                rows,
+                r.scenario,
+                &r.target,
+                &Target::ReplicaSet(Some(1000)).label(),
+            )
+            .map(|x| format!("{x:.2}"))
+            .unwrap_or("-".into()),
+            ratio(rows, r.scenario, &r.target, &Target::Floor.label())
+                .map(|x| format!("{x:.2}"))
+                .unwrap_or("-".into()),
+            fmt(r.med(|s| s.mutations), 2),
+            {
+                let idle: Vec<f64> = r
+                    .samples
+                    .iter()
+                    .filter_map(|s| s.idle_writes_per_min)
+                    .collect();
+                if idle.is_empty() {
+                    "-".into()
+                } else {
+                    format!("{:.1}", median(&idle))
+                }
+            },
+            if r.scenario.starts_with("W3") {
+                r.med(|s| s.max_pods as f64).to_string()
+            } else {
+                "-".into()
+            },
+            fmt(r.med(|s| s.peak_rss_mib), 1),
+            fmt(r.med(|s| s.steady_rss_mib), 1),
+            fmt(r.med(|s| s.cpu_seconds), 2),
+            fmt(r.med(|s| s.control_plane_cpu), 2),
+            note,
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| table.iter().map(|row| row[c].len()).max().unwrap_or(0))
+        .collect();
+    for row in &table {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        println!("| {} |", line.join(" | "));
+    }
+    if let Some(dir) = args.csv.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let csv: Vec<String> = table
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|c| format!("\"{}\"", c.replace('"', "'")))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect();
+    std::fs::write(&args.csv, csv.join("\n") + "\n")?;
+    eprintln!("[bench] wrote {}", args.csv.display());
+    Ok(())
+}
+
+/// Correctness the benchmarks must show whatever the timings: never more pods than the spec,
+/// never a duplicate At pod.
+pub fn check_invariants(rows: &[Row], s: &Sizes) -> Result<()> {
+    for r in rows {
+        for sample in &r.samples {
+            if r.scenario.starts_with("W3") && sample.max_pods > s.w3_high as usize {
+                bail!(
+                    "{} / {}: an object had {} pods, over its spec of {}",
+                    r.scenario,
+                    r.target,
+                    sample.max_pods,
+                    s.w3_high
+                );
+            }
+            if r.scenario.starts_with("At") && sample.max_pods > 0 {
+                bail!("{}: {} duplicate pods", r.scenario, sample.max_pods);
+            }
+        }
+    }
+    eprintln!("[bench] invariants hold: no object over its spec, no duplicate At pod");
+    Ok(())
+}

@@ -1,0 +1,88 @@
+//! The benchmark scenarios and which of them run.
+
+mod at;
+mod converge;
+mod storm;
+
+use anyhow::Result;
+
+use crate::cli::{BenchArgs, Sizes};
+use crate::env::Target;
+use crate::report::{Row, check_invariants, repeat, report};
+use at::at_run;
+use converge::converge_run;
+use storm::storm_run;
+
+fn wanted(args: &BenchArgs, scenario: &str) -> bool {
+    args.only.is_empty() || args.only.iter().any(|s| s == scenario)
+}
+
+fn targets<const N: usize>(args: &BenchArgs, all: [Target; N]) -> Vec<Target> {
+    all.into_iter()
+        .filter(|t| args.targets.is_empty() || args.targets.iter().any(|k| k == t.key()))
+        .collect()
+}
+
+pub async fn bench(args: BenchArgs) -> Result<()> {
+    let s = Sizes::new(args.smoke);
+    let runs = if args.smoke { 1 } else { args.runs };
+    let mut rows: Vec<Row> = Vec::new();
+    let qps = Target::ReplicaSet(Some(1000));
+    let all_targets = [
+        Target::Operator,
+        Target::ReplicaSet(None),
+        qps,
+        Target::Floor,
+    ];
+    if wanted(&args, "w1") {
+        for t in targets(&args, all_targets) {
+            rows.push(
+                repeat(runs, "W1 1x10 cold", t.label(), || {
+                    converge_run(t, &args, &s, 1, s.w1_replicas, false)
+                })
+                .await?,
+            );
+        }
+    }
+    if wanted(&args, "w2") {
+        for t in targets(&args, all_targets) {
+            // The idle window is long: measured on each target's first run only.
+            let mut first = true;
+            let run = || {
+                let idle = std::mem::take(&mut first);
+                converge_run(t, &args, &s, s.w2_objects, s.w2_replicas, idle)
+            };
+            rows.push(repeat(runs, "W2 200x5", t.label(), run).await?);
+        }
+    }
+    if wanted(&args, "w3") {
+        for t in targets(&args, [Target::Operator, qps]) {
+            rows.push(
+                repeat(runs, "W3 storm 100x(1<->10)", t.label(), || {
+                    storm_run(t, &args, &s)
+                })
+                .await?,
+            );
+        }
+    }
+    if wanted(&args, "w4") {
+        for t in targets(&args, [Target::Operator, qps]) {
+            rows.push(
+                repeat(1.min(runs), "W4 1000x10", t.label(), || {
+                    converge_run(t, &args, &s, s.w4_objects, s.w4_replicas, false)
+                })
+                .await?,
+            );
+        }
+    }
+    if wanted(&args, "at") {
+        rows.push(
+            repeat(runs, "At 500 same second", "podset-operator".into(), || {
+                at_run(&args, &s)
+            })
+            .await?,
+        );
+    }
+    report(&rows, &args)?;
+    check_invariants(&rows, &s)
+}
