@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
-    about = "Benchmarks and soak test of podset-operator on a local Kubernetes 1.20 control plane"
+    about = "Benchmarks and soak test of podset-operator on a local Kubernetes control plane"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -46,7 +46,7 @@ pub struct BenchArgs {
     /// Tiny sizes, one run: checks the harness, not the speed.
     #[arg(long)]
     pub smoke: bool,
-    /// Only these scenarios (w1,w2,w3,w4,at).
+    /// Only these scenarios (w1,w2,w3,w4,w5,at).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Only these targets (operator, replicaset, replicaset-qps1000, floor).
@@ -59,6 +59,11 @@ pub struct BenchArgs {
     /// W1/W2/W4 measurement, below target/bench/profiles (read with `go tool pprof -top`).
     #[arg(long)]
     pub profile_seconds: Option<u64>,
+    /// Record a heap profile of the operator with heaptrack during each W1/W2/W4/W5 run, up to
+    /// its steady reading, below target/bench/heap (build with `--profile profiling` for the
+    /// call sites' names).
+    #[arg(long)]
+    pub heap_profile: bool,
 }
 
 /// The sizes of a run.
@@ -71,6 +76,8 @@ pub struct Sizes {
     pub w3_high: i32,
     pub w4_objects: usize,
     pub w4_replicas: i32,
+    pub w5_objects: usize,
+    pub w5_replicas: i32,
     pub ats: usize,
     pub idle_window: Duration,
     pub steady_wait: Duration,
@@ -88,6 +95,8 @@ impl Sizes {
                 w3_high: 3,
                 w4_objects: 5,
                 w4_replicas: 3,
+                w5_objects: 6,
+                w5_replicas: 2,
                 ats: 5,
                 idle_window: Duration::from_secs(3),
                 steady_wait: Duration::from_secs(1),
@@ -102,6 +111,8 @@ impl Sizes {
                 w3_high: 10,
                 w4_objects: 1000,
                 w4_replicas: 10,
+                w5_objects: 10_000,
+                w5_replicas: 10,
                 ats: 500,
                 idle_window: Duration::from_secs(60),
                 steady_wait: Duration::from_secs(15),

@@ -1,7 +1,7 @@
 //! Who does the work (the targets) and the fresh control plane each measurement runs on.
 
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result};
 use kube::Client;
@@ -47,6 +47,8 @@ pub struct Env {
     pub client: Client,
     /// The operator process and its metrics port.
     pub operator: Option<(Process, u16)>,
+    operator_bin: PathBuf,
+    controllers: String,
 }
 
 impl Env {
@@ -81,7 +83,21 @@ impl Env {
             cluster,
             client,
             operator,
+            operator_bin: operator_bin.clone(),
+            controllers: controllers.into(),
         })
+    }
+
+    /// Stops the operator and starts a new one with `vars` added to its environment; returns
+    /// how long the new one took from its start to ready (its initial lists).
+    pub async fn restart_operator(&mut self, vars: &[(&str, String)]) -> Result<Duration> {
+        if let Some((mut old, _)) = self.operator.take() {
+            old.stop();
+        }
+        let start = Instant::now();
+        let (bin, controllers) = (&self.operator_bin, &self.controllers);
+        self.operator = Some(start_operator_with(&self.cluster, bin, controllers, vars).await?);
+        Ok(start.elapsed())
     }
 
     /// CPU seconds the API server and etcd have used: the control plane's share of the work.
@@ -112,6 +128,15 @@ pub async fn start_operator(
     bin: &PathBuf,
     controllers: &str,
 ) -> Result<(Process, u16)> {
+    start_operator_with(cluster, bin, controllers, &[]).await
+}
+
+async fn start_operator_with(
+    cluster: &Cluster,
+    bin: &PathBuf,
+    controllers: &str,
+    vars: &[(&str, String)],
+) -> Result<(Process, u16)> {
     let health = testenv::free_port()?;
     let metrics = testenv::free_port()?;
     let args = vec![
@@ -127,10 +152,14 @@ pub async fn start_operator(
     ];
     let mut op = Process::new("operator", bin, args, cluster.dir())
         .env("KUBECONFIG", &cluster.kubeconfig().to_string_lossy());
+    for (key, value) in vars {
+        op = op.env(key, value);
+    }
     op.start()
         .with_context(|| format!("starting {}", bin.display()))?;
+    // Long enough for the initial list of W5's 100,000 pods.
     testenv::poll(
-        Duration::from_secs(60),
+        Duration::from_secs(300),
         "the operator's /readyz",
         || async {
             let r = reqwest::get(format!("http://127.0.0.1:{health}/readyz")).await;

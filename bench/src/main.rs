@@ -6,6 +6,7 @@
 
 mod cli;
 mod env;
+mod heap;
 mod node;
 mod report;
 mod scenario;

@@ -20,6 +20,10 @@ pub struct Sample {
     pub cpu_seconds: f64,
     /// CPU seconds of the API server and etcd while the work was done.
     pub control_plane_cpu: f64,
+    /// The operator's time from a restart to ready, after converging (W5).
+    pub restart_seconds: f64,
+    /// Its peak and steady RSS after that restart.
+    pub restart_rss_mib: (f64, f64),
     pub note: String,
 }
 
@@ -87,6 +91,8 @@ pub fn report(rows: &[Row], args: &BenchArgs) -> Result<()> {
         "steady RSS MiB",
         "CPU s",
         "apiserver+etcd CPU s",
+        "restart to ready s",
+        "after restart: peak/steady RSS MiB",
         "note",
     ];
     let mut table = vec![header.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
@@ -143,6 +149,12 @@ pub fn report(rows: &[Row], args: &BenchArgs) -> Result<()> {
             fmt(r.med(|s| s.steady_rss_mib), 1),
             fmt(r.med(|s| s.cpu_seconds), 2),
             fmt(r.med(|s| s.control_plane_cpu), 2),
+            fmt(r.med(|s| s.restart_seconds), 2),
+            format!(
+                "{}/{}",
+                fmt(r.med(|s| s.restart_rss_mib.0), 1),
+                fmt(r.med(|s| s.restart_rss_mib.1), 1)
+            ),
             note,
         ]);
     }

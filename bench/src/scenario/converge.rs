@@ -1,5 +1,6 @@
-//! W1, W2, W4: objects created at once, timed until every status shows them.
+//! W1, W2, W4, W5: objects created at once, timed until every status shows them.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -7,51 +8,62 @@ use anyhow::Result;
 use crate::NS;
 use crate::cli::{BenchArgs, Sizes};
 use crate::env::{Env, Target, operator_writes, save_apiserver_profile};
+use crate::heap;
 use crate::report::Sample;
-use crate::system::{apiserver_mutations, mib, proc_stats};
+use crate::system::{ProcStats, apiserver_mutations, mib, proc_stats};
 use crate::workload::{self, Convergence, Kind, names};
 
-/// Creates `objects` x `replicas` and times it until every status shows them (W1, W2, W4).
+/// What one convergence run creates, and what it measures besides the time.
+#[derive(Clone, Copy)]
+pub struct Work {
+    pub name: &'static str,
+    pub objects: usize,
+    pub replicas: i32,
+    /// Writes while idle after converging (a long window).
+    pub idle: bool,
+    /// The operator's time from a restart to ready once everything converged, and its memory
+    /// after that restart's initial list.
+    pub restart: bool,
+}
+
+impl Work {
+    /// Only the time, the requests and the memory.
+    pub fn of(name: &'static str, objects: usize, replicas: i32) -> Self {
+        Self {
+            name,
+            objects,
+            replicas,
+            idle: false,
+            restart: false,
+        }
+    }
+}
+
+/// Creates `work.objects` x `work.replicas` and times it until every status shows them.
 pub async fn converge_run(
     target: Target,
     args: &BenchArgs,
     s: &Sizes,
-    objects: usize,
-    replicas: i32,
-    measure_idle: bool,
+    work: Work,
 ) -> Result<Sample> {
-    let env = Env::start(target, &args.operator, "podset").await?;
-    let pods = objects * replicas as usize;
+    let mut env = Env::start(target, &args.operator, "podset").await?;
+    let pods = work.objects * work.replicas as usize;
+    let heap_raw = match (args.heap_profile, target) {
+        (true, Target::Operator) => {
+            let raw = heap::raw_path(&format!("{}-{pods}pods", work.name))?;
+            env.restart_operator(&heap::recording(&raw)).await?;
+            Some(raw)
+        }
+        _ => None,
+    };
     let before = apiserver_mutations(&env.client).await?;
-    let start_cpu = env
-        .worker_pid()
-        .map(proc_stats)
-        .transpose()?
-        .unwrap_or_default();
+    let start_cpu = worker_stats(&env)?.unwrap_or_default();
     let control_plane_before = env.control_plane_cpu()?;
     let profile = args.profile_seconds.map(|secs| {
         let name = format!("{}-{pods}pods", target.label().replace([' ', '(', ')'], ""));
         tokio::spawn(save_apiserver_profile(env.client.clone(), secs, name))
     });
-    let t0 = Instant::now();
-    let seconds = match target {
-        Target::Floor => {
-            workload::create_pods(&env.client, NS, pods, 64).await?;
-            t0.elapsed().as_secs_f64()
-        }
-        Target::Operator | Target::ReplicaSet(_) => {
-            let kind = if target == Target::Operator {
-                Kind::PodSet
-            } else {
-                Kind::ReplicaSet
-            };
-            let mut conv = Convergence::start(&env.client, NS, kind);
-            workload::create_all(&env.client, NS, kind, &names("w", objects), replicas).await?;
-            conv.wait(objects, replicas, Duration::from_secs(600))
-                .await?;
-            t0.elapsed().as_secs_f64()
-        }
-    };
+    let seconds = submit_and_wait(&env, target, work).await?;
     let control_plane_cpu = env.control_plane_cpu()? - control_plane_before;
     if let Some(profile) = profile {
         profile.await??;
@@ -60,7 +72,7 @@ pub async fn converge_run(
     // The bench's own creates are not the controller's work.
     let own = match target {
         Target::Floor => pods,
-        _ => objects,
+        _ => work.objects,
     };
     let mut sample = Sample {
         seconds,
@@ -69,28 +81,85 @@ pub async fn converge_run(
         control_plane_cpu,
         ..Sample::default()
     };
-    if let Some(pid) = env.worker_pid() {
-        tokio::time::sleep(s.steady_wait).await; // let it settle before the steady reading
-        let stats = proc_stats(pid)?;
+    if let Some(stats) = steady_stats(&env, s).await? {
         sample.steady_rss_mib = mib(stats.rss_kib);
         sample.peak_rss_mib = mib(stats.peak_rss_kib);
         sample.cpu_seconds = stats.cpu_seconds - start_cpu.cpu_seconds;
     }
-    if measure_idle {
-        let per_minute = 60.0 / s.idle_window.as_secs_f64();
-        let own_port = env.operator.as_ref().map(|(_, port)| *port);
-        let own_before = match own_port {
-            Some(port) => Some(operator_writes(port).await?),
-            None => None,
-        };
-        let idle_before = apiserver_mutations(&env.client).await?;
-        tokio::time::sleep(s.idle_window).await; // the observation window itself
-        let idle_after = apiserver_mutations(&env.client).await?;
-        sample.idle_writes_per_min = Some((idle_after - idle_before) * per_minute);
-        if let (Some(port), Some(before)) = (own_port, own_before) {
-            let own = (operator_writes(port).await? - before) * per_minute;
-            sample.note = format!("the operator's own writes while idle: {own:.1}/min");
+    if work.idle {
+        measure_idle(&env, s, &mut sample).await?;
+    }
+    if let Some(raw) = heap_raw {
+        kill_for_profile(&mut env, &raw)?;
+    }
+    if work.restart && target == Target::Operator {
+        sample.restart_seconds = env.restart_operator(&[]).await?.as_secs_f64();
+        if let Some(stats) = steady_stats(&env, s).await? {
+            sample.restart_rss_mib = (mib(stats.peak_rss_kib), mib(stats.rss_kib));
         }
     }
     Ok(sample)
+}
+
+/// Submits the work and returns the seconds until it converged.
+async fn submit_and_wait(env: &Env, target: Target, work: Work) -> Result<f64> {
+    let t0 = Instant::now();
+    let kind = match target {
+        Target::Floor => {
+            let pods = work.objects * work.replicas as usize;
+            workload::create_pods(&env.client, NS, pods, 64).await?;
+            return Ok(t0.elapsed().as_secs_f64());
+        }
+        Target::Operator => Kind::PodSet,
+        Target::ReplicaSet(_) => Kind::ReplicaSet,
+    };
+    let mut conv = Convergence::start(&env.client, NS, kind);
+    let names = names("w", work.objects);
+    workload::create_all(&env.client, NS, kind, &names, work.replicas).await?;
+    // W5's 100,000 pods take minutes on 2 cores.
+    conv.wait(work.objects, work.replicas, Duration::from_secs(1800))
+        .await?;
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+fn worker_stats(env: &Env) -> Result<Option<ProcStats>> {
+    env.worker_pid().map(proc_stats).transpose()
+}
+
+/// The worker's memory and CPU once it had `steady_wait` to settle.
+async fn steady_stats(env: &Env, s: &Sizes) -> Result<Option<ProcStats>> {
+    if env.worker_pid().is_none() {
+        return Ok(None);
+    }
+    tokio::time::sleep(s.steady_wait).await; // let it settle before the steady reading
+    worker_stats(env)
+}
+
+/// The API server's and the operator's own writes while nothing changes.
+async fn measure_idle(env: &Env, s: &Sizes, sample: &mut Sample) -> Result<()> {
+    let per_minute = 60.0 / s.idle_window.as_secs_f64();
+    let own_port = env.operator.as_ref().map(|(_, port)| *port);
+    let own_before = match own_port {
+        Some(port) => Some(operator_writes(port).await?),
+        None => None,
+    };
+    let idle_before = apiserver_mutations(&env.client).await?;
+    tokio::time::sleep(s.idle_window).await; // the observation window itself
+    let idle_after = apiserver_mutations(&env.client).await?;
+    sample.idle_writes_per_min = Some((idle_after - idle_before) * per_minute);
+    if let (Some(port), Some(before)) = (own_port, own_before) {
+        let own = (operator_writes(port).await? - before) * per_minute;
+        sample.note = format!("the operator's own writes while idle: {own:.1}/min");
+    }
+    Ok(())
+}
+
+/// Kills the profiled operator where it stands (what was live is then reported as leaked)
+/// and turns its recording into a profile.
+fn kill_for_profile(env: &mut Env, raw: &Path) -> Result<()> {
+    if let Some((mut op, _)) = env.operator.take() {
+        op.stop_with(libc::SIGKILL, Duration::from_secs(5));
+    }
+    heap::finish(raw)?;
+    Ok(())
 }

@@ -10,7 +10,7 @@ use crate::cli::{BenchArgs, Sizes};
 use crate::env::Target;
 use crate::report::{Row, check_invariants, repeat, report};
 use at::at_run;
-use converge::converge_run;
+use converge::{Work, converge_run};
 use storm::storm_run;
 
 fn wanted(args: &BenchArgs, scenario: &str) -> bool {
@@ -38,7 +38,8 @@ pub async fn bench(args: BenchArgs) -> Result<()> {
         for t in targets(&args, all_targets) {
             rows.push(
                 repeat(runs, "W1 1x10 cold", t.label(), || {
-                    converge_run(t, &args, &s, 1, s.w1_replicas, false)
+                    let work = Work::of("w1", 1, s.w1_replicas);
+                    converge_run(t, &args, &s, work)
                 })
                 .await?,
             );
@@ -49,8 +50,11 @@ pub async fn bench(args: BenchArgs) -> Result<()> {
             // The idle window is long: measured on each target's first run only.
             let mut first = true;
             let run = || {
-                let idle = std::mem::take(&mut first);
-                converge_run(t, &args, &s, s.w2_objects, s.w2_replicas, idle)
+                let work = Work {
+                    idle: std::mem::take(&mut first),
+                    ..Work::of("w2", s.w2_objects, s.w2_replicas)
+                };
+                converge_run(t, &args, &s, work)
             };
             rows.push(repeat(runs, "W2 200x5", t.label(), run).await?);
         }
@@ -69,7 +73,23 @@ pub async fn bench(args: BenchArgs) -> Result<()> {
         for t in targets(&args, [Target::Operator, qps]) {
             rows.push(
                 repeat(1.min(runs), "W4 1000x10", t.label(), || {
-                    converge_run(t, &args, &s, s.w4_objects, s.w4_replicas, false)
+                    let work = Work::of("w4", s.w4_objects, s.w4_replicas);
+                    converge_run(t, &args, &s, work)
+                })
+                .await?,
+            );
+        }
+    }
+    if wanted(&args, "w5") {
+        // The ReplicaSet controller at its default QPS would take most of an hour here.
+        for t in targets(&args, [Target::Operator, qps]) {
+            rows.push(
+                repeat(1.min(runs), "W5 10000x10", t.label(), || {
+                    let work = Work {
+                        restart: true,
+                        ..Work::of("w5", s.w5_objects, s.w5_replicas)
+                    };
+                    converge_run(t, &args, &s, work)
                 })
                 .await?,
             );
