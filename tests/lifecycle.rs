@@ -231,6 +231,13 @@ async fn a_leader_whose_lease_is_taken_stops_acting_at_once() -> Result<()> {
     leases
         .patch(LEASE, &PatchParams::default(), &Patch::Merge(usurp))
         .await?;
+    let usurped = std::time::Instant::now();
+    // Seen through its Lease watch: until then the leader cannot know, and may act.
+    poll(PROMPTLY, "the leader seeing the usurper", || async {
+        Ok(leader.log().contains("names another holder; stepping down"))
+    })
+    .await?;
+    println!("the leader saw the usurper within {:?}", usurped.elapsed());
     let recorder = MaxPods::start(ns.api::<Pod>());
     let after = api
         .create(&PostParams::default(), &podset("after", 2))
