@@ -80,23 +80,34 @@ impl Install {
             .unwrap_or_default())
     }
 
+    /// The operator's pods that are not terminating.
+    async fn live_pods(&self) -> Result<Vec<Pod>> {
+        let selected = ListParams::default().labels(&self.selector);
+        Ok(self
+            .api::<Pod>()
+            .list(&selected)
+            .await?
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect())
+    }
+
     /// Waits for both replicas Ready (their readiness probes, through the kubelet) and the
     /// Lease held by one of them; returns the holder.
     async fn ready_with_leader(&self) -> Result<String> {
         let deployments = self.api::<Deployment>();
-        let pods = self.api::<Pod>();
         poll_some(
             Duration::from_secs(180),
             "2 Ready replicas and a leader",
             || async {
                 let d = deployments.get(&self.deployment).await?;
                 let ready = d.status.and_then(|s| s.ready_replicas).unwrap_or(0);
-                let names: Vec<String> = pods
-                    .list(&ListParams::default().labels(&self.selector))
+                let names: Vec<String> = self
+                    .live_pods()
                     .await?
-                    .items
                     .iter()
-                    .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+                    .filter(|p| pod_ready(p))
                     .map(ResourceExt::name_any)
                     .collect();
                 let holder = self.holder().await?;

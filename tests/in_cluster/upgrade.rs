@@ -210,16 +210,9 @@ async fn record_pods(pods: kube::Api<Pod>, seen: Arc<Mutex<Seen>>) -> Result<()>
 
 /// Samples the Lease's holder and the Ready operator pods until `stop`.
 async fn sample(install: Install, seen: Arc<Mutex<Seen>>, stop: CancellationToken) -> Result<()> {
-    let pods = install.api::<Pod>();
     while !stop.is_cancelled() {
         let holder = install.holder().await?;
-        let live: Vec<Pod> = pods
-            .list(&ListParams::default().labels(&install.selector))
-            .await?
-            .items
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect();
+        let live = install.live_pods().await?;
         let ready = live.iter().filter(|p| pod_ready(p)).count();
         let led = live.iter().any(|p| p.name_any() == holder);
         seen.lock().unwrap().note(holder, ready, led);
