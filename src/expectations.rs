@@ -18,6 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::cache::{Change, Touched};
+use crate::uid::Uid;
 
 /// As the ReplicaSet controller's `ExpectationsTimeout`.
 pub const EXPECTATIONS_TTL: Duration = Duration::from_secs(5 * 60);
@@ -25,11 +26,11 @@ pub const EXPECTATIONS_TTL: Duration = Duration::from_secs(5 * 60);
 #[derive(Debug)]
 struct Pending {
     creates: usize,
-    deletes: HashSet<String>,
+    deletes: HashSet<Uid>,
     /// Pod names of creates whose outcome is unknown; counted in `creates`.
     unsettled_creates: HashSet<String>,
     /// Pod UIDs (and names) of deletes whose outcome is unknown; also in `deletes`.
-    unsettled_deletes: HashMap<String, String>,
+    unsettled_deletes: HashMap<Uid, String>,
     /// Set once, when the record is made: neither more actions nor observations move it, so
     /// an owner whose watch events were lost waits at most one TTL.
     expires: Instant,
@@ -62,7 +63,7 @@ impl Pending {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Unsettled {
     pub creates: Vec<String>,
-    pub deletes: Vec<(String, String)>,
+    pub deletes: Vec<(Uid, String)>,
 }
 
 /// Whether an owner may be acted on.
@@ -75,7 +76,7 @@ pub enum Readiness {
 
 #[derive(Default, Debug)]
 pub struct Expectations {
-    owners: Mutex<HashMap<String, Pending>>,
+    owners: Mutex<HashMap<Uid, Pending>>,
 }
 
 impl Expectations {
@@ -83,20 +84,21 @@ impl Expectations {
     /// ReplicaSet controller's `SetExpectations` starts afresh: what it still expected will
     /// never be seen, and adding to it would make every later round wait the full TTL.
     fn with<R>(&self, owner_uid: &str, now: Instant, f: impl FnOnce(&mut Pending) -> R) -> R {
+        let owner_uid = Uid::from(owner_uid);
         let mut owners = self.owners.lock();
-        if !owners.contains_key(owner_uid) {
+        if !owners.contains_key(&owner_uid) {
             // An owner deleted while the watch was away leaves a record nothing reads again.
             owners.retain(|_, p| !p.expired(now));
         }
         let pending = owners
-            .entry(owner_uid.to_string())
+            .entry(owner_uid.clone())
             .or_insert_with(|| Pending::new(now));
         if pending.expired(now) {
             *pending = Pending::new(now);
         }
         let r = f(pending);
         if pending.met() {
-            owners.remove(owner_uid);
+            owners.remove(&owner_uid);
         }
         r
     }
@@ -115,17 +117,17 @@ impl Expectations {
     pub fn expect_deletes<'a>(
         &self,
         owner_uid: &str,
-        pod_uids: impl IntoIterator<Item = &'a str>,
+        pod_uids: impl IntoIterator<Item = &'a Uid>,
         now: Instant,
     ) {
         self.with(owner_uid, now, |p| {
-            p.deletes.extend(pod_uids.into_iter().map(str::to_string))
+            p.deletes.extend(pod_uids.into_iter().cloned())
         });
     }
 
     /// A delete that failed, or found the pod already gone: nothing left to expect or to
     /// send again.
-    pub fn delete_done(&self, owner_uid: &str, pod_uid: &str, now: Instant) {
+    pub fn delete_done(&self, owner_uid: &str, pod_uid: &Uid, now: Instant) {
         self.with(owner_uid, now, |p| {
             p.deletes.remove(pod_uid);
             p.unsettled_deletes.remove(pod_uid);
@@ -150,22 +152,25 @@ impl Expectations {
     }
 
     /// A delete whose reply was lost: still expected, and to be sent again.
-    pub fn delete_unsettled(&self, owner_uid: &str, pod_uid: &str, name: &str, now: Instant) {
+    pub fn delete_unsettled(&self, owner_uid: &str, pod_uid: &Uid, name: &str, now: Instant) {
         self.with(owner_uid, now, |p| {
             p.unsettled_deletes
-                .insert(pod_uid.to_string(), name.to_string())
+                .insert(pod_uid.clone(), name.to_string())
         });
     }
 
     /// A delete sent again was answered and is under way: the watch says when it is done.
-    pub fn delete_settled(&self, owner_uid: &str, pod_uid: &str, now: Instant) {
+    pub fn delete_settled(&self, owner_uid: &str, pod_uid: &Uid, now: Instant) {
         self.with(owner_uid, now, |p| p.unsettled_deletes.remove(pod_uid));
     }
 
     /// The owner's creates and deletes to send again (none once its record expired).
     pub fn unsettled(&self, owner_uid: &str, now: Instant) -> Unsettled {
         let owners = self.owners.lock();
-        let Some(p) = owners.get(owner_uid).filter(|p| !p.expired(now)) else {
+        let Some(p) = owners
+            .get(&Uid::from(owner_uid))
+            .filter(|p| !p.expired(now))
+        else {
             return Unsettled::default();
         };
         let mut unsettled = Unsettled {
@@ -201,11 +206,12 @@ impl Expectations {
     /// Satisfied once the watch showed everything expected, or the record expired (it is then
     /// dropped).
     pub fn readiness(&self, owner_uid: &str, now: Instant) -> Readiness {
+        let owner_uid = Uid::from(owner_uid);
         let mut owners = self.owners.lock();
-        match owners.get(owner_uid) {
+        match owners.get(&owner_uid) {
             None => Readiness::Satisfied,
             Some(p) if p.expired(now) => {
-                owners.remove(owner_uid);
+                owners.remove(&owner_uid);
                 Readiness::Satisfied
             }
             Some(p) => Readiness::Waiting(p.expires - now),
@@ -214,7 +220,7 @@ impl Expectations {
 
     /// Drops an owner's expectations (the owner is gone).
     pub fn forget(&self, owner_uid: &str) {
-        self.owners.lock().remove(owner_uid);
+        self.owners.lock().remove(&Uid::from(owner_uid));
     }
 }
 
@@ -265,6 +271,17 @@ impl<S> StatusWrites<S> {
         self.by_uid.lock().remove(uid);
     }
 
+    /// The watch showed the object at `resource_version`: a record written over another
+    /// version can serve no reconcile any more (they hold this copy or a newer one). Dropped at
+    /// once rather than after [`Self::KEEP`], or 10,000 PodSets scaling at once would hold
+    /// 10,000 statuses for a minute.
+    pub fn observed(&self, uid: &str, resource_version: &str) {
+        let mut by_uid = self.by_uid.lock();
+        if by_uid.get(uid).is_some_and(|w| w.over != resource_version) {
+            by_uid.remove(uid);
+        }
+    }
+
     /// Records a status written over the copy at resourceVersion `over`.
     pub fn record(&self, uid: &str, over: &str, status: S, now: Instant) {
         let mut by_uid = self.by_uid.lock();
@@ -285,6 +302,10 @@ mod tests {
     use super::*;
     use crate::cache::Owner;
 
+    fn uid(s: &str) -> Uid {
+        Uid::from(s)
+    }
+
     #[test]
     fn a_status_written_over_a_stale_copy_is_not_written_again() {
         let w = StatusWrites::default();
@@ -302,6 +323,15 @@ mod tests {
         // Old records are dropped as new ones come.
         w.record("p", "1", 1, t0 + Duration::from_secs(61));
         assert_eq!(w.by_uid.lock().len(), 1);
+        // And as soon as the watch shows another version of the object.
+        w.observed("p", "1");
+        assert_eq!(
+            w.written_over("p", "1", t0),
+            Some(1),
+            "still the version it was over"
+        );
+        w.observed("p", "2");
+        assert!(w.by_uid.lock().is_empty());
     }
 
     fn touched(owner: &str, pod: &str, change: Change) -> Touched {
@@ -377,9 +407,9 @@ mod tests {
     fn an_unsettled_delete_is_settled_by_an_answer_or_the_watch() {
         let e = Expectations::default();
         let t0 = Instant::now();
-        e.expect_deletes("o", ["a", "b"], t0);
-        e.delete_unsettled("o", "a", "web-poda", t0);
-        e.delete_unsettled("o", "b", "web-podb", t0);
+        e.expect_deletes("o", &[uid("a"), uid("b")], t0);
+        e.delete_unsettled("o", &uid("a"), "web-poda", t0);
+        e.delete_unsettled("o", &uid("b"), "web-podb", t0);
         assert_eq!(
             e.unsettled("o", t0).deletes,
             [
@@ -388,13 +418,13 @@ mod tests {
             ]
         );
         e.observe(&touched("o", "a", Change::Removed), t0);
-        e.delete_settled("o", "b", t0);
+        e.delete_settled("o", &uid("b"), t0);
         assert!(
             matches!(e.readiness("o", t0), Readiness::Waiting(_)),
             "b's delete answered, but the watch has not shown it"
         );
         assert_eq!(e.unsettled("o", t0), Unsettled::default());
-        e.delete_done("o", "b", t0);
+        e.delete_done("o", &uid("b"), t0);
         assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
         assert_eq!(
             e.unsettled("o", t0 + EXPECTATIONS_TTL),
@@ -419,14 +449,14 @@ mod tests {
     fn deletes_are_tracked_by_uid() {
         let e = Expectations::default();
         let t0 = Instant::now();
-        e.expect_deletes("o", ["a", "b"], t0);
+        e.expect_deletes("o", &[uid("a"), uid("b")], t0);
         e.observe(&touched("o", "c", Change::Removed), t0);
         assert!(
             matches!(e.readiness("o", t0), Readiness::Waiting(_)),
             "not a pod we deleted"
         );
         e.observe(&touched("o", "a", Change::Removed), t0);
-        e.delete_done("o", "b", t0);
+        e.delete_done("o", &uid("b"), t0);
         assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
     }
 

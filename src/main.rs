@@ -188,6 +188,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let shared = Shared::default();
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
+    tokio::spawn(podset_operator::memory::release_every(
+        podset_operator::memory::RELEASE_EVERY,
+    ));
 
     let fence = match args.leader_elect {
         true => Fence::closed(),

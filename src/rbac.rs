@@ -52,7 +52,7 @@ pub fn rules() -> Vec<PolicyRule> {
         // pod (a missing pod before declaring it vanished, an existing one after a 409);
         // delete is PodSet's scale-down only.
         rule("", &["pods"], &["get", "list", "watch", "create", "delete"]),
-        // kube's event Recorder turns repeats into PATCHes of an event series.
+        // A repeated event becomes a series: PATCHes of the first (src/events.rs).
         rule("events.k8s.io", &["events"], &["create", "patch"]),
     ]
 }

@@ -45,7 +45,7 @@ async fn a_restricted_namespace_admits_our_pods_and_reports_a_template_it_refuse
     .await?;
 
     let mut privileged = podset("privileged", 1);
-    privileged.spec.template = Some(serde_json::from_value::<PodTemplateSpec>(
+    privileged.spec.template = Some(serde_json::from_value::<Box<PodTemplateSpec>>(
         serde_json::json!({"spec": {"containers": [{
             "name": "c", "image": "busybox", "command": ["sleep", "3600"],
             "securityContext": {"privileged": true}}]}}),

@@ -36,8 +36,10 @@ pub struct PodSetSpec {
     /// Optional template for the pods. Without it, each pod runs busybox `sleep 3600` under a
     /// restricted security context. Changes apply to pods created afterwards only, as with a
     /// ReplicaSet; the labels `app` and `version` and a restartPolicy of Always are enforced.
+    // Boxed: a PodTemplateSpec is kilobytes wide even when empty, and every cached PodSet
+    // would carry that width, set or not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub template: Option<PodTemplateSpec>,
+    pub template: Option<Box<PodTemplateSpec>>,
 }
 
 fn default_replicas() -> i32 {
@@ -70,4 +72,23 @@ pub struct PodSetStatus {
     /// or delete failed, with the API server's message).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every PodSet in the controller's store carries this width, its template set or not.
+    #[test]
+    fn a_podset_is_narrow_without_a_template() {
+        let (podset, template) = (
+            std::mem::size_of::<PodSet>(),
+            std::mem::size_of::<PodTemplateSpec>(),
+        );
+        assert!(podset <= 512, "PodSet {podset} bytes");
+        assert!(
+            template > 1024,
+            "PodTemplateSpec {template} bytes: boxing it saves less"
+        );
+    }
 }

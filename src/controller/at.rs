@@ -41,7 +41,7 @@ async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
         .pods
         .owned_by(&at.uid().unwrap_or_default())
         .into_iter()
-        .find(|p| p.name == pod_name);
+        .find(|p| *p.name == *pod_name);
     let now = Timestamp::now();
     let mut base = None;
     let (status, next) = match plan::decide(at, cached.as_deref(), now) {

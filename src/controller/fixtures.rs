@@ -6,13 +6,13 @@ use http::{Method, Request, Response};
 use http_body_util::BodyExt;
 use kube::Client;
 use kube::client::Body;
-use kube::runtime::events::{Recorder, Reporter};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tower::BoxError;
 
 use super::{Backoff, Context};
 use crate::api::PodSet;
+use crate::events::Recorder;
 use crate::expectations::{Expectations, StatusWrites};
 
 /// A Context whose API answers nothing (for tests that never call it).
@@ -28,13 +28,7 @@ fn context_over(client: Client) -> Arc<Context> {
         client: client.clone(),
         pods: Default::default(),
         expectations: Expectations::default(),
-        recorder: Recorder::new(
-            client,
-            Reporter {
-                controller: "test".into(),
-                instance: None,
-            },
-        ),
+        recorder: Recorder::new(client, "test", "test"),
         metrics: Default::default(),
         backoff: Backoff::default(),
         podset_statuses: StatusWrites::default(),

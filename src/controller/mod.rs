@@ -22,7 +22,7 @@ use std::time::Duration;
 use futures::channel::mpsc::UnboundedReceiver;
 use futures::{FutureExt, StreamExt};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -35,6 +35,7 @@ use tracing::{debug, info, warn};
 use crate::api::PodSetStatus;
 use crate::cache::PodCache;
 use crate::error::Error;
+use crate::events::{Note, Recorder};
 use crate::expectations::{Expectations, StatusWrites};
 use crate::health::Health;
 use crate::metrics::Metrics;
@@ -115,13 +116,7 @@ pub async fn run(
         client: client.clone(),
         pods,
         expectations: Expectations::default(),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "podset-operator".into(),
-                instance: Some(settings.instance.clone()),
-            },
-        ),
+        recorder: Recorder::new(client.clone(), "podset-operator", &settings.instance),
         metrics,
         backoff: Backoff::default(),
         podset_statuses: StatusWrites::default(),
@@ -185,6 +180,7 @@ pub async fn run(
     for mut ready in stores {
         let _ = ready.wait_for(|synced| *synced).await;
     }
+    crate::memory::release();
     health.set_ready(true);
     info!("caches synced; ready");
     let supervised = supervise(controllers, &shutdown, &health).await;
@@ -302,14 +298,13 @@ pub async fn publish<K: Resource<DynamicType = ()>>(
     action: &str,
     note: String,
 ) {
-    let event = Event {
+    let note = Note {
         type_,
-        reason: reason.into(),
-        note: Some(truncate_note(note)),
-        action: action.into(),
-        secondary: None,
+        reason,
+        action,
+        note: truncate_note(note),
     };
-    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
+    if let Err(e) = ctx.recorder.publish(&obj.object_ref(&()), note).await {
         warn!(error = %e, reason, "could not publish event");
     }
 }

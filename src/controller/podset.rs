@@ -22,6 +22,7 @@ use crate::expectations::{Readiness, Unsettled};
 use crate::jitter::jittered;
 use crate::plan::name;
 use crate::plan::podset::{self as plan, Failure, Outcome, Plan};
+use crate::uid::Uid;
 
 const CONTROLLER: &str = "podset";
 
@@ -146,14 +147,14 @@ async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> 
     }
     let (uid, api) = (ps.uid().unwrap_or_default(), pods_api(ps, ctx));
     ctx.expectations
-        .expect_deletes(&uid, victims.iter().map(|p| p.uid.as_str()), Instant::now());
+        .expect_deletes(&uid, victims.iter().map(|p| &p.uid), Instant::now());
     let results = join_all(victims.iter().map(|p| delete(&api, &p.name, &p.uid))).await;
     let mut deleted = Vec::new();
     let mut error = None;
     for (pod, result) in victims.iter().zip(results) {
         let now = Instant::now();
         match result {
-            Deleted::Sent => deleted.push(pod.name.clone()),
+            Deleted::Sent => deleted.push(pod.name.to_string()),
             Deleted::Gone => ctx.expectations.delete_done(&uid, &pod.uid, now),
             Deleted::Unknown(e) => {
                 let (pod_uid, name) = (&pod.uid, &pod.name);
@@ -291,7 +292,7 @@ enum Deleted {
     Unknown(kube::Error),
 }
 
-async fn delete(api: &Api<Pod>, name: &str, uid: &str) -> Deleted {
+async fn delete(api: &Api<Pod>, name: &str, uid: &Uid) -> Deleted {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: Some(uid.to_string()),

@@ -19,6 +19,8 @@ use crate::cache::Touched;
 /// The primary objects, triggering only on spec (generation) changes; `synced` turns true
 /// once the first full list is in the store. A deleted object's records (backoff,
 /// expectations, status memo) go with it: nothing would ever reconcile it to reset them.
+/// The store keeps no field that no reconcile reads and that can be large: managed fields,
+/// and `kubectl apply`'s copy of the whole object (a PodSet's template a second time).
 pub(super) fn primary<K>(
     events: impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
     writer: reflector::store::Writer<K>,
@@ -29,15 +31,29 @@ where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
 {
     events
-        .modify(|o: &mut K| o.managed_fields_mut().clear())
+        .modify(slim)
         .reflect(writer)
         .inspect(move |event| match event {
             Ok(watcher::Event::InitDone) => drop(synced.send_replace(true)),
+            Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
+                let (uid, version) = (obj.uid(), obj.resource_version());
+                let (uid, version) = (uid.unwrap_or_default(), version.unwrap_or_default());
+                ctx.podset_statuses.observed(&uid, &version);
+            }
             Ok(watcher::Event::Delete(obj)) => ctx.forget(&obj.uid().unwrap_or_default()),
             _ => {}
         })
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default())
+}
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+fn slim<K: Resource>(o: &mut K) {
+    o.managed_fields_mut().clear();
+    if let Some(annotations) = o.meta_mut().annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
 }
 
 /// Sends each owner whose pods changed to its controller. A controller that does not run has
@@ -65,7 +81,7 @@ impl Router {
     }
 
     fn route(&self, t: &Touched) {
-        match t.owner.kind.as_str() {
+        match &*t.owner.kind {
             "PodSet" => enqueue(self.podset.as_ref(), t),
             "At" => enqueue(self.at.as_ref(), t),
             _ => {}
@@ -148,6 +164,32 @@ mod tests {
         }
         let mut podset = queues.podset.expect("the PodSet controller runs");
         assert!(podset.try_recv().is_ok());
+    }
+
+    #[tokio::test]
+    async fn the_store_keeps_no_managed_fields_nor_applied_copy() {
+        let mut ps = podset();
+        ps.metadata.managed_fields = Some(vec![Default::default()]);
+        ps.metadata.annotations = Some(
+            [(LAST_APPLIED, "{...}"), ("kept", "yes")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .into(),
+        );
+        let events = futures::stream::iter([
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(ps.clone())),
+            Ok(watcher::Event::InitDone),
+        ]);
+        let (reader, writer) = reflector::store();
+        let (synced, _ready) = tokio::sync::watch::channel(false);
+        primary(events, writer, synced, context())
+            .for_each(|_| async {})
+            .await;
+        let stored = reader.get(&ObjectRef::from_obj(&ps)).expect("stored");
+        assert!(stored.managed_fields().is_empty());
+        let annotations = stored.annotations();
+        assert_eq!(annotations.keys().collect::<Vec<_>>(), ["kept"]);
+        assert_eq!(stored.spec, ps.spec);
     }
 
     #[tokio::test]

@@ -169,11 +169,11 @@ pub fn progress(at: &At, pod: &CachedPod, now: Timestamp) -> AtStatus {
         } else {
             AtPhase::Running
         }),
-        pod_name: Some(pod.name.clone()),
+        pod_name: Some(pod.name.to_string()),
         start_time: previous
             .start_time
             .clone()
-            .or_else(|| pod.created.map(Time))
+            .or_else(|| pod.created.map(|s| Time(s.timestamp())))
             .or(Some(Time(now))),
         completion_time: done.map(|_| previous.completion_time.clone().unwrap_or(Time(now))),
         succeeded: done,
@@ -280,7 +280,8 @@ fn pending(at: &At, want: Want<'_>, now: Timestamp) -> AtStatus {
 /// `Completed` for a pod that ended, with the kubelet's reason, message and exit code.
 fn finished<'a>(reason: &'a str, pod: &CachedPod) -> Want<'a> {
     let mut message = format!("pod {} {}", pod.name, reason.to_lowercase());
-    for detail in [&pod.reason, &pod.message].into_iter().flatten() {
+    let ended = pod.ended.as_deref().cloned().unwrap_or_default();
+    for detail in [ended.reason, ended.message].into_iter().flatten() {
         message.push_str(&format!(": {detail}"));
     }
     if let Some(code) = pod.exit_code {

@@ -5,17 +5,17 @@ use std::sync::Arc;
 use jiff::Timestamp;
 
 use crate::api::{PodSet, PodSetSpec};
-use crate::cache::{CachedPod, Phase};
+use crate::cache::{CachedPod, Phase, Stamp};
 
-pub fn at(s: i64) -> Option<Timestamp> {
-    Some(Timestamp::from_second(s).unwrap())
+pub fn at(s: i64) -> Option<Stamp> {
+    Some(Timestamp::from_second(s).unwrap().into())
 }
 
 pub fn pod(name: &str) -> CachedPod {
     CachedPod {
         name: name.into(),
         namespace: "ns".into(),
-        uid: format!("uid-{name}"),
+        uid: format!("uid-{name}").as_str().into(),
         owner: None,
         phase: Phase::Running,
         ready: true,
@@ -25,8 +25,7 @@ pub fn pod(name: &str) -> CachedPod {
         created: at(50),
         deletion_cost: 0,
         restarts: 0,
-        reason: None,
-        message: None,
+        ended: None,
         exit_code: None,
     }
 }
@@ -36,7 +35,7 @@ pub fn arcs(pods: Vec<CachedPod>) -> Vec<Arc<CachedPod>> {
 }
 
 pub fn names(pods: &[Arc<CachedPod>]) -> Vec<&str> {
-    pods.iter().map(|p| p.name.as_str()).collect()
+    pods.iter().map(|p| &*p.name).collect()
 }
 
 /// PodSet `ns/web` with UID `ps-uid` and `replicas`.

@@ -105,7 +105,7 @@ pub fn status(
     let mut pod_names: Vec<String> = pods
         .iter()
         .filter(|p| p.is_active())
-        .map(|p| p.name.clone())
+        .map(|p| p.name.to_string())
         .collect();
     pod_names.sort();
     let available = i32::try_from(pod_names.len()).unwrap_or(i32::MAX);
@@ -173,7 +173,7 @@ fn no_failure() -> Want<'static> {
 /// `generateName` is the prefix of the name the controller gives each pod ([`super::name`]).
 pub fn pod_for(ps: &PodSet) -> Pod {
     let name = ps.name_any();
-    let template = ps.spec.template.clone().unwrap_or_default();
+    let template = ps.spec.template.as_deref().cloned().unwrap_or_default();
     let template_meta = template.metadata.unwrap_or_default();
     let mut labels: BTreeMap<String, String> = template_meta.labels.unwrap_or_default();
     labels.insert("app".into(), name.clone());
@@ -411,7 +411,7 @@ mod tests {
         }))
         .unwrap();
         template.metadata.as_mut().unwrap().name = Some("ignored".into());
-        ps.spec.template = Some(template);
+        ps.spec.template = Some(Box::new(template));
         let p = pod_for(&ps);
         let labels = p.metadata.labels.unwrap();
         assert_eq!(

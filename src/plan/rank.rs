@@ -11,7 +11,7 @@ use crate::cache::CachedPod;
 pub fn victims(mut active: Vec<Arc<CachedPod>>, n: usize) -> Vec<Arc<CachedPod>> {
     // As upstream's `getPodsRankedByRelatedPodsOnSameNode`: a pod sharing its node with more
     // of its owner's active pods goes first, spreading the survivors across nodes.
-    let mut on_node: HashMap<Option<String>, usize> = HashMap::new();
+    let mut on_node: HashMap<Option<Arc<str>>, usize> = HashMap::new();
     for p in &active {
         *on_node.entry(p.node_name.clone()).or_default() += 1;
     }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::api::AtSpec;
+use crate::cache::Ended;
 
 const SCHEDULE: &str = "2019-04-12T10:12:00Z";
 
@@ -35,11 +36,10 @@ fn pod(phase: Phase) -> CachedPod {
         ready_since: None,
         node_name: None,
         terminating: false,
-        created: Some(ts("2019-04-12T10:12:01Z")),
+        created: Some(ts("2019-04-12T10:12:01Z").into()),
         deletion_cost: 0,
         restarts: 0,
-        reason: None,
-        message: None,
+        ended: None,
         exit_code: None,
     }
 }
@@ -222,8 +222,10 @@ fn created_pod_means_running_then_done_with_the_outcome() {
     assert_eq!((n.len(), n[0].type_), (1, EventType::Normal));
 
     let mut bad = pod(Phase::Failed);
-    bad.reason = Some("Error".into());
-    bad.message = Some("boom".into());
+    bad.ended = Some(Box::new(Ended {
+        reason: Some("Error".into()),
+        message: Some("boom".into()),
+    }));
     bad.exit_code = Some(3);
     let failed = record(decide(&at, Some(&bad), ts("2019-04-12T10:12:09Z")));
     assert_eq!(

@@ -5,144 +5,24 @@
 //! pods without scanning every pod. Applying a watch event returns which owners it
 //! touched, so the caller can observe expectations and route the owner to its controller.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+mod index;
+mod intern;
+mod pod;
 
-use jiff::Timestamp;
+pub use pod::{CachedPod, Ended, Owner, Phase, Stamp};
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::Event;
 use tokio::sync::watch;
 
-/// A pod phase, as the API reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Phase {
-    Pending,
-    Unknown,
-    Running,
-    Succeeded,
-    Failed,
-}
+use crate::uid::Uid;
+use index::Index;
 
-impl Phase {
-    fn parse(s: Option<&str>) -> Self {
-        match s {
-            Some("Running") => Phase::Running,
-            Some("Succeeded") => Phase::Succeeded,
-            Some("Failed") => Phase::Failed,
-            Some("Unknown") => Phase::Unknown,
-            _ => Phase::Pending,
-        }
-    }
-
-    pub fn finished(self) -> bool {
-        matches!(self, Phase::Succeeded | Phase::Failed)
-    }
-}
-
-/// The controlling ownerReference of a pod.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Owner {
-    pub kind: String,
-    pub name: String,
-    pub uid: String,
-}
-
-/// What the controllers need to know of a pod.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CachedPod {
-    pub name: String,
-    pub namespace: String,
-    pub uid: String,
-    pub owner: Option<Owner>,
-    pub phase: Phase,
-    pub ready: bool,
-    /// When the Ready condition last became true.
-    pub ready_since: Option<Timestamp>,
-    pub node_name: Option<String>,
-    /// `metadata.deletionTimestamp` is set.
-    pub terminating: bool,
-    pub created: Option<Timestamp>,
-    /// The `controller.kubernetes.io/pod-deletion-cost` annotation (0 when absent or invalid).
-    pub deletion_cost: i32,
-    /// The restart count of the most restarted container, as upstream ranks pods by.
-    pub restarts: i32,
-    /// `status.reason` and `status.message`, for reporting how a pod ended.
-    pub reason: Option<String>,
-    pub message: Option<String>,
-    /// Exit code of the first container that terminated.
-    pub exit_code: Option<i32>,
-}
-
-impl CachedPod {
-    pub fn from_pod(pod: &Pod) -> Self {
-        let meta = &pod.metadata;
-        let status = pod.status.as_ref();
-        let ready_condition = status
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
-        let container_statuses = status
-            .and_then(|s| s.container_statuses.as_deref())
-            .unwrap_or_default();
-        Self {
-            name: meta.name.clone().unwrap_or_default(),
-            namespace: meta.namespace.clone().unwrap_or_default(),
-            uid: meta.uid.clone().unwrap_or_default(),
-            owner: meta
-                .owner_references
-                .as_ref()
-                .and_then(|refs| refs.iter().find(|r| r.controller == Some(true)))
-                .map(|r| Owner {
-                    kind: r.kind.clone(),
-                    name: r.name.clone(),
-                    uid: r.uid.clone(),
-                }),
-            phase: Phase::parse(status.and_then(|s| s.phase.as_deref())),
-            ready: ready_condition.is_some_and(|c| c.status == "True"),
-            ready_since: ready_condition
-                .filter(|c| c.status == "True")
-                .and_then(|c| c.last_transition_time.as_ref())
-                .map(|t| t.0),
-            node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
-            terminating: meta.deletion_timestamp.is_some(),
-            created: meta.creation_timestamp.as_ref().map(|t| t.0),
-            deletion_cost: meta
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get("controller.kubernetes.io/pod-deletion-cost"))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
-            restarts: container_statuses
-                .iter()
-                .map(|c| c.restart_count)
-                .max()
-                .unwrap_or(0),
-            reason: status.and_then(|s| s.reason.clone()),
-            message: status.and_then(|s| s.message.clone()),
-            exit_code: container_statuses
-                .iter()
-                .find_map(|c| c.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code)),
-        }
-    }
-
-    /// A short name of where the pod is, for metrics.
-    pub fn state(&self) -> &'static str {
-        match (self.terminating, self.phase) {
-            (true, _) => "terminating",
-            (_, Phase::Pending) => "pending",
-            (_, Phase::Running) => "running",
-            (_, Phase::Succeeded) => "succeeded",
-            (_, Phase::Failed) => "failed",
-            (_, Phase::Unknown) => "unknown",
-        }
-    }
-
-    /// Counted as available: not terminating and not finished, as upstream's
-    /// `IsPodActive`. A pod in phase Unknown (its node stopped reporting) may still run:
-    /// replacing it at once would churn pods on every node hiccup.
-    pub fn is_active(&self) -> bool {
-        !self.terminating && !self.phase.finished()
-    }
-}
+/// Pods removed between two purges of names no pod holds.
+const PURGE_EVERY: usize = 4096;
 
 /// How a watch event changed one owner's pods.
 #[derive(Clone, Debug, PartialEq)]
@@ -159,48 +39,9 @@ pub enum Change {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Touched {
     pub owner: Owner,
-    pub namespace: String,
-    pub pod_uid: String,
+    pub namespace: Arc<str>,
+    pub pod_uid: Uid,
     pub change: Change,
-}
-
-#[derive(Default)]
-struct Index {
-    by_owner: HashMap<String, HashMap<String, Arc<CachedPod>>>,
-    owner_of: HashMap<String, String>,
-}
-
-impl Index {
-    fn get(&self, pod_uid: &str) -> Option<&Arc<CachedPod>> {
-        let owner = self.owner_of.get(pod_uid)?;
-        self.by_owner.get(owner)?.get(pod_uid)
-    }
-
-    fn insert(&mut self, pod: CachedPod) -> Option<Arc<CachedPod>> {
-        let previous = self.remove(&pod.uid);
-        if let Some(owner) = &pod.owner {
-            self.owner_of.insert(pod.uid.clone(), owner.uid.clone());
-            self.by_owner
-                .entry(owner.uid.clone())
-                .or_default()
-                .insert(pod.uid.clone(), Arc::new(pod));
-        }
-        previous
-    }
-
-    fn remove(&mut self, pod_uid: &str) -> Option<Arc<CachedPod>> {
-        let owner = self.owner_of.remove(pod_uid)?;
-        let pods = self.by_owner.get_mut(&owner)?;
-        let pod = pods.remove(pod_uid);
-        if pods.is_empty() {
-            self.by_owner.remove(&owner);
-        }
-        pod
-    }
-
-    fn len(&self) -> usize {
-        self.owner_of.len()
-    }
 }
 
 /// The pod cache. `apply` takes the pod watcher's events; `owned_by` serves reconciles.
@@ -208,6 +49,7 @@ pub struct PodCache {
     index: parking_lot::RwLock<Index>,
     relist: parking_lot::Mutex<Option<Index>>,
     ready: watch::Sender<bool>,
+    removed: AtomicUsize,
 }
 
 impl std::fmt::Debug for PodCache {
@@ -224,6 +66,7 @@ impl Default for PodCache {
             index: parking_lot::RwLock::default(),
             relist: parking_lot::Mutex::default(),
             ready: watch::channel(false).0,
+            removed: AtomicUsize::new(0),
         }
     }
 }
@@ -231,12 +74,7 @@ impl Default for PodCache {
 impl PodCache {
     /// The pods whose controlling owner has this UID.
     pub fn owned_by(&self, owner_uid: &str) -> Vec<Arc<CachedPod>> {
-        let index = self.index.read();
-        index
-            .by_owner
-            .get(owner_uid)
-            .map(|pods| pods.values().cloned().collect())
-            .unwrap_or_default()
+        self.index.read().owned_by(&Uid::from(owner_uid)).to_vec()
     }
 
     pub fn len(&self) -> usize {
@@ -247,11 +85,11 @@ impl PodCache {
     pub fn counts(&self) -> std::collections::BTreeMap<(String, &'static str), usize> {
         let index = self.index.read();
         let mut counts = std::collections::BTreeMap::new();
-        for pod in index.by_owner.values().flat_map(HashMap::values) {
+        for pod in index.pods() {
             let kind = pod
                 .owner
                 .as_ref()
-                .map(|o| o.kind.clone())
+                .map(|o| o.kind.to_string())
                 .unwrap_or_default();
             *counts.entry((kind, pod.state())).or_insert(0) += 1;
         }
@@ -297,24 +135,43 @@ impl PodCache {
                 };
                 let mut index = self.index.write();
                 let old = std::mem::replace(&mut *index, fresh);
-                let touched = diff(&old, &index);
                 drop(index);
+                let touched = diff(&old, &self.index.read());
+                drop(old);
+                intern::purge();
+                crate::memory::release();
                 self.ready.send_replace(true);
                 touched
             }
             Event::Apply(pod) => {
                 let new = CachedPod::from_pod(&pod);
+                let uid = new.uid.clone();
                 let mut index = self.index.write();
-                let previous = index.insert(new.clone());
-                let current = index.get(&new.uid).cloned();
+                let previous = index.insert(new);
+                let current = index.get(&uid).cloned();
                 drop(index);
                 changes(previous.as_deref(), current.as_deref())
             }
             Event::Delete(pod) => {
-                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                let uid = Uid::from(pod.metadata.uid.as_deref().unwrap_or_default());
                 let previous = self.index.write().remove(&uid);
+                if previous.is_some() {
+                    self.removed_one();
+                }
                 changes(previous.as_deref(), None)
             }
+        }
+    }
+}
+
+impl PodCache {
+    /// Every [`PURGE_EVERY`] removals, drops the names no pod holds and the maps' room for
+    /// pods since gone.
+    fn removed_one(&self) {
+        if self.removed.fetch_add(1, Ordering::Relaxed) % PURGE_EVERY == PURGE_EVERY - 1 {
+            self.index.write().shrink();
+            intern::purge();
+            crate::memory::release();
         }
     }
 }
@@ -360,15 +217,11 @@ fn changes(previous: Option<&CachedPod>, current: Option<&CachedPod>) -> Vec<Tou
 /// Every owner change between two complete snapshots (after a relist).
 fn diff(old: &Index, new: &Index) -> Vec<Touched> {
     let mut out = Vec::new();
-    for pods in new.by_owner.values() {
-        for pod in pods.values() {
-            out.extend(changes(old.get(&pod.uid).map(Arc::as_ref), Some(pod)));
-        }
+    for pod in new.pods() {
+        out.extend(changes(old.get(&pod.uid).map(Arc::as_ref), Some(pod)));
     }
-    for pods in old.by_owner.values() {
-        for pod in pods.values().filter(|p| new.get(&p.uid).is_none()) {
-            out.extend(changes(Some(pod), None));
-        }
+    for pod in old.pods().filter(|p| new.get(&p.uid).is_none()) {
+        out.extend(changes(Some(pod), None));
     }
     out
 }
@@ -376,6 +229,7 @@ fn diff(old: &Index, new: &Index) -> Vec<Touched> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use jiff::Timestamp;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 
     fn pod(uid: &str, owner: Option<&str>, phase: &str) -> Pod {
@@ -404,7 +258,7 @@ mod tests {
         }
     }
 
-    fn changes_of(t: &[Touched]) -> Vec<(String, Change)> {
+    fn changes_of(t: &[Touched]) -> Vec<(Uid, Change)> {
         t.iter()
             .map(|t| (t.owner.uid.clone(), t.change.clone()))
             .collect()
@@ -424,7 +278,7 @@ mod tests {
         let mut names: Vec<_> = cache
             .owned_by("o1")
             .iter()
-            .map(|p| p.name.clone())
+            .map(|p| p.name.to_string())
             .collect();
         names.sort();
         assert_eq!(names, ["pod-a", "pod-b"]);
