@@ -489,9 +489,19 @@ pub async fn failed_creates_back_off(ns: &TestNs) -> Result<()> {
 
 /// Waits until the PodSet has exactly `n` Running pods of its own and its status names them.
 pub async fn converged(ns: &TestNs, name: &str, n: usize) -> Result<Vec<Pod>> {
+    converged_within(PROMPTLY, ns, name, n).await
+}
+
+/// [`converged`], waiting up to `deadline`.
+pub async fn converged_within(
+    deadline: Duration,
+    ns: &TestNs,
+    name: &str,
+    n: usize,
+) -> Result<Vec<Pod>> {
     let api = ns.api::<PodSet>();
     poll_some(
-        PROMPTLY,
+        deadline,
         &format!("podset {name} to have {n} Running pods named in its status"),
         || async {
             let ps = api.get(name).await?;
