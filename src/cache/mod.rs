@@ -171,7 +171,6 @@ impl PodCache {
         if self.removed.fetch_add(1, Ordering::Relaxed) % PURGE_EVERY == PURGE_EVERY - 1 {
             self.index.write().shrink();
             intern::purge();
-            crate::memory::release();
         }
     }
 }

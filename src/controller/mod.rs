@@ -180,7 +180,6 @@ pub async fn run(
     for mut ready in stores {
         let _ = ready.wait_for(|synced| *synced).await;
     }
-    crate::memory::release();
     health.set_ready(true);
     info!("caches synced; ready");
     let supervised = supervise(controllers, &shutdown, &health).await;
