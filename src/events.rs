@@ -19,6 +19,7 @@ use kube::{Api, Client};
 use parking_lot::Mutex;
 use serde_json::json;
 
+use crate::clock::Clock;
 use crate::uid::Uid;
 
 /// As kube's and client-go's: a repeat later than this starts a new event.
@@ -36,6 +37,7 @@ pub struct Note<'a> {
 
 pub struct Recorder {
     client: Client,
+    clock: Clock,
     controller: String,
     instance: String,
     recent: Mutex<Recent>,
@@ -63,9 +65,10 @@ struct Series {
 }
 
 impl Recorder {
-    pub fn new(client: Client, controller: &str, instance: &str) -> Self {
+    pub fn new(client: Client, controller: &str, instance: &str, clock: Clock) -> Self {
         Self {
             client,
+            clock,
             controller: controller.into(),
             instance: instance.into(),
             recent: Mutex::default(),
@@ -74,7 +77,7 @@ impl Recorder {
 
     /// Publishes `note` on `regarding`: a new event, or the next of its series.
     pub async fn publish(&self, regarding: &ObjectReference, note: Note<'_>) -> kube::Result<()> {
-        self.publish_at(regarding, note, Timestamp::now()).await
+        self.publish_at(regarding, note, self.clock.now()).await
     }
 
     async fn publish_at(
@@ -209,7 +212,10 @@ mod tests {
             }
         });
         let client = Client::new(svc, "default");
-        (Recorder::new(client, "podset-operator", "pod-1"), log)
+        (
+            Recorder::new(client, "podset-operator", "pod-1", Default::default()),
+            log,
+        )
     }
 
     fn podset(uid: &str) -> ObjectReference {

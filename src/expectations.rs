@@ -15,7 +15,8 @@
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::cache::{Change, Touched};
 use crate::uid::Uid;

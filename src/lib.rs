@@ -3,6 +3,7 @@
 pub mod api;
 pub mod cache;
 pub mod client;
+pub mod clock;
 pub mod conditions;
 pub mod controller;
 pub mod error;
@@ -15,6 +16,7 @@ pub mod leader;
 pub mod manifests;
 pub mod memory;
 pub mod metrics;
+pub mod operator;
 pub mod plan;
 pub mod rbac;
 pub mod telemetry;

@@ -8,10 +8,12 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use podset_operator::client::{self, Lane};
-use podset_operator::controller::{self, Settings, Shared};
+use podset_operator::clock::Clock;
+use podset_operator::controller::{Settings, Shared};
 use podset_operator::http::{self, MetricsSecurity};
-use podset_operator::leader::{Fence, LeaderElection};
+use podset_operator::leader::Fence;
 use podset_operator::metrics::Metrics;
+use podset_operator::operator::{Election, Operator};
 use podset_operator::telemetry::{self, LogFormat};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -229,6 +231,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         concurrency: args.concurrency,
         resync: Duration::from_secs(args.resync_period_seconds),
         instance: args.instance.clone(),
+        clock: Clock::system(),
     };
     info!(
         namespace = settings.namespace.as_deref().unwrap_or("<all>"),
@@ -241,102 +244,31 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "starting"
     );
 
-    let timeout = Duration::from_secs(args.shutdown_timeout_seconds);
-    let result = if args.leader_elect {
-        run_as_leader(&args, clients, fence, settings, shared, shutdown).await
-    } else {
-        shared.metrics.leader.set(1);
-        run_controllers(clients.controllers, settings, shared, shutdown, timeout).await
+    let election = args.leader_elect.then(|| Election {
+        namespace: args
+            .leader_election_namespace
+            .clone()
+            .or_else(own_namespace)
+            .unwrap_or_else(|| "default".into()),
+        name: args.leader_election_id.clone(),
+        duration: Duration::from_secs(args.lease_duration_seconds),
+    });
+    let operator = Operator {
+        controllers: clients.controllers,
+        lease: clients.own,
+        fence,
+        settings,
+        shared,
+        election,
+        shutdown_timeout: Duration::from_secs(args.shutdown_timeout_seconds),
     };
+    let result = operator.run(shutdown).await;
     stop_http.cancel();
     match &result {
         Ok(()) => info!("stopped"),
         Err(e) => error!(error = format!("{e:#}"), "stopped with an error"),
     }
     result
-}
-
-/// Runs the controllers until `shutdown`, then gives in-flight reconciles `timeout`.
-async fn run_controllers(
-    client: kube::Client,
-    settings: Settings,
-    shared: Shared,
-    shutdown: CancellationToken,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    let controllers = controller::run(client, settings, shared, shutdown.clone());
-    let mut controllers = std::pin::pin!(controllers);
-    tokio::select! {
-        result = &mut controllers => return result,
-        _ = shutdown.cancelled() => {}
-    }
-    match tokio::time::timeout(timeout, controllers).await {
-        Ok(result) => result,
-        Err(_) => {
-            warn!(
-                ?timeout,
-                "in-flight reconciles did not finish in time; exiting anyway"
-            );
-            Ok(())
-        }
-    }
-}
-
-/// Waits for the lease, runs the controllers while holding it, and releases it on shutdown.
-/// Losing the lease stops the controllers first (the fence already refuses their writes),
-/// then releases it if still held, and waits for it again with fresh caches.
-async fn run_as_leader(
-    args: &RunArgs,
-    clients: Clients,
-    fence: Fence,
-    settings: Settings,
-    shared: Shared,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    let namespace = args
-        .leader_election_namespace
-        .clone()
-        .or_else(own_namespace)
-        .unwrap_or_else(|| "default".into());
-    let election = LeaderElection::new(
-        clients.own,
-        &namespace,
-        &args.leader_election_id,
-        &args.instance,
-        Duration::from_secs(args.lease_duration_seconds),
-        fence,
-    );
-    let timeout = Duration::from_secs(args.shutdown_timeout_seconds);
-    loop {
-        // A standby is healthy and ready: it is only waiting.
-        shared.health.set_ready(true);
-        info!(lease = %args.leader_election_id, %namespace, "waiting for the leader lease");
-        if !election.acquire(&shutdown).await {
-            return Ok(());
-        }
-        info!(lease = %args.leader_election_id, "became the leader");
-        shared.metrics.leader.set(1);
-        shared.health.set_ready(false);
-        let controllers = run_controllers(
-            clients.controllers.clone(),
-            settings.clone(),
-            shared.clone(),
-            shutdown.clone(),
-            timeout,
-        );
-        // Losing the lease drops the controllers at once (their tasks are aborted): a standby
-        // may already be acting.
-        let result = tokio::select! {
-            result = controllers => Some(result),
-            _ = election.hold() => None,
-        };
-        shared.metrics.leader.set(0);
-        election.release().await;
-        match result {
-            Some(result) => return result,
-            None => warn!("stepped down; back to waiting for the lease with fresh caches"),
-        }
-    }
 }
 
 async fn cancel_on_signal(token: CancellationToken) {

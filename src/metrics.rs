@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};

@@ -67,6 +67,25 @@ pub fn build(
     let agent = HeaderValue::from_str(&user_agent(instance))
         .map_err(|e| kube::Error::HttpError(e.into()))?;
     config.headers.push((http::header::USER_AGENT, agent));
+    let namespace = config.default_namespace.clone();
+    Ok(over(http_stack(config)?, &namespace, metrics, lane))
+}
+
+/// The operator's request layers over `transport`, which sends a request and returns the
+/// API server's answer: kube's HTTP stack in a process, a model of the API server in a
+/// simulation.
+pub fn over<S, B>(
+    transport: S,
+    default_namespace: &str,
+    metrics: Arc<Metrics>,
+    lane: Option<Lane>,
+) -> kube::Client
+where
+    S: Service<Request<Body>, Response = Response<B>, Error = BoxError> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
     let count = ServiceBuilder::new().map_request(move |req: Request<Body>| {
         metrics.api_request(req.method().as_str());
         req
@@ -79,14 +98,14 @@ pub fn build(
         None => (None, None),
     };
     // Innermost first: the fence is checked as a request is sent, after any wait outside it.
-    Ok(http_stack(config)?
+    ClientBuilder::new(transport, default_namespace.to_string())
         .with_layer(&deadline::RequestDeadline)
         .with_layer(&option_layer(fence))
         .with_layer(&ServiceBuilder::new().map_response(warnings::log))
         .with_layer(&count)
         .with_layer(&RetryLayer::new(Retry::default()))
         .with_layer(&option_layer(limit))
-        .build())
+        .build()
 }
 
 /// How long a connection may deliver no byte before it counts as dead, whatever it carries:
@@ -112,12 +131,10 @@ pub fn user_agent(instance: &str) -> String {
 fn http_stack(
     config: kube::Config,
 ) -> Result<
-    ClientBuilder<
-        impl Service<Request<Body>, Response = Response<Incoming>, Error = BoxError, Future: Send>
-        + Clone
-        + Send
-        + 'static,
-    >,
+    impl Service<Request<Body>, Response = Response<Incoming>, Error = BoxError, Future: Send>
+    + Clone
+    + Send
+    + 'static,
     kube::Error,
 > {
     let mut tcp = HttpConnector::new();
@@ -139,7 +156,7 @@ fn http_stack(
         .layer(config.extra_headers_layer()?)
         .map_err(BoxError::from)
         .service(http);
-    Ok(ClientBuilder::new(service, config.default_namespace))
+    Ok(service)
 }
 
 /// How long to wait before sending a request again, or `None` to hand the response back.

@@ -42,7 +42,7 @@ async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
         .owned_by(&at.uid().unwrap_or_default())
         .into_iter()
         .find(|p| *p.name == *pod_name);
-    let now = Timestamp::now();
+    let now = ctx.clock.now();
     let mut base = None;
     let (status, next) = match plan::decide(at, cached.as_deref(), now) {
         Step::Wait(status, left) => {

@@ -2,7 +2,8 @@
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::jitter::jittered;
 

@@ -28,11 +28,12 @@ fn context_over(client: Client) -> Arc<Context> {
         client: client.clone(),
         pods: Default::default(),
         expectations: Expectations::default(),
-        recorder: Recorder::new(client, "test", "test"),
+        recorder: Recorder::new(client, "test", "test", Default::default()),
         metrics: Default::default(),
         backoff: Backoff::default(),
         podset_statuses: StatusWrites::default(),
         resync: std::time::Duration::from_secs(300),
+        clock: Default::default(),
     })
 }
 

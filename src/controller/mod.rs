@@ -34,6 +34,7 @@ use tracing::{debug, info, warn};
 
 use crate::api::PodSetStatus;
 use crate::cache::PodCache;
+use crate::clock::Clock;
 use crate::error::Error;
 use crate::events::{Note, Recorder};
 use crate::expectations::{Expectations, StatusWrites};
@@ -56,6 +57,8 @@ pub struct Settings {
     pub resync: Duration,
     /// The `reportingInstance` of events (the pod name, in a cluster).
     pub instance: String,
+    /// The time of day (schedules, status and event times).
+    pub clock: Clock,
 }
 
 /// What the controllers share with the probe and metrics endpoints.
@@ -77,6 +80,7 @@ pub struct Context {
     pub backoff: Backoff,
     pub podset_statuses: StatusWrites<PodSetStatus>,
     pub resync: Duration,
+    pub clock: Clock,
 }
 
 impl Context {
@@ -116,11 +120,17 @@ pub async fn run(
         client: client.clone(),
         pods,
         expectations: Expectations::default(),
-        recorder: Recorder::new(client.clone(), "podset-operator", &settings.instance),
+        recorder: Recorder::new(
+            client.clone(),
+            "podset-operator",
+            &settings.instance,
+            settings.clock.clone(),
+        ),
         metrics,
         backoff: Backoff::default(),
         podset_statuses: StatusWrites::default(),
         resync: settings.resync,
+        clock: settings.clock.clone(),
     });
     ctx.pods.unready();
     let (router, queues) = Router::new(&settings);

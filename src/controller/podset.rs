@@ -2,10 +2,10 @@
 //! it changed.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use futures::future::join_all;
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, Preconditions};
 use kube::runtime::controller::Action;
@@ -359,7 +359,7 @@ async fn write_status(
         .podset_statuses
         .written_over(&uid, &seen, Instant::now());
     let current = written.as_ref().or(ps.status.as_ref());
-    let status = plan::status(ps, current, pods, outcome, Timestamp::now());
+    let status = plan::status(ps, current, pods, outcome, ctx.clock.now());
     if current == Some(&status) {
         return Ok(());
     }

@@ -2,7 +2,7 @@
 //! routed to the controller of each pod's owner.
 
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use futures::StreamExt;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
@@ -133,6 +133,7 @@ mod tests {
             concurrency: 0,
             resync: std::time::Duration::from_secs(300),
             instance: "test".into(),
+            clock: Default::default(),
         }
     }
 

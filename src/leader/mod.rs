@@ -22,7 +22,6 @@ pub mod record;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::WatchStreamExt;
@@ -33,6 +32,7 @@ use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::clock::Clock;
 use crate::jitter::jittered;
 pub use fence::{Fence, NotLeading};
 use record::{Decision, Observed, Timing};
@@ -43,6 +43,7 @@ pub struct LeaderElection {
     identity: String,
     timing: Timing,
     fence: Fence,
+    clock: Clock,
     observed: Mutex<Option<Observed>>,
 }
 
@@ -71,6 +72,7 @@ impl LeaderElection {
         identity: &str,
         duration: Duration,
         fence: Fence,
+        clock: Clock,
     ) -> Self {
         fence.close();
         Self {
@@ -79,6 +81,7 @@ impl LeaderElection {
             identity: identity.to_string(),
             timing: record::timing(duration),
             fence,
+            clock,
             observed: Mutex::new(None),
         }
     }
@@ -152,7 +155,7 @@ impl LeaderElection {
         if mine.holder() != self.identity {
             return;
         }
-        let free = record::released(&mine.spec, Timestamp::now());
+        let free = record::released(&mine.spec, self.clock.now());
         let write = self.write(Some(&mine), free);
         match timeout(self.timing.renew_deadline, write).await {
             Ok(Ok(Wrote::Landed(_))) => info!(lease = %self.name, "released the leader lease"),
@@ -181,7 +184,7 @@ impl LeaderElection {
             observed.as_ref().map(|o| &o.spec),
             &self.identity,
             self.timing.lease,
-            Timestamp::now(),
+            self.clock.now(),
         );
         Ok(matches!(
             self.write(observed.as_ref(), claim).await?,
@@ -202,7 +205,7 @@ impl LeaderElection {
                 mine.as_ref().map(|m| &m.spec),
                 &self.identity,
                 self.timing.lease,
-                Timestamp::now(),
+                self.clock.now(),
             );
             match self.write(mine.as_ref(), claim).await? {
                 Wrote::Landed(sent) => return Ok(Wrote::Landed(sent)),

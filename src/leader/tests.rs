@@ -132,7 +132,15 @@ fn api(state: Shared) -> Client {
 }
 
 fn election(state: &Shared, me: &str) -> LeaderElection {
-    LeaderElection::new(api(state.clone()), "ns", NAME, me, LEASE, Fence::closed())
+    LeaderElection::new(
+        api(state.clone()),
+        "ns",
+        NAME,
+        me,
+        LEASE,
+        Fence::closed(),
+        Default::default(),
+    )
 }
 
 fn holding(holder: &str, renewed: jiff::Timestamp) -> Value {

@@ -1,0 +1,123 @@
+//! One instance of the operator: the controllers, under leader election if asked, until
+//! shutdown. Everything it talks to is given to it (the API clients, the clock in
+//! [`Settings`]), so a process runs one (`main.rs`) and a simulation runs many.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::controller::{self, Settings, Shared};
+use crate::leader::{Fence, LeaderElection};
+
+pub struct Operator {
+    /// The controllers' client: its writes leave only while `fence` is open (`client::Lane`).
+    pub controllers: kube::Client,
+    /// The Lease's client: never held up by the controllers' writes, nor stopped at the fence.
+    pub lease: kube::Client,
+    pub fence: Fence,
+    pub settings: Settings,
+    pub shared: Shared,
+    /// Elect a leader on this Lease; `None` runs the controllers at once, alone.
+    pub election: Option<Election>,
+    /// How long, after shutdown is asked, in-flight reconciles may take.
+    pub shutdown_timeout: Duration,
+}
+
+/// Where the leader Lease is, and how long it lasts.
+#[derive(Clone, Debug)]
+pub struct Election {
+    pub namespace: String,
+    pub name: String,
+    pub duration: Duration,
+}
+
+impl Operator {
+    /// Runs until `shutdown` is cancelled, or a controller stops unasked.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        match self.election.clone() {
+            Some(election) => self.run_as_leader(election, shutdown).await,
+            None => {
+                self.shared.metrics.leader.set(1);
+                let controllers = self.controllers.clone();
+                self.run_controllers(controllers, &shutdown).await
+            }
+        }
+    }
+
+    /// Runs the controllers until `shutdown`, then gives in-flight reconciles the shutdown
+    /// timeout.
+    async fn run_controllers(
+        &self,
+        client: kube::Client,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<()> {
+        let controllers = controller::run(
+            client,
+            self.settings.clone(),
+            self.shared.clone(),
+            shutdown.clone(),
+        );
+        let mut controllers = std::pin::pin!(controllers);
+        tokio::select! {
+            result = &mut controllers => return result,
+            _ = shutdown.cancelled() => {}
+        }
+        let timeout = self.shutdown_timeout;
+        match tokio::time::timeout(timeout, controllers).await {
+            Ok(result) => result,
+            Err(_) => {
+                warn!(
+                    ?timeout,
+                    "in-flight reconciles did not finish in time; exiting anyway"
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// Waits for the lease, runs the controllers while holding it, and releases it on
+    /// shutdown. Losing the lease stops the controllers first (the fence already refuses
+    /// their writes), then releases it if still held, and waits for it again with fresh
+    /// caches.
+    async fn run_as_leader(
+        &self,
+        election: Election,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let leader = LeaderElection::new(
+            self.lease.clone(),
+            &election.namespace,
+            &election.name,
+            &self.settings.instance,
+            election.duration,
+            self.fence.clone(),
+            self.settings.clock.clone(),
+        );
+        let (lease, namespace) = (&election.name, &election.namespace);
+        loop {
+            // A standby is healthy and ready: it is only waiting.
+            self.shared.health.set_ready(true);
+            info!(%lease, %namespace, "waiting for the leader lease");
+            if !leader.acquire(&shutdown).await {
+                return Ok(());
+            }
+            info!(%lease, "became the leader");
+            self.shared.metrics.leader.set(1);
+            self.shared.health.set_ready(false);
+            let controllers = self.run_controllers(self.controllers.clone(), &shutdown);
+            // Losing the lease drops the controllers at once (their tasks are aborted): a
+            // standby may already be acting.
+            let result = tokio::select! {
+                result = controllers => Some(result),
+                _ = leader.hold() => None,
+            };
+            self.shared.metrics.leader.set(0);
+            leader.release().await;
+            match result {
+                Some(result) => return result,
+                None => warn!("stepped down; back to waiting for the lease with fresh caches"),
+            }
+        }
+    }
+}
