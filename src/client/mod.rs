@@ -44,7 +44,7 @@ mod deadline;
 mod outcome;
 mod warnings;
 pub use deadline::REQUEST_TIMEOUT;
-pub use outcome::may_have_acted;
+pub use outcome::{NotSent, may_have_acted};
 pub use warnings::LOGGED_AS as WARNING_LOGGED_AS;
 
 /// The controllers' lane: their writes wait for one of `max_in_flight` slots, and leave only

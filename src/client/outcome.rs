@@ -14,12 +14,17 @@ pub fn may_have_acted(error: &kube::Error) -> bool {
     }
 }
 
+/// A transport's error for a request that never left the process (see `client::over`).
+#[derive(Debug, thiserror::Error)]
+#[error("not sent: {0}")]
+pub struct NotSent(pub tower::BoxError);
+
 /// A connection that could not be made, or a write the leader's fence refused: the request
 /// never left.
 fn never_sent(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(error);
     while let Some(e) = cause {
-        if e.is::<crate::leader::NotLeading>() {
+        if e.is::<crate::leader::NotLeading>() || e.is::<NotSent>() {
             return true;
         }
         if let Some(e) = e.downcast_ref::<hyper_util::client::legacy::Error>() {

@@ -42,7 +42,7 @@ use crate::health::Health;
 use crate::metrics::Metrics;
 
 /// How long a starting instance watches before it acts (see `run`).
-const STARTUP_GRACE: Duration = Duration::from_secs(2);
+pub const STARTUP_GRACE: Duration = Duration::from_secs(2);
 
 /// What to run, and where.
 #[derive(Clone, Debug)]

@@ -1,0 +1,278 @@
+//! The fault schedule, as FoundationDB's BUGGIFY draws it: each kind of fault is switched on
+//! for a whole run with even odds, and, when on, fires with a fixed chance each time a request
+//! (or a watch, or a moment in the replica schedule) reaches it. So every run mixes progress
+//! with partial failure, and a fault the others would drown out gets runs of its own.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Fault {
+    /// The connection is refused: the request never leaves.
+    Refused,
+    /// A new connection takes seconds to open (SYNs retransmitted), then the request leaves.
+    SlowConnect,
+    /// 429 with `Retry-After: 1`, before anything is done.
+    TooManyRequests,
+    /// 500 InternalError, before anything is done.
+    InternalError,
+    /// 503, before anything is done.
+    Unavailable,
+    /// The server holds the request for a while (a slow etcd) before carrying it out.
+    SlowServer,
+    /// The request is carried out; its reply is lost (a connection reset).
+    LostReply,
+    /// The request never reaches the server, and no answer comes (a dead path).
+    HangBefore,
+    /// The request is carried out, and no answer comes.
+    HangAfter,
+    /// The request is carried out, and the answer is 504 Timeout.
+    TimeoutAfter,
+    /// The answer comes late.
+    SlowReply,
+    /// A watch delivers nothing for a while, then everything held.
+    WatchStall,
+    /// A watch ends early (the client resumes from its last version, or relists).
+    WatchCut,
+    /// The change log is compacted: a resumed watch is told 410 Gone and relists.
+    Compaction,
+    /// A replica dies (its memory with it) and restarts.
+    Crash,
+    /// A replica dies right after one of its writes was carried out.
+    CrashAfterWrite,
+    /// A replica is asked to stop (SIGTERM, as in a rolling upgrade) and restarts.
+    Terminate,
+    /// A replica is paused (SIGSTOP, a VM migration, a long GC) and resumed.
+    Freeze,
+    /// A replica's wall clock jumps.
+    ClockJump,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 19] = [
+        Fault::Refused,
+        Fault::SlowConnect,
+        Fault::TooManyRequests,
+        Fault::InternalError,
+        Fault::Unavailable,
+        Fault::SlowServer,
+        Fault::LostReply,
+        Fault::HangBefore,
+        Fault::HangAfter,
+        Fault::TimeoutAfter,
+        Fault::SlowReply,
+        Fault::WatchStall,
+        Fault::WatchCut,
+        Fault::Compaction,
+        Fault::Crash,
+        Fault::CrashAfterWrite,
+        Fault::Terminate,
+        Fault::Freeze,
+        Fault::ClockJump,
+    ];
+
+    /// The chance it fires each time it is reached, when on.
+    fn rate(self) -> f64 {
+        match self {
+            Fault::SlowReply => 0.10,
+            Fault::WatchStall | Fault::WatchCut => 0.15,
+            Fault::Refused | Fault::TooManyRequests | Fault::LostReply | Fault::TimeoutAfter => {
+                0.05
+            }
+            Fault::InternalError | Fault::Unavailable | Fault::HangAfter => 0.03,
+            Fault::SlowConnect | Fault::SlowServer | Fault::HangBefore | Fault::CrashAfterWrite => {
+                0.02
+            }
+            // Reached once per simulated second of the fault phase, in each replica.
+            Fault::Crash | Fault::Terminate | Fault::Freeze | Fault::ClockJump => 0.01,
+            Fault::Compaction => 0.02,
+        }
+    }
+}
+
+/// What the network does to one request.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestPlan {
+    pub connect: Connect,
+    pub before: Before,
+    pub after: After,
+    /// Extra time before the answer is read.
+    pub slow_reply: Duration,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Connect {
+    #[default]
+    Pooled,
+    Refused,
+    Slow(Duration),
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Before {
+    #[default]
+    Pass,
+    /// Answered with this status, nothing done.
+    Status(u16, &'static str),
+    Hang,
+    /// Carried out after this long at the server.
+    Hold(Duration),
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum After {
+    #[default]
+    Reply,
+    Lost,
+    Hang,
+    Timeout,
+}
+
+/// What happens to one watch's stream.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WatchPlan {
+    /// Nothing delivered from `.0` after the start for `.1`.
+    pub stall: Option<(Duration, Duration)>,
+    /// The stream ends this long after the start.
+    pub cut: Option<Duration>,
+}
+
+/// A fault a scenario aims at particular requests: the next `times` requests that match get
+/// `plan`.
+#[derive(Clone, Debug)]
+pub struct Rule {
+    /// Only the requests of this replica; any replica's when `None`.
+    pub replica: Option<usize>,
+    pub method: http::Method,
+    /// A part of the path (and query) the request must contain.
+    pub path: String,
+    pub plan: RequestPlan,
+    pub times: u32,
+}
+
+/// The request a plan is drawn for.
+pub struct Request<'a> {
+    pub replica: usize,
+    pub method: &'a http::Method,
+    pub path: &'a str,
+}
+
+pub struct Faults {
+    rng: fastrand::Rng,
+    enabled: BTreeSet<Fault>,
+    rules: Vec<Rule>,
+    /// Faults fire only while true (the fault phase).
+    pub active: bool,
+    pub counts: BTreeMap<Fault, u64>,
+}
+
+impl Faults {
+    /// Switches each kind on with even odds, or exactly `only` when given.
+    pub fn new(mut rng: fastrand::Rng, only: Option<&[Fault]>) -> Self {
+        let enabled = match only {
+            Some(only) => only.iter().copied().collect(),
+            None => Fault::ALL.into_iter().filter(|_| rng.bool()).collect(),
+        };
+        Self {
+            rng,
+            enabled,
+            rules: Vec::new(),
+            active: true,
+            counts: BTreeMap::new(),
+        }
+    }
+
+    pub fn enabled(&self) -> &BTreeSet<Fault> {
+        &self.enabled
+    }
+
+    /// Whether `fault` fires now.
+    pub fn fire(&mut self, fault: Fault) -> bool {
+        let fires = self.active && self.enabled.contains(&fault) && self.rng.f64() < fault.rate();
+        if fires {
+            *self.counts.entry(fault).or_default() += 1;
+        }
+        fires
+    }
+
+    /// A duration between `low` and `high`.
+    pub fn between(&mut self, low: Duration, high: Duration) -> Duration {
+        low + (high - low).mul_f64(self.rng.f64())
+    }
+
+    pub fn add_rule(&mut self, rule: Rule) {
+        self.rules.push(rule);
+    }
+
+    /// The plan of the first rule `req` matches, else one drawn at random.
+    pub fn plan_request(&mut self, req: &Request<'_>) -> RequestPlan {
+        let rule = self.rules.iter_mut().find(|r| {
+            r.times > 0
+                && r.replica.is_none_or(|id| id == req.replica)
+                && r.method == *req.method
+                && req.path.contains(&r.path)
+        });
+        if let Some(rule) = rule {
+            rule.times -= 1;
+            return rule.plan.clone();
+        }
+        self.random_plan()
+    }
+
+    fn random_plan(&mut self) -> RequestPlan {
+        let mut plan = RequestPlan::default();
+        if self.fire(Fault::Refused) {
+            plan.connect = Connect::Refused;
+            return plan;
+        }
+        if self.fire(Fault::SlowConnect) {
+            plan.connect = Connect::Slow(self.between(secs(1), secs(25)));
+        }
+        plan.before = if self.fire(Fault::TooManyRequests) {
+            Before::Status(429, "TooManyRequests")
+        } else if self.fire(Fault::InternalError) {
+            Before::Status(500, "InternalError")
+        } else if self.fire(Fault::Unavailable) {
+            Before::Status(503, "ServiceUnavailable")
+        } else if self.fire(Fault::HangBefore) {
+            Before::Hang
+        } else if self.fire(Fault::SlowServer) {
+            Before::Hold(self.between(secs(1), MAX_HOLD))
+        } else {
+            Before::Pass
+        };
+        plan.after = if self.fire(Fault::LostReply) {
+            After::Lost
+        } else if self.fire(Fault::HangAfter) {
+            After::Hang
+        } else if self.fire(Fault::TimeoutAfter) {
+            After::Timeout
+        } else {
+            After::Reply
+        };
+        if self.fire(Fault::SlowReply) {
+            plan.slow_reply = self.between(Duration::from_millis(100), secs(5));
+        }
+        plan
+    }
+
+    pub fn plan_watch(&mut self) -> WatchPlan {
+        let stall = self.fire(Fault::WatchStall).then(|| {
+            (
+                self.between(secs(0), secs(30)),
+                self.between(secs(1), secs(60)),
+            )
+        });
+        let cut = self
+            .fire(Fault::WatchCut)
+            .then(|| self.between(Duration::from_millis(10), secs(120)));
+        WatchPlan { stall, cut }
+    }
+}
+
+/// The longest the server holds a request (kube-apiserver gives up on one after 60 s).
+pub const MAX_HOLD: Duration = Duration::from_secs(60);
+
+pub fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}

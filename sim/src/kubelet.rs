@@ -1,0 +1,233 @@
+//! The rest of the cluster, as the operator sees it through the API: the scheduler and the
+//! kubelet (a pod is bound, starts, and an At's pod runs its command and ends; a deleted pod
+//! is stopped and removed after a while), and the garbage collector (an owner's pods go with
+//! it; a pod whose controller does not exist in its namespace is deleted).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::model::objects::{self, controller};
+use crate::model::resource::Kind;
+use crate::model::store::{Change, Key, Preconditions, Store, seconds};
+use crate::oracle::Actor;
+use crate::world::{Sim, pick};
+
+/// Something the world does in response to a write.
+#[derive(Debug)]
+pub enum Reaction {
+    /// Bind and start a new pod (and run an At's command to its end).
+    Start(Key, String),
+    /// Remove a terminating pod once it stopped.
+    Remove(Key, String),
+    /// Delete the pods of a deleted owner.
+    Collect { namespace: String, owner: String },
+    /// Delete a pod whose controller is missing, if it still is.
+    Dangling(Key, String),
+}
+
+pub fn reactions(change: &Change) -> Vec<Reaction> {
+    let key = &change.key;
+    match (key.kind, &change.old, &change.new) {
+        (Kind::Pod, None, Some(new)) => {
+            let uid = objects::uid(new).to_string();
+            let mut out = Vec::new();
+            if !objects::terminating(new) {
+                out.push(Reaction::Start(key.clone(), uid.clone()));
+            }
+            if controller(new).is_some() {
+                out.push(Reaction::Dangling(key.clone(), uid));
+            }
+            out
+        }
+        (Kind::Pod, Some(old), Some(new))
+            if !objects::terminating(old) && objects::terminating(new) =>
+        {
+            vec![Reaction::Remove(key.clone(), objects::uid(new).to_string())]
+        }
+        (Kind::PodSet | Kind::At, Some(old), None) => vec![Reaction::Collect {
+            namespace: key.namespace.clone(),
+            owner: objects::uid(old).to_string(),
+        }],
+        _ => Vec::new(),
+    }
+}
+
+pub async fn react(sim: Arc<Sim>, reaction: Reaction) {
+    let ms = Duration::from_millis;
+    match reaction {
+        Reaction::Start(key, uid) => {
+            tokio::time::sleep(pick(&sim, ms(100), ms(1500))).await;
+            if !bind(&sim, &key, &uid) {
+                return;
+            }
+            tokio::time::sleep(pick(&sim, ms(100), ms(1000))).await;
+            let Some(command) = start(&sim, &key, &uid) else {
+                return;
+            };
+            tokio::time::sleep(pick(&sim, ms(300), ms(3000))).await;
+            finish(&sim, &key, &uid, exit_code(&command));
+        }
+        Reaction::Remove(key, uid) => {
+            tokio::time::sleep(pick(&sim, ms(100), ms(2000))).await;
+            sim.act(Actor::Kubelet, |w| {
+                if current(&w.store, &key, &uid).is_some() {
+                    w.store.remove(&key);
+                }
+            });
+        }
+        Reaction::Collect { namespace, owner } => {
+            tokio::time::sleep(pick(&sim, ms(300), ms(2000))).await;
+            collect(&sim, &namespace, |_, pod| owned_by(pod, &owner));
+        }
+        Reaction::Dangling(key, uid) => {
+            tokio::time::sleep(pick(&sim, ms(1000), ms(5000))).await;
+            let namespace = key.namespace.clone();
+            collect(&sim, &namespace, |store, pod| {
+                objects::uid(pod) == uid && controller_missing(store, pod, &namespace)
+            });
+        }
+    }
+}
+
+fn current(store: &Store, key: &Key, uid: &str) -> Option<Value> {
+    store
+        .get(key)
+        .filter(|p| objects::uid(p) == uid)
+        .map(|p| (**p).clone())
+}
+
+/// The scheduler binds the pod to the node; `false` if it is gone or going.
+fn bind(sim: &Arc<Sim>, key: &Key, uid: &str) -> bool {
+    sim.act(Actor::Kubelet, |w| {
+        if current(&w.store, key, uid).is_none_or(|p| objects::terminating(&p)) {
+            return false;
+        }
+        let patch = json!({"spec": {"nodeName": "node-1"}});
+        w.store.merge_patch(key, &patch, None).is_ok()
+    })
+}
+
+/// The kubelet starts the pod's container: Running and ready. Returns an At's command, whose
+/// run then ends.
+fn start(sim: &Arc<Sim>, key: &Key, uid: &str) -> Option<String> {
+    let now = seconds(sim.now());
+    sim.act(Actor::Kubelet, |w| {
+        let pod = current(&w.store, key, uid).filter(|p| !objects::terminating(p))?;
+        let container = pod["spec"]["containers"][0]["name"].clone();
+        let status = json!({"status": {
+            "phase": "Running", "startTime": now,
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+            "containerStatuses": [{"name": container, "ready": true, "restartCount": 0,
+                "image": "busybox", "imageID": "", "state": {"running": {"startedAt": now}}}],
+        }});
+        w.store.merge_patch(key, &status, Some("status")).ok()?;
+        let runs_once = pod["spec"]["restartPolicy"] == "Never";
+        runs_once.then(|| {
+            pod["spec"]["containers"][0]["command"]
+                .as_array()
+                .and_then(|c| c.last())
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        })
+    })
+}
+
+/// The command ended with `code`.
+fn finish(sim: &Arc<Sim>, key: &Key, uid: &str, code: i64) {
+    let now = seconds(sim.now());
+    sim.act(Actor::Kubelet, |w| {
+        let Some(pod) = current(&w.store, key, uid).filter(|p| objects::phase(p) == "Running")
+        else {
+            return;
+        };
+        let container = pod["spec"]["containers"][0]["name"].clone();
+        let (phase, reason) = match code {
+            0 => ("Succeeded", "Completed"),
+            _ => ("Failed", "Error"),
+        };
+        let status = json!({"status": {
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
+            "containerStatuses": [{"name": container, "ready": false, "restartCount": 0,
+                "image": "busybox", "imageID": "",
+                "state": {"terminated": {"exitCode": code, "reason": reason,
+                    "startedAt": now, "finishedAt": now}}}],
+        }});
+        let _ = w.store.merge_patch(key, &status, Some("status"));
+    });
+}
+
+/// `sh -c` ends with the code of an `exit N` in the command, else 0.
+fn exit_code(command: &str) -> i64 {
+    command
+        .split("exit ")
+        .nth(1)
+        .and_then(|rest| {
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+fn owned_by(pod: &Value, owner: &str) -> bool {
+    pod["metadata"]["ownerReferences"]
+        .as_array()
+        .is_some_and(|refs| refs.iter().any(|r| r["uid"] == owner))
+}
+
+fn controller_missing(store: &Store, pod: &Value, namespace: &str) -> bool {
+    let Some((kind, _, uid)) = controller(pod) else {
+        return false;
+    };
+    let kind = match kind {
+        "PodSet" => Kind::PodSet,
+        "At" => Kind::At,
+        _ => return false,
+    };
+    !store
+        .objects(kind, Some(namespace))
+        .any(|o| objects::uid(o) == uid)
+}
+
+/// The garbage collector deletes the pods of `namespace` that `select` picks.
+fn collect(sim: &Arc<Sim>, namespace: &str, select: impl Fn(&Store, &Value) -> bool) {
+    let now = sim.now();
+    sim.act(Actor::Gc, |w| {
+        let doomed: Vec<(Key, String)> = w
+            .store
+            .objects(Kind::Pod, Some(namespace))
+            .filter(|p| select(&w.store, p))
+            .map(|p| {
+                let key = Key {
+                    kind: Kind::Pod,
+                    namespace: namespace.into(),
+                    name: objects::name(p).into(),
+                };
+                (key, objects::uid(p).to_string())
+            })
+            .collect();
+        for (key, uid) in doomed {
+            let pre = Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            };
+            let _ = w.store.delete(&key, &pre, None, now);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exit_code;
+
+    #[test]
+    fn a_command_exits_with_its_exit_code() {
+        assert_eq!(exit_code("echo YAY"), 0);
+        assert_eq!(exit_code("echo no; exit 3"), 3);
+    }
+}

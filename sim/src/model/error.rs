@@ -1,0 +1,85 @@
+//! The API server's refusals, as `Status` objects.
+
+use serde_json::{Value, json};
+
+use super::resource::Kind;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    /// `details.kind` and `details.name`, where the API server gives them.
+    pub details: Option<(String, String)>,
+}
+
+impl ApiError {
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    fn about(mut self, kind: Kind, name: &str) -> Self {
+        self.details = Some((kind.plural().to_string(), name.to_string()));
+        self
+    }
+
+    pub fn not_found(kind: Kind, name: &str) -> Self {
+        let message = format!("{} \"{name}\" not found", kind.qualified());
+        Self::new(404, "NotFound", message).about(kind, name)
+    }
+
+    pub fn namespace_not_found(namespace: &str) -> Self {
+        let mut e = Self::new(
+            404,
+            "NotFound",
+            format!("namespaces \"{namespace}\" not found"),
+        );
+        e.details = Some(("namespaces".into(), namespace.into()));
+        e
+    }
+
+    pub fn already_exists(kind: Kind, name: &str) -> Self {
+        let message = format!("{} \"{name}\" already exists", kind.qualified());
+        Self::new(409, "AlreadyExists", message).about(kind, name)
+    }
+
+    pub fn conflict(kind: Kind, name: &str) -> Self {
+        let message = format!(
+            "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+            kind.qualified()
+        );
+        Self::new(409, "Conflict", message).about(kind, name)
+    }
+
+    pub fn precondition(kind: Kind, name: &str, field: &str, wanted: &str, is: &str) -> Self {
+        let message = format!(
+            "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: {field} in precondition: {wanted}, {field} in object meta: {is}",
+            kind.qualified()
+        );
+        Self::new(409, "Conflict", message).about(kind, name)
+    }
+
+    pub fn gone(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+
+    pub fn status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": self.message, "reason": self.reason, "code": self.code,
+        });
+        if let Some((kind, name)) = &self.details {
+            status["details"] = json!({"name": name, "kind": kind});
+        }
+        status
+    }
+}

@@ -1,0 +1,51 @@
+//! Reading the fields of stored objects that the world and the oracle care about.
+
+use serde_json::Value;
+
+use podset_operator::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+
+/// The controller owner reference of an object: (kind, name, uid).
+pub fn controller(o: &Value) -> Option<(&str, &str, &str)> {
+    o["metadata"]["ownerReferences"]
+        .as_array()?
+        .iter()
+        .find(|r| r["controller"].as_bool() == Some(true))
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap_or_default();
+            (s("kind"), s("name"), s("uid"))
+        })
+}
+
+pub fn uid(o: &Value) -> &str {
+    o["metadata"]["uid"].as_str().unwrap_or_default()
+}
+
+pub fn name(o: &Value) -> &str {
+    o["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+pub fn namespace(o: &Value) -> &str {
+    o["metadata"]["namespace"].as_str().unwrap_or_default()
+}
+
+pub fn phase(o: &Value) -> &str {
+    o["status"]["phase"].as_str().unwrap_or_default()
+}
+
+pub fn terminating(o: &Value) -> bool {
+    o["metadata"].get("deletionTimestamp").is_some()
+}
+
+/// A pod that counts toward its owner, as the operator counts: not terminating, not finished.
+pub fn active(o: &Value) -> bool {
+    !terminating(o) && matches!(phase(o), "Pending" | "Running" | "Unknown" | "")
+}
+
+/// A pod the operator's watch selects (its label selector).
+pub fn managed(o: &Value) -> bool {
+    o["metadata"]["labels"][MANAGED_BY_LABEL].as_str() == Some(MANAGED_BY_VALUE)
+}
+
+pub fn generation(o: &Value) -> i64 {
+    o["metadata"]["generation"].as_i64().unwrap_or(0)
+}

@@ -1,0 +1,141 @@
+//! The resources the model serves, and the REST paths that name them.
+
+/// A kind of object the model stores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Pod,
+    PodSet,
+    At,
+    Lease,
+    Event,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 5] = [Kind::Pod, Kind::PodSet, Kind::At, Kind::Lease, Kind::Event];
+
+    /// The API group and version, as the REST path spells it (`v1` is the core group's).
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Kind::Pod => "v1",
+            Kind::PodSet => "app.example.com/v1alpha1",
+            Kind::At => "cnat.programming-kubernetes.info/v1alpha1",
+            Kind::Lease => "coordination.k8s.io/v1",
+            Kind::Event => "events.k8s.io/v1",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Pod => "Pod",
+            Kind::PodSet => "PodSet",
+            Kind::At => "At",
+            Kind::Lease => "Lease",
+            Kind::Event => "Event",
+        }
+    }
+
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::Pod => "pods",
+            Kind::PodSet => "podsets",
+            Kind::At => "ats",
+            Kind::Lease => "leases",
+            Kind::Event => "events",
+        }
+    }
+
+    /// As the API server names the resource in its messages: `pods`, `podsets.app.example.com`.
+    pub fn qualified(self) -> String {
+        match self.api_version().split_once('/') {
+            Some((group, _)) => format!("{}.{group}", self.plural()),
+            None => self.plural().to_string(),
+        }
+    }
+
+    /// Kinds whose status is written only through `/status`, and whose main resource ignores
+    /// status (our CRDs; pods behave the same for the writes the operator makes).
+    pub fn has_status(self) -> bool {
+        matches!(self, Kind::Pod | Kind::PodSet | Kind::At)
+    }
+
+    /// Kinds whose `metadata.generation` counts spec changes.
+    pub fn has_generation(self) -> bool {
+        matches!(self, Kind::PodSet | Kind::At)
+    }
+
+    fn prefix(self) -> String {
+        match self.api_version() {
+            "v1" => "/api/v1".into(),
+            grouped => format!("/apis/{grouped}"),
+        }
+    }
+
+    /// The path of the object `name` in `namespace`, or of the collection.
+    pub fn path(self, namespace: &str, name: Option<&str>) -> String {
+        let base = format!("{}/namespaces/{namespace}/{}", self.prefix(), self.plural());
+        match name {
+            Some(n) => format!("{base}/{n}"),
+            None => base,
+        }
+    }
+}
+
+/// What a request path names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub kind: Kind,
+    /// `None`: every namespace (a list or watch across the cluster).
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+}
+
+/// Reads `/api/v1/namespaces/ns/pods/name/status` and its kin.
+pub fn parse(path: &str) -> Option<Target> {
+    let kind = Kind::ALL
+        .into_iter()
+        .find(|k| path.starts_with(&k.prefix()))?;
+    let rest: Vec<&str> = path[kind.prefix().len()..]
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let (namespace, rest) = match rest.as_slice() {
+        ["namespaces", ns, rest @ ..] => (Some(ns.to_string()), rest),
+        rest => (None, rest),
+    };
+    let (plural, name, subresource) = match rest {
+        [plural] => (*plural, None, None),
+        [plural, name] => (*plural, Some(name.to_string()), None),
+        [plural, name, sub] => (*plural, Some(name.to_string()), Some(sub.to_string())),
+        _ => return None,
+    };
+    (plural == kind.plural()).then_some(Target {
+        kind,
+        namespace,
+        name,
+        subresource,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_name_their_targets() {
+        let t = parse("/apis/app.example.com/v1alpha1/namespaces/ns/podsets/web/status").unwrap();
+        assert_eq!(
+            (t.kind, t.namespace.as_deref(), t.name.as_deref()),
+            (Kind::PodSet, Some("ns"), Some("web"))
+        );
+        assert_eq!(t.subresource.as_deref(), Some("status"));
+        let all = parse("/api/v1/pods").unwrap();
+        assert_eq!((all.kind, all.namespace, all.name), (Kind::Pod, None, None));
+        assert!(parse("/api/v1/namespaces/ns/configmaps").is_none());
+        assert_eq!(Kind::At.qualified(), "ats.cnat.programming-kubernetes.info");
+        assert_eq!(
+            Kind::Lease.path("x", Some("l")),
+            "/apis/coordination.k8s.io/v1/namespaces/x/leases/l"
+        );
+    }
+}

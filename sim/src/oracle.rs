@@ -1,0 +1,452 @@
+//! The invariants, checked on every write the model commits, and the liveness predicate.
+//!
+//! Safety, at every step:
+//! - **PodSet**: a create of the operator's lands only if the PodSet's active pods, with it,
+//!   are at most the largest `spec.replicas` the PodSet had in the last [`STALE`]: the most a
+//!   controller acting on a cache that lags by that much may create, as the ReplicaSet
+//!   controller may. (Pods above the spec after a scale-down are not a fault until liveness.)
+//!   Exempt, as the README says: a create the server held past the start-up grace, from a
+//!   predecessor whose successor had already counted the pods.
+//!   Its status names only pods of its own: made in its namespace under its control.
+//! - **At**: its command starts at most once; DONE is final; DONE records what happened: a
+//!   success or a failure only from a run that ended so, `PodVanished` only if no run ended
+//!   (the command may have started and been killed), never by the process that wrote RUNNING
+//!   and knows it sent no create; and no run ends after a `PodVanished` verdict.
+//! - **Leadership**: no operator write leaves a replica whose fence is closed, or while the
+//!   Lease names another holder; and the writes of an older leadership term land after a
+//!   newer term's only if the server held them longer than leader election separates two
+//!   terms (a third of the lease, the time a holder stops acting before it could expire, plus
+//!   the new leader's start-up grace): no client can recall a request the server sits on.
+//!
+//! Liveness, once the faults stop: [`Oracle::unconverged`] names what is not yet as it should
+//! be; the run fails if anything still is after the bound.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+use podset_operator::controller::STARTUP_GRACE;
+
+use crate::model::objects::{self, controller};
+use crate::model::resource::Kind;
+use crate::model::store::{Change, Store};
+
+/// How stale a view of a PodSet the operator may act on: a watch stalled or dead until its
+/// read timeout (75 s), and a reconcile under way meanwhile.
+pub const STALE: Duration = Duration::from_secs(150);
+
+/// Who made a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Actor {
+    Replica { id: usize, incarnation: u32 },
+    User,
+    Kubelet,
+    Gc,
+}
+
+impl std::fmt::Display for Actor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Actor::Replica { id, incarnation } => write!(f, "r{id}#{incarnation}"),
+            Actor::User => f.write_str("user"),
+            Actor::Kubelet => f.write_str("kubelet"),
+            Actor::Gc => f.write_str("gc"),
+        }
+    }
+}
+
+/// What happened to one At's command.
+#[derive(Default, Debug)]
+struct AtRecord {
+    /// Runs started (the kubelet started its container), and how each ended.
+    runs: Vec<Option<bool>>,
+    pods_created: u32,
+    /// The incarnation whose RUNNING write landed last.
+    running_by: Option<Actor>,
+    /// Incarnations whose create of the At's pod left the process.
+    creates_sent_by: HashSet<Actor>,
+    vanished: bool,
+}
+
+#[derive(Default)]
+pub struct Oracle {
+    violations: Vec<String>,
+    /// Per PodSet UID: when its `spec.replicas` took each value.
+    replicas: HashMap<String, Vec<(Instant, i64)>>,
+    /// Per PodSet UID: the names of the pods ever made in its namespace under its control.
+    podset_pods: HashMap<String, HashSet<String>>,
+    ats: HashMap<String, AtRecord>,
+    /// Per identity: the leadership term it last began (terms count every change of holder).
+    terms: HashMap<String, u64>,
+    term: u64,
+    holder: Option<String>,
+    /// The newest term whose write landed.
+    newest_written: u64,
+    identities: HashMap<usize, String>,
+    /// How long after an old term's last write a new term may write (see the module docs).
+    pub takeover_margin: Duration,
+    /// Writes that left the controllers of any replica (pods, statuses, events).
+    pub departures: u64,
+    pub checks: u64,
+}
+
+impl Oracle {
+    pub fn violations(&self) -> &[String] {
+        &self.violations
+    }
+
+    pub fn violate(&mut self, what: String) {
+        self.violations.push(what);
+    }
+
+    /// Replica `id` writes the Lease as `identity` from now on.
+    pub fn identify(&mut self, id: usize, identity: &str) {
+        self.identities.insert(id, identity.to_string());
+    }
+
+    /// A write of replica `actor` leaves it: it may land, or not. `fenced` is whether it went
+    /// through the controllers' fence, and whether that was open.
+    pub fn departs(
+        &mut self,
+        actor: Actor,
+        fenced: Option<bool>,
+        what: &str,
+        pod: Option<&Value>,
+        store: &Store,
+    ) {
+        let Actor::Replica { id, .. } = actor else {
+            return;
+        };
+        if fenced.is_some() {
+            self.departures += 1;
+        }
+        if fenced == Some(false) {
+            self.violate(format!(
+                "{actor} sent {what} while its fence was closed: a write after its leadership lapsed"
+            ));
+        }
+        let holder = store
+            .objects(Kind::Lease, None)
+            .find_map(|l| l["spec"]["holderIdentity"].as_str().map(String::from))
+            .filter(|h| !h.is_empty());
+        let me = self.identities.get(&id);
+        if fenced.is_some() && holder.is_some() && holder.as_ref() != me {
+            self.violate(format!(
+                "{actor} sent {what} while the Lease named {}: two leaders at once",
+                holder.unwrap_or_default()
+            ));
+        }
+        if let Some(("At", _, uid)) = pod.and_then(controller) {
+            let record = self.ats.entry(uid.to_string()).or_default();
+            record.creates_sent_by.insert(actor);
+        }
+    }
+
+    /// Checks one committed change, made by `actor` (in a request the server held for
+    /// `held`), against the store as it is after it.
+    pub fn observe(
+        &mut self,
+        change: &Change,
+        actor: Actor,
+        held: Duration,
+        store: &Store,
+        now: Instant,
+    ) {
+        self.checks += 1;
+        match change.key.kind {
+            Kind::PodSet => self.podset_changed(change, actor, now),
+            Kind::Pod => self.pod_changed(change, actor, held, store, now),
+            Kind::At => self.at_changed(change, actor),
+            Kind::Lease => self.lease_changed(change),
+            Kind::Event => {}
+        }
+        if let Actor::Replica { id, .. } = actor
+            && matches!(change.key.kind, Kind::Pod | Kind::PodSet | Kind::At)
+        {
+            self.term_order(id, change, held);
+        }
+    }
+
+    fn podset_changed(&mut self, change: &Change, actor: Actor, now: Instant) {
+        let Some(new) = &change.new else { return };
+        let uid = objects::uid(new).to_string();
+        let replicas = new["spec"]["replicas"].as_i64().unwrap_or(1);
+        let history = self.replicas.entry(uid.clone()).or_default();
+        if history.last().is_none_or(|(_, r)| *r != replicas) {
+            history.push((now, replicas));
+        }
+        if !matches!(actor, Actor::Replica { .. }) {
+            return;
+        }
+        let known = self.podset_pods.get(&uid);
+        let strangers: Vec<&str> = new["status"]["podNames"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .filter(|n| known.is_none_or(|k| !k.contains(*n)))
+            .collect();
+        if !strangers.is_empty() {
+            self.violate(format!(
+                "PodSet {}/{} names pods that are not its own in its status: {strangers:?}",
+                change.key.namespace, change.key.name
+            ));
+        }
+    }
+
+    /// The most pods a PodSet may have had an operator create at `now`.
+    fn allowance(&self, uid: &str, now: Instant) -> i64 {
+        let Some(history) = self.replicas.get(uid) else {
+            return 0;
+        };
+        let recent = history
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| {
+                // In force at some moment of the window: it is the last, or its successor came
+                // within the window.
+                history
+                    .get(i + 1)
+                    .is_none_or(|(next, _)| now.duration_since(*next) < STALE)
+            })
+            .map(|(_, (_, r))| *r);
+        recent.max().unwrap_or(0)
+    }
+
+    fn pod_changed(
+        &mut self,
+        change: &Change,
+        actor: Actor,
+        held: Duration,
+        store: &Store,
+        now: Instant,
+    ) {
+        let Some(pod) = change.new.as_ref().or(change.old.as_ref()) else {
+            return;
+        };
+        let Some((kind, _, owner)) = controller(pod) else {
+            return;
+        };
+        let (kind, owner) = (kind.to_string(), owner.to_string());
+        let created = change.old.is_none() && change.new.is_some();
+        let ns = &change.key.namespace;
+        if created
+            && kind == "PodSet"
+            && store
+                .objects(Kind::PodSet, Some(ns))
+                .any(|p| objects::uid(p) == owner)
+        {
+            let names = self.podset_pods.entry(owner.clone()).or_default();
+            names.insert(change.key.name.clone());
+        }
+        match kind.as_str() {
+            "PodSet"
+                if created && matches!(actor, Actor::Replica { .. }) && held < STARTUP_GRACE =>
+            {
+                self.podset_create_landed(change, &owner, store, now)
+            }
+            "At" => self.at_pod_changed(change, &owner, store),
+            _ => {}
+        }
+    }
+
+    fn podset_create_landed(&mut self, change: &Change, owner: &str, store: &Store, now: Instant) {
+        let ns = &change.key.namespace;
+        let Some(ps) = store
+            .objects(Kind::PodSet, Some(ns))
+            .find(|p| objects::uid(p) == owner)
+        else {
+            return;
+        };
+        let active = store
+            .objects(Kind::Pod, Some(ns))
+            .filter(|p| {
+                controller(p).is_some_and(|(_, _, uid)| uid == owner)
+                    && objects::active(p)
+                    && objects::managed(p)
+            })
+            .count() as i64;
+        let allowed = self.allowance(owner, now);
+        if active > allowed {
+            self.violate(format!(
+                "PodSet {ns}/{} has {active} active pods after the create of {}, over the {allowed} its spec allowed in the last {STALE:?}",
+                objects::name(ps),
+                change.key.name
+            ));
+        }
+    }
+
+    fn at_pod_changed(&mut self, change: &Change, at_uid: &str, store: &Store) {
+        let old_phase = change.old.as_deref().map(objects::phase);
+        let new_phase = change.new.as_deref().map(objects::phase);
+        let vanished_at = store
+            .objects(Kind::At, Some(&change.key.namespace))
+            .find(|a| objects::uid(a) == at_uid)
+            .filter(|a| reason(a) == Some("PodVanished"))
+            .map(|a| objects::name(a).to_string());
+        let record = self.ats.entry(at_uid.to_string()).or_default();
+        if change.old.is_none() {
+            record.pods_created += 1;
+        }
+        let ended = |p: Option<&str>| matches!(p, Some("Succeeded" | "Failed"));
+        let outcome = match (old_phase, new_phase) {
+            (Some("Pending" | ""), Some("Running")) => {
+                record.runs.push(None);
+                None
+            }
+            (old, Some(new)) if !ended(old) && ended(Some(new)) => Some(new == "Succeeded"),
+            _ => None,
+        };
+        let runs = record.runs.len();
+        if let Some(succeeded) = outcome
+            && let Some(last) = record.runs.last_mut()
+        {
+            *last = Some(succeeded);
+        }
+        if runs > 1 {
+            self.violate(format!(
+                "the command of At {}/{} started {runs} times",
+                change.key.namespace,
+                change.key.name.trim_end_matches("-pod")
+            ));
+        }
+        if let (Some(succeeded), Some(at)) = (outcome, vanished_at) {
+            self.violate(format!(
+                "At {}/{at} was recorded DONE as PodVanished (not run), yet its command ran and {}",
+                change.key.namespace,
+                if succeeded { "succeeded" } else { "failed" }
+            ));
+        }
+    }
+
+    fn at_changed(&mut self, change: &Change, actor: Actor) {
+        let (Some(old), Some(new)) = (&change.old, &change.new) else {
+            return;
+        };
+        let (was, is) = (objects::phase(old), objects::phase(new));
+        let at = format!("{}/{}", change.key.namespace, change.key.name);
+        if was == "DONE" && is != "DONE" {
+            self.violate(format!("At {at} left DONE for {is:?}: DONE is final"));
+        }
+        let record = self.ats.entry(objects::uid(new).into()).or_default();
+        if is == "RUNNING" && was != "RUNNING" {
+            record.running_by = Some(actor);
+        }
+        if is != "DONE" || was == "DONE" {
+            return;
+        }
+        let verdict = reason(new).unwrap_or_default().to_string();
+        let ended: Vec<bool> = record.runs.iter().flatten().copied().collect();
+        let wrong = match verdict.as_str() {
+            "Succeeded" => (!ended.contains(&true)).then_some("no run of its command succeeded"),
+            "Failed" => (!ended.contains(&false)).then_some("no run of its command failed"),
+            "PodVanished" => {
+                record.vanished = true;
+                if !ended.is_empty() {
+                    Some("a run of its command had ended: its outcome is known")
+                } else if record.pods_created == 0
+                    && record.running_by == Some(actor)
+                    && !record.creates_sent_by.contains(&actor)
+                {
+                    Some("the process that recorded RUNNING never sent the create of its pod")
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        if let Some(why) = wrong {
+            self.violate(format!("At {at} was recorded DONE {verdict}, but {why}"));
+        }
+    }
+
+    fn lease_changed(&mut self, change: &Change) {
+        let holder = change
+            .new
+            .as_ref()
+            .and_then(|l| l["spec"]["holderIdentity"].as_str())
+            .filter(|h| !h.is_empty())
+            .map(String::from);
+        if holder.is_some() && holder != self.holder {
+            self.term += 1;
+            let h = holder.clone().unwrap_or_default();
+            self.terms.insert(h, self.term);
+        }
+        self.holder = holder;
+    }
+
+    /// Writes of an older leadership term do not land after a newer term's, unless the server
+    /// held them past the takeover margin.
+    fn term_order(&mut self, id: usize, change: &Change, held: Duration) {
+        let identity = self.identities.get(&id).cloned().unwrap_or_default();
+        let term = self.terms.get(&identity).copied().unwrap_or(0);
+        if term < self.newest_written && held < self.takeover_margin {
+            self.violate(format!(
+                "replica {id} wrote {:?} {}/{} in leadership term {term} (held {held:?} at the server), after a write of term {}: two leaders' writes interleaved",
+                change.key.kind, change.key.namespace, change.key.name, self.newest_written
+            ));
+        }
+        self.newest_written = self.newest_written.max(term);
+    }
+
+    /// What is not yet as it should be once the operator caught up: `None` when everything
+    /// converged.
+    pub fn unconverged(&self, store: &Store, now: jiff::Timestamp) -> Option<String> {
+        for ps in store.objects(Kind::PodSet, None) {
+            if let Some(why) = podset_unconverged(store, ps) {
+                return Some(why);
+            }
+        }
+        for at in store.objects(Kind::At, None) {
+            let schedule = at["spec"]["schedule"].as_str().unwrap_or_default();
+            let due = schedule
+                .parse::<jiff::Timestamp>()
+                .is_ok_and(|due| due <= now);
+            let phase = objects::phase(at);
+            if due && phase != "DONE" {
+                let name = objects::name(at);
+                return Some(format!(
+                    "At {}/{name} is due and {phase:?}",
+                    objects::namespace(at)
+                ));
+            }
+        }
+        None
+    }
+}
+
+/// The reason of an At's `Completed` condition.
+fn reason(at: &Value) -> Option<&str> {
+    at["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Completed")?["reason"]
+        .as_str()
+}
+
+fn podset_unconverged(store: &Store, ps: &Value) -> Option<String> {
+    let (ns, name, uid) = (objects::namespace(ps), objects::name(ps), objects::uid(ps));
+    let want = ps["spec"]["replicas"].as_i64().unwrap_or(1);
+    let mut pods: Vec<&str> = store
+        .objects(Kind::Pod, Some(ns))
+        .filter(|p| {
+            controller(p).is_some_and(|(_, _, u)| u == uid)
+                && objects::active(p)
+                && objects::managed(p)
+        })
+        .map(|p| objects::name(p))
+        .collect();
+    pods.sort();
+    let status = &ps["status"];
+    let named: Vec<&str> = status["podNames"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let converged = pods.len() as i64 == want
+        && status["availableReplicas"].as_i64() == Some(want)
+        && named == pods
+        && status["observedGeneration"].as_i64() == Some(objects::generation(ps));
+    (!converged).then(|| format!("PodSet {ns}/{name} wants {want}: pods {pods:?}, status {status}"))
+}

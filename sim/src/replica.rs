@@ -1,0 +1,324 @@
+//! One replica of the operator: the library's `Operator` over two transports into the model
+//! (the controllers' lane behind the fence, and the Lease's), with a wall clock that can
+//! jump, and the lifecycle a process has: started, crashed (its memory gone, the cluster's
+//! state kept), asked to stop, frozen and thawed.
+//!
+//! A freeze stops the replica's main task (the leadership term loop) and everything that
+//! crosses its network: no request leaves, no answer or watch event is read. The reconciles
+//! kube spawns as tasks of their own keep computing meanwhile, but can do nothing the
+//! cluster would see; on thaw everything due runs at once, as in a process resumed after
+//! SIGSTOP.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use podset_operator::client::{self, Lane};
+use podset_operator::clock::Clock;
+use podset_operator::controller::{Settings, Shared};
+use podset_operator::leader::Fence;
+use podset_operator::operator::{Election, Operator};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+
+use crate::oracle::Actor;
+use crate::transport::Transport;
+use crate::world::{Sim, pick};
+
+pub const LEASE_NAMESPACE: &str = "operators";
+pub const LEASE_NAME: &str = "podset-operator-leader";
+
+/// Holds a replica still: its main task is not polled and its network passes nothing.
+#[derive(Default)]
+pub struct Gate {
+    frozen: AtomicBool,
+    thawed: Notify,
+    wakers: Mutex<Vec<Waker>>,
+}
+
+impl Gate {
+    pub fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+
+    pub fn thaw(&self) {
+        self.frozen.store(false, Ordering::SeqCst);
+        self.thawed.notify_waiters();
+        for waker in self.wakers.lock().drain(..) {
+            waker.wake();
+        }
+    }
+
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::SeqCst)
+    }
+
+    /// Returns once the replica is not frozen.
+    pub async fn pass(&self) {
+        loop {
+            let thawed = self.thawed.notified();
+            if !self.is_frozen() {
+                return;
+            }
+            thawed.await;
+        }
+    }
+}
+
+/// A future that is not polled while its gate is frozen.
+struct Gated<F> {
+    gate: Arc<Gate>,
+    inner: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for Gated<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        if self.gate.is_frozen() {
+            self.gate.wakers.lock().push(cx.waker().clone());
+            return Poll::Pending;
+        }
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+/// How the replicas of a run are set up.
+#[derive(Clone, Debug)]
+pub struct ReplicaSettings {
+    /// `None`: a single replica without leader election.
+    pub lease: Option<Duration>,
+    pub resync: Duration,
+    pub concurrency: u16,
+    pub max_mutating_requests: usize,
+    /// How long, once asked to stop, in-flight reconciles may take.
+    pub shutdown_timeout: Duration,
+}
+
+struct Running {
+    task: JoinHandle<()>,
+    shutdown: CancellationToken,
+}
+
+struct State {
+    incarnation: u32,
+    identity: String,
+    running: Option<Running>,
+    alive: bool,
+    /// What the current incarnation shares with its probes.
+    shared: Shared,
+}
+
+pub struct Replica {
+    pub id: usize,
+    pub gate: Arc<Gate>,
+    settings: ReplicaSettings,
+    /// Seconds the replica's wall clock is ahead of the true time.
+    clock_offset: Arc<AtomicI64>,
+    state: Mutex<State>,
+}
+
+impl Replica {
+    pub fn new(id: usize, settings: ReplicaSettings) -> Arc<Self> {
+        Arc::new(Self {
+            id,
+            gate: Arc::default(),
+            settings,
+            clock_offset: Arc::default(),
+            state: Mutex::new(State {
+                incarnation: 0,
+                identity: format!("replica-{id}"),
+                running: None,
+                alive: false,
+                shared: Shared::default(),
+            }),
+        })
+    }
+
+    /// Whether `actor` is this replica's live incarnation.
+    pub fn is_alive(&self, actor: Actor) -> bool {
+        let state = self.state.lock();
+        state.alive && actor == self.actor_of(&state)
+    }
+
+    fn actor_of(&self, state: &State) -> Actor {
+        Actor::Replica {
+            id: self.id,
+            incarnation: state.incarnation,
+        }
+    }
+
+    /// The name this replica holds the Lease under.
+    pub fn identity(&self) -> String {
+        self.state.lock().identity.clone()
+    }
+
+    /// Whether the current incarnation reports ready (`/readyz`).
+    pub fn ready(&self) -> bool {
+        self.state.lock().shared.health.is_ready()
+    }
+
+    /// The current incarnation.
+    pub fn current(&self) -> Actor {
+        self.actor_of(&self.state.lock())
+    }
+
+    pub fn lease(&self) -> Option<Duration> {
+        self.settings.lease
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.state.lock().running.is_some()
+    }
+
+    /// Starts a new incarnation: fresh memory, the same identity unless `new_identity` (a new
+    /// pod rather than a container restarted in place).
+    pub fn start(self: &Arc<Self>, sim: &Arc<Sim>, new_identity: bool) {
+        let mut state = self.state.lock();
+        if state.running.is_some() {
+            return;
+        }
+        state.incarnation += 1;
+        state.alive = true;
+        if new_identity {
+            state.identity = format!("replica-{}-{}", self.id, state.incarnation);
+        }
+        let actor = self.actor_of(&state);
+        sim.with(|w| w.oracle.identify(self.id, &state.identity));
+        sim.trace(|| format!("{actor} starts as {}", state.identity));
+        let operator = self.operator(sim, actor, &state.identity);
+        state.shared = operator.shared.clone();
+        let shutdown = CancellationToken::new();
+        let span = tracing::info_span!("replica", r = %actor);
+        let gated = Gated {
+            gate: self.gate.clone(),
+            inner: Box::pin(operator.run(shutdown.clone()).instrument(span)),
+        };
+        let (sim, replica) = (sim.clone(), self.clone());
+        let task = tokio::spawn(async move {
+            let result = gated.await;
+            if let Err(e) = result {
+                sim.violate(format!("{actor} stopped with an error: {e:#}"));
+            }
+            replica.stopped(actor);
+        });
+        state.running = Some(Running { task, shutdown });
+    }
+
+    fn operator(self: &Arc<Self>, sim: &Arc<Sim>, actor: Actor, identity: &str) -> Operator {
+        let fence = match self.settings.lease {
+            Some(_) => Fence::closed(),
+            None => Fence::always_open(),
+        };
+        let shared = Shared::default();
+        let transport = |fence| Transport::new(sim.clone(), self.clone(), actor, fence);
+        let lane = Lane {
+            max_in_flight: self.settings.max_mutating_requests,
+            fence: fence.clone(),
+        };
+        let metrics = shared.metrics.clone();
+        let controllers = client::over(
+            transport(Some(fence.clone())),
+            "default",
+            metrics.clone(),
+            Some(lane),
+        );
+        let lease = client::over(transport(None), "default", metrics, None);
+        let (clock_sim, offset) = (sim.clone(), self.clock_offset.clone());
+        let clock = Clock::new(move || {
+            let skew = jiff::SignedDuration::from_secs(offset.load(Ordering::SeqCst));
+            clock_sim.now() + skew
+        });
+        Operator {
+            controllers,
+            lease,
+            fence,
+            settings: Settings {
+                namespace: None,
+                podset: true,
+                at: true,
+                concurrency: self.settings.concurrency,
+                resync: self.settings.resync,
+                instance: identity.to_string(),
+                clock,
+            },
+            shared,
+            election: self.settings.lease.map(|duration| Election {
+                namespace: LEASE_NAMESPACE.into(),
+                name: LEASE_NAME.into(),
+                duration,
+            }),
+            shutdown_timeout: self.settings.shutdown_timeout,
+        }
+    }
+
+    fn stopped(&self, actor: Actor) {
+        let mut state = self.state.lock();
+        if self.actor_of(&state) == actor {
+            state.running = None;
+            state.alive = false;
+        }
+    }
+
+    /// Kills the process: nothing it holds in memory survives, nothing more leaves it.
+    pub fn crash(&self, sim: &Sim) {
+        let mut state = self.state.lock();
+        let Some(running) = state.running.take() else {
+            return;
+        };
+        state.alive = false;
+        running.task.abort();
+        let actor = self.actor_of(&state);
+        sim.trace(|| format!("{actor} crashes"));
+    }
+
+    /// Crashes `actor` (if it is still the live incarnation), and starts it again a little
+    /// later.
+    pub fn crash_and_restart(self: &Arc<Self>, sim: &Arc<Sim>, actor: Actor) {
+        if !self.is_alive(actor) {
+            return;
+        }
+        self.crash(sim);
+        let (sim, replica) = (sim.clone(), self.clone());
+        let new_identity = sim.with(|w| w.rng.bool());
+        tokio::spawn(async move {
+            tokio::time::sleep(pick(&sim, Duration::ZERO, Duration::from_secs(10))).await;
+            replica.start(&sim, new_identity);
+        });
+    }
+
+    /// SIGTERM: the replica stops as it would in a rolling upgrade, and is waited for.
+    pub async fn terminate(&self, sim: &Sim) {
+        let (mut task, actor) = {
+            let mut state = self.state.lock();
+            let Some(running) = state.running.take() else {
+                return;
+            };
+            running.shutdown.cancel();
+            (running.task, self.actor_of(&state))
+        };
+        sim.trace(|| format!("{actor} is asked to stop"));
+        // A process that does not stop in time is killed, as the kubelet kills it.
+        if tokio::time::timeout(Duration::from_secs(30), &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+            sim.trace(|| format!("{actor} did not stop in 30 s and was killed"));
+        }
+        let mut state = self.state.lock();
+        if self.actor_of(&state) == actor {
+            state.alive = false;
+        }
+    }
+
+    pub fn jump_clock(&self, seconds: i64) {
+        self.clock_offset.store(seconds, Ordering::SeqCst);
+    }
+}

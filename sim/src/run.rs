@@ -1,0 +1,373 @@
+//! One seed: a cluster, the operator's replicas and the users drawn from it, a fault phase,
+//! then the faults stop and the run waits for everything to converge within
+//! [`LIVENESS_BOUND`], and for the operator to stay quiet once it has.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use tracing::Instrument as _;
+
+use podset_operator::controller::STARTUP_GRACE;
+
+use crate::determinism;
+use crate::faults::{Fault, Faults, MAX_HOLD, secs};
+use crate::model::store::Store;
+use crate::oracle::Oracle;
+use crate::replica::{LEASE_NAMESPACE, Replica, ReplicaSettings};
+use crate::trace;
+use crate::workload::{self, NAMESPACES};
+use crate::world::{Sim, World, pick};
+
+/// Once the faults stop, everything converges within this: a PodSet's backoff grown during
+/// the faults (at most 5 minutes) to its next try, a lease (at most 15 s) and the start-up
+/// grace (2 s) to a leader acting, and a margin.
+pub const LIVENESS_BOUND: Duration = Duration::from_secs(330);
+/// How long a converged operator is watched for writes it should not make.
+pub const IDLE_WATCH: Duration = Duration::from_secs(180);
+
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Record the trace (requests, writes, faults, the operators' logs).
+    pub trace: bool,
+    /// Switch on exactly these faults, instead of each with even odds.
+    pub faults: Option<Vec<Fault>>,
+}
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub seed: u64,
+    pub violations: Vec<String>,
+    pub faults: BTreeMap<Fault, u64>,
+    pub checks: u64,
+    pub requests: u64,
+    /// From the end of the faults to everything converged.
+    pub converged_after: Option<Duration>,
+    pub simulated: Duration,
+    pub trace: Vec<String>,
+}
+
+impl Report {
+    pub fn failed(&self) -> bool {
+        !self.violations.is_empty()
+    }
+}
+
+thread_local! {
+    /// Set on a simulation's thread: its panics are the run's, not the process's.
+    static IN_SIMULATION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static PANICS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A panic anywhere in a run (an operator task, the model) fails it; tokio would otherwise
+/// print it and carry on.
+fn catch_panics() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !IN_SIMULATION.with(std::cell::Cell::get) {
+                return default(info);
+            }
+            let at = info
+                .location()
+                .map(|l| format!(" at {l}"))
+                .unwrap_or_default();
+            let message = info
+                .payload()
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            PANICS.with(|p| p.borrow_mut().push(format!("panicked{at}: {message}")));
+        }));
+    });
+}
+
+/// Runs seed `seed` on a thread of its own.
+pub fn run(seed: u64, options: &Options) -> Report {
+    let options = options.clone();
+    let trace = options.trace;
+    on_thread(seed, trace, move || async move {
+        simulate(seed, &options).await
+    })
+    .unwrap_or_else(|panicked| Report {
+        seed,
+        violations: vec![panicked],
+        ..Report::default()
+    })
+}
+
+/// Runs `f` on a fresh thread whose randomness follows `seed`, on a current-thread runtime
+/// on paused time; `Err` if the simulation itself panicked. Panics of the operator's tasks
+/// are added to the report's violations.
+pub fn on_thread<F, Fut>(seed: u64, trace: bool, f: F) -> Result<Report, String>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Report>,
+{
+    catch_panics();
+    let thread = std::thread::Builder::new()
+        .name(format!("seed-{seed}"))
+        .stack_size(16 << 20)
+        .spawn(move || {
+            IN_SIMULATION.with(|s| s.set(true));
+            determinism::enter(seed);
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .expect("a runtime");
+            // Built whether it is used or not: it draws on the thread's hash keys, and a run
+            // must draw the same with its trace on as off, or the replay takes another path.
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(trace::LogWriter)
+                .with_ansi(false)
+                .without_time()
+                .with_env_filter("info,podset_operator=debug")
+                .finish();
+            let _logs = trace.then(|| tracing::subscriber::set_default(subscriber));
+            let mut report = runtime.block_on(f());
+            drop(runtime);
+            report
+                .violations
+                .extend(PANICS.with(|p| std::mem::take(&mut *p.borrow_mut())));
+            report
+        })
+        .expect("a thread");
+    thread
+        .join()
+        .map_err(|_| "the simulation itself panicked".to_string())
+}
+
+/// A simulated cluster: the model with its namespaces and the world's tasks (bookmarks,
+/// compaction), and `count` replicas set up with `settings`, not started yet.
+pub fn cluster(
+    seed: u64,
+    faults: Faults,
+    namespaces: &[&str],
+    count: usize,
+    settings: ReplicaSettings,
+) -> (Arc<Sim>, Vec<Arc<Replica>>) {
+    let mut store = Store::starting_at(100);
+    for ns in namespaces {
+        store.add_namespace(ns);
+    }
+    let world = World {
+        store,
+        oracle: Oracle::default(),
+        faults,
+        rng: stream(seed, 3),
+        requests: 0,
+    };
+    let sim = Sim::new(world);
+    let margin = settings
+        .lease
+        .map_or(Duration::MAX, |l| l / 3 + STARTUP_GRACE);
+    sim.with(|w| w.oracle.takeover_margin = margin);
+    tokio::spawn(bookmarks(sim.clone()).in_current_span());
+    let replicas = (0..count)
+        .map(|id| Replica::new(id, settings.clone()))
+        .collect();
+    (sim, replicas)
+}
+
+/// What the run found, once it is over: every replica is stopped first.
+pub fn finish(sim: &Arc<Sim>, replicas: &[Arc<Replica>], report: &mut Report) {
+    for replica in replicas {
+        replica.crash(sim);
+    }
+    sim.with(|w| {
+        report
+            .violations
+            .extend(w.oracle.violations().iter().cloned());
+        report.faults = w.faults.counts.clone();
+        report.checks = w.oracle.checks;
+        report.requests = w.requests;
+    });
+    report.simulated = sim.elapsed();
+    report.trace = trace::take();
+}
+
+/// The random streams of a run, each its own so that drawing more from one (a fault added)
+/// leaves the others as they were.
+fn stream(seed: u64, n: u64) -> fastrand::Rng {
+    fastrand::Rng::with_seed(seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
+async fn simulate(seed: u64, options: &Options) -> Report {
+    trace::begin(options.trace);
+    let mut setup = stream(seed, 1);
+    let faults = Faults::new(stream(seed, 2), options.faults.as_deref());
+    let span = Duration::from_secs(setup.u64(60..=180));
+    let (count, settings) = replica_settings(&mut setup);
+    let namespaces: Vec<&str> = NAMESPACES.into_iter().chain([LEASE_NAMESPACE]).collect();
+    let (sim, replicas) = cluster(seed, faults, &namespaces, count, settings);
+    let plan = workload::plan(&mut stream(seed, 4), span);
+    sim.trace(|| {
+        let enabled = sim.with(|w| w.faults.enabled().clone());
+        format!("seed {seed}: {count} replicas, faults for {span:?}: {enabled:?}")
+    });
+    for replica in &replicas {
+        replica.start(&sim, false);
+    }
+    tokio::spawn(workload::run(sim.clone(), plan));
+    tokio::spawn(replica_faults(sim.clone(), replicas.clone()));
+    let mut report = Report {
+        seed,
+        ..Report::default()
+    };
+    if until_violation(&sim, span).await {
+        end_faults(&sim, &replicas);
+        report.converged_after = converge(&sim, LIVENESS_BOUND).await;
+        if report.converged_after.is_some() {
+            stays_quiet(&sim).await;
+        }
+    }
+    finish(&sim, &replicas, &mut report);
+    report
+}
+
+/// One replica alone without leader election, or two or three electing a leader.
+fn replica_settings(rng: &mut fastrand::Rng) -> (usize, ReplicaSettings) {
+    let (count, lease) = match rng.f64() {
+        x if x < 0.15 => (1, None),
+        _ => (rng.usize(2..=3), Some(secs([5, 10, 15][rng.usize(..3)]))),
+    };
+    let settings = ReplicaSettings {
+        lease,
+        resync: secs(300),
+        concurrency: [1, 4, 64][rng.usize(..3)],
+        max_mutating_requests: [1, 8, 64][rng.usize(..3)],
+        shutdown_timeout: secs([1, 10][rng.usize(..2)]),
+    };
+    (count, settings)
+}
+
+/// Watches get a bookmark about every minute, and the change log is compacted now and then.
+async fn bookmarks(sim: Arc<Sim>) {
+    let mut tick = 0u64;
+    loop {
+        tokio::time::sleep(secs(1)).await;
+        tick += 1;
+        sim.with(|w| {
+            if tick.is_multiple_of(60) {
+                w.store.bookmark();
+            }
+            if w.faults.fire(Fault::Compaction) {
+                let keep = w.rng.usize(..10);
+                w.store.compact(keep);
+            }
+        });
+    }
+}
+
+/// Each simulated second of the fault phase, each replica may crash, be asked to stop, be
+/// frozen, or have its clock jump.
+async fn replica_faults(sim: Arc<Sim>, replicas: Vec<Arc<Replica>>) {
+    loop {
+        tokio::time::sleep(secs(1)).await;
+        for replica in &replicas {
+            if !replica.is_running() || replica.gate.is_frozen() {
+                continue;
+            }
+            let fire = |f| sim.with(|w| w.faults.fire(f));
+            if fire(Fault::Crash) {
+                replica.crash(&sim);
+                let (sim, replica) = (sim.clone(), replica.clone());
+                let new_identity = sim.with(|w| w.rng.bool());
+                tokio::spawn(async move {
+                    tokio::time::sleep(pick(&sim, Duration::ZERO, secs(20))).await;
+                    replica.start(&sim, new_identity);
+                });
+            } else if fire(Fault::Terminate) {
+                let (sim, replica) = (sim.clone(), replica.clone());
+                tokio::spawn(async move {
+                    replica.terminate(&sim).await;
+                    tokio::time::sleep(pick(&sim, Duration::ZERO, secs(5))).await;
+                    replica.start(&sim, true);
+                });
+            } else if fire(Fault::Freeze) {
+                replica.gate.freeze();
+                sim.trace(|| format!("replica {} freezes", replica.id));
+                let (sim, replica) = (sim.clone(), replica.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(pick(&sim, secs(1), secs(40))).await;
+                    sim.trace(|| format!("replica {} thaws", replica.id));
+                    replica.gate.thaw();
+                });
+            } else if fire(Fault::ClockJump) {
+                let jump = sim.with(|w| w.rng.i64(-7200..=7200));
+                sim.trace(|| format!("replica {}'s clock jumps to {jump:+} s", replica.id));
+                replica.jump_clock(jump);
+            }
+        }
+    }
+}
+
+/// Waits out the fault phase; `false` if an invariant broke first.
+async fn until_violation(sim: &Sim, span: Duration) -> bool {
+    let end = tokio::time::Instant::now() + span;
+    while tokio::time::Instant::now() < end {
+        tokio::time::sleep(secs(1)).await;
+        if !sim.violations().is_empty() || panicked() {
+            return false;
+        }
+    }
+    true
+}
+
+pub fn panicked() -> bool {
+    PANICS.with(|p| !p.borrow().is_empty())
+}
+
+/// No more faults: every replica runs, thawed, on the true time.
+fn end_faults(sim: &Arc<Sim>, replicas: &[Arc<Replica>]) {
+    sim.with(|w| w.faults.active = false);
+    sim.trace(|| "the faults stop".into());
+    for replica in replicas {
+        replica.gate.thaw();
+        replica.jump_clock(0);
+        replica.start(sim, false);
+    }
+}
+
+/// How long after the faults everything converged; a violation if not within `bound`.
+pub async fn converge(sim: &Sim, bound: Duration) -> Option<Duration> {
+    let start = tokio::time::Instant::now();
+    loop {
+        let why = sim.with(|w| w.oracle.unconverged(&w.store, sim.now()));
+        let Some(why) = why else {
+            return Some(start.elapsed());
+        };
+        if !sim.violations().is_empty() || panicked() {
+            return None;
+        }
+        if start.elapsed() > bound {
+            sim.violate(format!(
+                "not converged {bound:?} after the faults stopped: {why}"
+            ));
+            return None;
+        }
+        tokio::time::sleep(secs(1)).await;
+    }
+}
+
+/// A converged operator makes no writes: no hot loop, no status written again. Watched once
+/// every request the server held during the faults has landed (and been answered: a late
+/// pod is deleted), and everything converged again.
+pub async fn stays_quiet(sim: &Sim) {
+    tokio::time::sleep(MAX_HOLD + secs(5)).await;
+    if converge(sim, LIVENESS_BOUND).await.is_none() {
+        return;
+    }
+    let before = sim.with(|w| w.oracle.departures);
+    tokio::time::sleep(IDLE_WATCH).await;
+    let writes = sim.with(|w| w.oracle.departures) - before;
+    if writes > 0 {
+        sim.violate(format!(
+            "{writes} writes in the {IDLE_WATCH:?} after everything converged"
+        ));
+    }
+}

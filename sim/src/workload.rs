@@ -1,0 +1,292 @@
+//! The users of the cluster, drawn from the seed: they create, scale and delete PodSets,
+//! create Ats due before, during and after the faults, delete pods under the operator, take
+//! a label off an At's pod, forge a pod in another namespace that names a PodSet as its
+//! controller, and delete the leader Lease.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::model::objects;
+use crate::model::resource::Kind;
+use crate::model::store::{Key, Preconditions, Store, seconds};
+use crate::oracle::Actor;
+use crate::replica::{LEASE_NAME, LEASE_NAMESPACE};
+use crate::world::{Sim, World};
+
+pub const NAMESPACES: [&str; 2] = ["ns-a", "ns-b"];
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    CreatePodSet {
+        ns: &'static str,
+        name: String,
+        replicas: i64,
+    },
+    Scale {
+        ns: &'static str,
+        name: String,
+        replicas: i64,
+    },
+    DeletePodSet {
+        ns: &'static str,
+        name: String,
+    },
+    /// Deletes one pod of the PodSet, the `pick`-th of them.
+    DeletePod {
+        ns: &'static str,
+        podset: String,
+        pick: usize,
+    },
+    /// An At due `due_in` seconds after the action (negative: in the past).
+    CreateAt {
+        ns: &'static str,
+        name: String,
+        due_in: i64,
+        command: String,
+    },
+    DeleteAtPod {
+        ns: &'static str,
+        at: String,
+    },
+    /// Takes the operator's label off the At's pod: the operator's watch no longer sees it.
+    UnlabelAtPod {
+        ns: &'static str,
+        at: String,
+    },
+    /// A pod in another namespace that names the PodSet as its controller.
+    ForgePod {
+        ns: &'static str,
+        podset: String,
+    },
+    DeleteLease,
+}
+
+/// What the users do, and when, over a fault phase of `span`.
+pub fn plan(rng: &mut fastrand::Rng, span: Duration) -> Vec<(Duration, Action)> {
+    let mut plan = Vec::new();
+    let at =
+        |rng: &mut fastrand::Rng, low: f64, high: f64| span.mul_f64(low + (high - low) * rng.f64());
+    let ns = |rng: &mut fastrand::Rng| NAMESPACES[rng.usize(..NAMESPACES.len())];
+    let podsets: Vec<(&'static str, String)> = (0..rng.usize(1..=3))
+        .map(|i| (ns(rng), format!("web-{i}")))
+        .collect();
+    for (ns, name) in &podsets {
+        let (ns, name) = (*ns, name.clone());
+        let replicas = rng.i64(1..=5);
+        plan.push((
+            at(rng, 0.0, 0.2),
+            Action::CreatePodSet { ns, name, replicas },
+        ));
+    }
+    for (ns, name) in &podsets {
+        for _ in 0..rng.usize(0..=3) {
+            let (ns, name, replicas) = (*ns, name.clone(), rng.i64(1..=6));
+            plan.push((at(rng, 0.2, 0.9), Action::Scale { ns, name, replicas }));
+        }
+        for _ in 0..rng.usize(0..=2) {
+            let (ns, podset, pick) = (*ns, name.clone(), rng.usize(..8));
+            plan.push((at(rng, 0.2, 0.9), Action::DeletePod { ns, podset, pick }));
+        }
+        if rng.f64() < 0.1 {
+            plan.push((
+                at(rng, 0.3, 0.9),
+                Action::ForgePod {
+                    ns,
+                    podset: name.clone(),
+                },
+            ));
+        }
+    }
+    if rng.f64() < 0.2 {
+        let (ns, name) = podsets[rng.usize(..podsets.len())].clone();
+        plan.push((at(rng, 0.5, 0.95), Action::DeletePodSet { ns, name }));
+    }
+    let limit = span.as_secs() as i64;
+    for i in 0..rng.usize(1..=3) {
+        let (ns, name) = (ns(rng), format!("job-{i}"));
+        let due_in = rng.i64(-60..limit / 2);
+        let command = match rng.f64() {
+            x if x < 0.2 => "echo no; exit 3",
+            _ => "echo YAY",
+        }
+        .to_string();
+        let when = at(rng, 0.0, 0.4);
+        plan.push((
+            when,
+            Action::CreateAt {
+                ns,
+                name: name.clone(),
+                due_in,
+                command,
+            },
+        ));
+        let after_due = when + Duration::from_secs(due_in.max(0) as u64);
+        if rng.f64() < 0.15 {
+            let later = after_due + Duration::from_millis(rng.u64(0..4000));
+            plan.push((
+                later,
+                Action::DeleteAtPod {
+                    ns,
+                    at: name.clone(),
+                },
+            ));
+        }
+        if rng.f64() < 0.1 {
+            let later = after_due + Duration::from_millis(rng.u64(500..2500));
+            plan.push((later, Action::UnlabelAtPod { ns, at: name }));
+        }
+    }
+    if rng.f64() < 0.15 {
+        plan.push((at(rng, 0.2, 0.9), Action::DeleteLease));
+    }
+    plan.sort_by_key(|(t, _)| *t);
+    plan
+}
+
+/// Carries out `plan` on its schedule.
+pub async fn run(sim: Arc<Sim>, plan: Vec<(Duration, Action)>) {
+    let start = tokio::time::Instant::now();
+    for (when, action) in plan {
+        tokio::time::sleep_until(start + when).await;
+        sim.trace(|| format!("user: {action:?}"));
+        perform(&sim, &action);
+    }
+}
+
+/// A user carries out `action` now.
+pub fn perform(sim: &Arc<Sim>, action: &Action) {
+    let now = sim.now();
+    sim.act(Actor::User, |w| perform_on(w, action, now));
+}
+
+fn perform_on(w: &mut World, action: &Action, now: jiff::Timestamp) {
+    let store = &mut w.store;
+    let key = |kind, ns: &str, name: &str| Key {
+        kind,
+        namespace: ns.into(),
+        name: name.into(),
+    };
+    let none = || String::new();
+    let _ = match action {
+        Action::CreatePodSet { ns, name, replicas } => store
+            .create(
+                Kind::PodSet,
+                ns,
+                json!({"metadata": {"name": name}, "spec": {"replicas": replicas}}),
+                none,
+                now,
+            )
+            .map(drop),
+        Action::Scale { ns, name, replicas } => {
+            let patch = json!({"spec": {"replicas": replicas}});
+            store
+                .merge_patch(&key(Kind::PodSet, ns, name), &patch, None)
+                .map(drop)
+        }
+        Action::DeletePodSet { ns, name } => store
+            .delete(
+                &key(Kind::PodSet, ns, name),
+                &Preconditions::default(),
+                None,
+                now,
+            )
+            .map(drop),
+        Action::DeletePod { ns, podset, pick } => {
+            let pods = pods_of(store, Kind::PodSet, ns, podset);
+            match pods.get(pick % pods.len().max(1)) {
+                Some(pod) => store
+                    .delete(
+                        &key(Kind::Pod, ns, pod),
+                        &Preconditions::default(),
+                        None,
+                        now,
+                    )
+                    .map(drop),
+                None => Ok(()),
+            }
+        }
+        Action::CreateAt {
+            ns,
+            name,
+            due_in,
+            command,
+        } => {
+            let due = now + jiff::SignedDuration::from_secs(*due_in);
+            let at = json!({"metadata": {"name": name},
+                "spec": {"schedule": seconds(due), "command": command}});
+            store.create(Kind::At, ns, at, none, now).map(drop)
+        }
+        Action::DeleteAtPod { ns, at } => store
+            .delete(
+                &key(Kind::Pod, ns, &format!("{at}-pod")),
+                &Preconditions::default(),
+                None,
+                now,
+            )
+            .map(drop),
+        Action::UnlabelAtPod { ns, at } => {
+            let patch =
+                json!({"metadata": {"labels": {podset_operator::api::MANAGED_BY_LABEL: null}}});
+            store
+                .merge_patch(&key(Kind::Pod, ns, &format!("{at}-pod")), &patch, None)
+                .map(drop)
+        }
+        Action::ForgePod { ns, podset } => forge(store, ns, podset, now),
+        Action::DeleteLease => store
+            .delete(
+                &key(Kind::Lease, LEASE_NAMESPACE, LEASE_NAME),
+                &Preconditions::default(),
+                None,
+                now,
+            )
+            .map(drop),
+    };
+}
+
+/// The names of the pods whose controller is the `kind` object `name`.
+fn pods_of(store: &Store, kind: Kind, ns: &str, name: &str) -> Vec<String> {
+    let Some(owner) = store.get(&Key {
+        kind,
+        namespace: ns.into(),
+        name: name.into(),
+    }) else {
+        return Vec::new();
+    };
+    let uid = objects::uid(owner).to_string();
+    store
+        .objects(Kind::Pod, Some(ns))
+        .filter(|p| objects::controller(p).is_some_and(|(_, _, u)| u == uid))
+        .map(|p| objects::name(p).to_string())
+        .collect()
+}
+
+/// A pod in the other namespace, with the operator's label and the PodSet as its controller.
+fn forge(
+    store: &mut Store,
+    ns: &str,
+    podset: &str,
+    now: jiff::Timestamp,
+) -> Result<(), crate::model::error::ApiError> {
+    let Some(ps) = store.get(&Key {
+        kind: Kind::PodSet,
+        namespace: ns.into(),
+        name: podset.into(),
+    }) else {
+        return Ok(());
+    };
+    let other = NAMESPACES
+        .iter()
+        .find(|n| **n != ns)
+        .expect("two namespaces");
+    let owner: Value = json!([{"apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+        "name": podset, "uid": objects::uid(ps), "controller": true}]);
+    let pod = json!({"metadata": {"name": format!("{podset}-forged"),
+            "labels": {podset_operator::api::MANAGED_BY_LABEL: podset_operator::api::MANAGED_BY_VALUE},
+            "ownerReferences": owner},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    store
+        .create(Kind::Pod, other, pod, String::new, now)
+        .map(drop)
+}
