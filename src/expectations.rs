@@ -225,6 +225,68 @@ impl Expectations {
     }
 }
 
+/// A create or delete sent under an expectation whose answer has not been recorded yet. If
+/// it is dropped unanswered (its reconcile cut off at its deadline, or stopped), it may have
+/// been carried out or not: it is recorded as unsettled, to be sent again, rather than left
+/// expected until the TTL.
+pub struct Unanswered<'a> {
+    expectations: &'a Expectations,
+    owner_uid: &'a str,
+    pending: Option<Write>,
+}
+
+enum Write {
+    Create(String),
+    Delete(Uid, String),
+}
+
+impl<'a> Unanswered<'a> {
+    pub fn create(expectations: &'a Expectations, owner_uid: &'a str, name: &str) -> Self {
+        let pending = Some(Write::Create(name.to_string()));
+        Self {
+            expectations,
+            owner_uid,
+            pending,
+        }
+    }
+
+    pub fn delete(
+        expectations: &'a Expectations,
+        owner_uid: &'a str,
+        pod: &Uid,
+        name: &str,
+    ) -> Self {
+        let pending = Some(Write::Delete(pod.clone(), name.to_string()));
+        Self {
+            expectations,
+            owner_uid,
+            pending,
+        }
+    }
+
+    /// The answer came: the caller records it.
+    pub fn answered(mut self) {
+        self.pending = None;
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        match self.pending.take() {
+            Some(Write::Create(name)) => {
+                self.expectations
+                    .create_unsettled(self.owner_uid, &name, now)
+            }
+            Some(Write::Delete(pod, name)) => {
+                self.expectations
+                    .delete_unsettled(self.owner_uid, &pod, &name, now)
+            }
+            None => {}
+        }
+    }
+}
+
 /// Status writes whose watch event has not arrived yet. The pod events that a scale-up
 /// causes reach the controller before the event of its own status write, so the next
 /// reconcile holds the old copy and would send the same status again (an expensive no-op for
@@ -444,6 +506,22 @@ mod tests {
         assert!(panicked.is_err());
         e.expect_creates("o", 1, t0);
         assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)));
+    }
+
+    /// Issue 26, fault 5: a reconcile cut off at its deadline drops its creates and deletes
+    /// unanswered; each is left to be sent again, not expected until the TTL.
+    #[test]
+    fn a_write_dropped_unanswered_is_unsettled() {
+        let e = Expectations::default();
+        let t0 = Instant::now();
+        e.expect_creates("o", 2, t0);
+        e.expect_deletes("o", &[uid("a")], t0);
+        Unanswered::create(&e, "o", "web-podb").answered();
+        drop(Unanswered::create(&e, "o", "web-podc"));
+        drop(Unanswered::delete(&e, "o", &uid("a"), "web-poda"));
+        let unsettled = e.unsettled("o", t0);
+        assert_eq!(unsettled.creates, ["web-podc"]);
+        assert_eq!(unsettled.deletes, [("a".into(), "web-poda".into())]);
     }
 
     #[test]

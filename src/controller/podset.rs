@@ -18,7 +18,7 @@ use crate::api::PodSet;
 use crate::cache::CachedPod;
 use crate::client;
 use crate::error::{Error, Result};
-use crate::expectations::{Readiness, Unsettled};
+use crate::expectations::{Readiness, Unanswered, Unsettled};
 use crate::jitter::jittered;
 use crate::plan::name;
 use crate::plan::podset::{self as plan, Failure, Outcome, Plan};
@@ -115,7 +115,13 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
             .map(|_| name::random(prefix(&template)))
             .collect();
         ctx.expectations.expect_creates(&uid, batch, Instant::now());
-        let results = join_all(names.iter().map(|n| create(&api, &template, n))).await;
+        let results = join_all(names.iter().map(|n| async {
+            let unanswered = Unanswered::create(&ctx.expectations, &uid, n);
+            let result = create(&api, &template, n).await;
+            unanswered.answered();
+            result
+        }))
+        .await;
         for (name, result) in names.into_iter().zip(results) {
             let now = Instant::now();
             match result {
@@ -148,7 +154,13 @@ async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> 
     let (uid, api) = (ps.uid().unwrap_or_default(), pods_api(ps, ctx));
     ctx.expectations
         .expect_deletes(&uid, victims.iter().map(|p| &p.uid), Instant::now());
-    let results = join_all(victims.iter().map(|p| delete(&api, &p.name, &p.uid))).await;
+    let results = join_all(victims.iter().map(|p| async {
+        let unanswered = Unanswered::delete(&ctx.expectations, &uid, &p.uid, &p.name);
+        let result = delete(&api, &p.name, &p.uid).await;
+        unanswered.answered();
+        result
+    }))
+    .await;
     let mut deleted = Vec::new();
     let mut error = None;
     for (pod, result) in victims.iter().zip(results) {
