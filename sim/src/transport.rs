@@ -3,7 +3,8 @@
 //! fault schedule's plan for each request: a connection refused or slow to open, a refusal
 //! before anything is done, a reply lost or never sent after the request was carried out, a
 //! slow reply; and for a watch, a stall or an early end. A request that left is carried out
-//! even if the replica dies meanwhile, as a real API server would.
+//! even if the replica dies meanwhile, as a real API server would. Writes are checked against
+//! the replica's fence as they leave, as the operator's own write connections check them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,8 +89,13 @@ impl Transport {
             Connect::Pooled => {}
         }
         self.alive().await;
-        // The request leaves the process now: whatever comes back, it may have been done.
+        // As the operator's write connections do (`client::gated`): the fence is checked as
+        // the bytes would leave.
         let mutating = api::mutating(&method);
+        if mutating && let Some(Err(refused)) = self.fence.as_ref().map(Fence::admit) {
+            return Err(Box::new(std::io::Error::other(refused)));
+        }
+        // The request leaves the process now: whatever comes back, it may have been done.
         if mutating {
             self.leaving(&method, &path, &body);
         }

@@ -25,7 +25,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, Either};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_timeout::TimeoutConnector;
@@ -35,12 +35,13 @@ use kube::client::{Body, ClientBuilder, ConfigExt};
 use tokio::sync::Semaphore;
 use tower::retry::{Policy, RetryLayer};
 use tower::util::option_layer;
-use tower::{BoxError, Layer, Service, ServiceBuilder};
+use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt as _};
 
 use crate::leader::fence::{Fence, FenceLayer};
 use crate::metrics::Metrics;
 
 mod deadline;
+mod gated;
 mod outcome;
 mod warnings;
 pub use deadline::REQUEST_TIMEOUT;
@@ -68,7 +69,8 @@ pub fn build(
         .map_err(|e| kube::Error::HttpError(e.into()))?;
     config.headers.push((http::header::USER_AGENT, agent));
     let namespace = config.default_namespace.clone();
-    Ok(over(http_stack(config)?, &namespace, metrics, lane))
+    let fence = lane.as_ref().map(|l| l.fence.clone());
+    Ok(over(http_stack(config, fence)?, &namespace, metrics, lane))
 }
 
 /// The operator's request layers over `transport`, which sends a request and returns the
@@ -127,9 +129,11 @@ pub fn user_agent(instance: &str) -> String {
 /// kube's default stack (kubeconfig TLS and auth, impersonation headers, connect and read
 /// timeouts) over a connector with `TCP_NODELAY`, without kube's retry policy. Proxies from
 /// the kubeconfig are not supported (an operator talks to its own cluster's API server).
-/// Cloneable, so a retry can send a request again.
+/// Cloneable, so a retry can send a request again. Writes go on connections of their own,
+/// [`gated`] by `fence` when there is one.
 fn http_stack(
     config: kube::Config,
+    fence: Option<Fence>,
 ) -> Result<
     impl Service<Request<Body>, Response = Response<Incoming>, Error = BoxError, Future: Send>
     + Clone
@@ -137,6 +141,31 @@ fn http_stack(
     + 'static,
     kube::Error,
 > {
+    let https = config.rustls_https_connector_with_connector(tcp_connector())?;
+    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
+    let reads = client.build(with_timeouts(https.clone(), &config));
+    let writes = match fence {
+        Some(fence) => {
+            let gated = gated::GatedConnector {
+                inner: https,
+                fence,
+            };
+            tower::util::Either::Left(client.build(with_timeouts(gated, &config)))
+        }
+        None => tower::util::Either::Right(reads.clone()),
+    };
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .service(ByMethod {
+            reads: reads.map_err(BoxError::from),
+            writes: writes.map_err(BoxError::from),
+        });
+    Ok(service)
+}
+
+fn tcp_connector() -> HttpConnector {
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
@@ -145,18 +174,60 @@ fn http_stack(
     tcp.set_keepalive(Some(KEEPALIVE_IDLE));
     tcp.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
     tcp.set_keepalive_retries(Some(KEEPALIVE_RETRIES));
-    let mut connector = TimeoutConnector::new(config.rustls_https_connector_with_connector(tcp)?);
+    tcp
+}
+
+fn with_timeouts<C>(connector: C, config: &kube::Config) -> TimeoutConnector<C>
+where
+    C: Service<http::Uri> + Send,
+    C::Response: hyper::rt::Read + hyper::rt::Write + Send + Unpin,
+    C::Future: Send + 'static,
+    C::Error: Into<BoxError>,
+{
+    let mut connector = TimeoutConnector::new(connector);
     connector.set_connect_timeout(config.connect_timeout.or(Some(CONNECT_TIMEOUT)));
     connector.set_read_timeout(config.read_timeout.or(Some(READ_IDLE_TIMEOUT)));
     connector.set_write_timeout(config.write_timeout.or(Some(WRITE_TIMEOUT)));
-    let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(connector);
-    let service = ServiceBuilder::new()
-        .layer(config.base_uri_layer())
-        .option_layer(config.auth_layer()?)
-        .layer(config.extra_headers_layer()?)
-        .map_err(BoxError::from)
-        .service(http);
-    Ok(service)
+    connector
+}
+
+/// Sends reads (and watches) on one client, writes on another.
+#[derive(Clone)]
+struct ByMethod<R, W> {
+    reads: R,
+    writes: W,
+}
+
+impl<R, W, B> Service<Request<B>> for ByMethod<R, W>
+where
+    R: Service<Request<B>>,
+    W: Service<Request<B>, Response = R::Response, Error = R::Error>,
+{
+    type Response = R::Response;
+    type Error = R::Error;
+    type Future = Either<R::Future, W::Future>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), R::Error>> {
+        match self.reads.poll_ready(cx) {
+            std::task::Poll::Ready(Ok(())) => self.writes.poll_ready(cx),
+            other => other,
+        }
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        match mutating(req.method()) {
+            true => Either::Right(self.writes.call(req)),
+            false => Either::Left(self.reads.call(req)),
+        }
+    }
+}
+
+/// Whether a request changes state: what the fence stops and the write slots count.
+pub fn mutating(method: &Method) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
 /// How long to wait before sending a request again, or `None` to hand the response back.
@@ -300,8 +371,7 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let mutating = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-        let permits = mutating.then(|| self.permits.clone());
+        let permits = mutating(req.method()).then(|| self.permits.clone());
         // The HTTP client sends nothing until its future is polled, so the request waits here.
         let response: Pin<Box<S::Future>> = Box::pin(self.inner.call(req));
         Box::pin(async move {

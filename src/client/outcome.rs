@@ -27,6 +27,15 @@ fn never_sent(error: &(dyn std::error::Error + 'static)) -> bool {
         if e.is::<crate::leader::NotLeading>() || e.is::<NotSent>() {
             return true;
         }
+        // The connection refused to write (`client::gated`): io::Error hides its cause from
+        // `source()`.
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io
+                .get_ref()
+                .is_some_and(|inner| inner.is::<crate::leader::NotLeading>())
+        {
+            return true;
+        }
         if let Some(e) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
             return e.is_connect();
         }

@@ -10,11 +10,11 @@
 
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use http::{Method, Request};
+use http::Request;
 use tokio::time::Instant;
 use tower::{BoxError, Layer, Service};
 
@@ -22,30 +22,53 @@ const CLOSED: u64 = 0;
 const ALWAYS: u64 = u64::MAX;
 
 /// Until when writes may leave; shared by the leader election (which moves it) and the
-/// controllers' client (which checks it).
+/// controllers' client (which checks it, and counts the writes it let through).
 #[derive(Clone, Debug)]
-pub struct Fence(Arc<AtomicU64>);
+pub struct Fence(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    until: AtomicU64,
+    /// Writes let through whose answer has not come.
+    in_flight: AtomicUsize,
+    /// Whether a write let through in this term was dropped before its answer came: it may
+    /// still land.
+    abandoned: AtomicBool,
+}
 
 impl Fence {
+    fn new(until: u64) -> Self {
+        Self(Arc::new(Inner {
+            until: AtomicU64::new(until),
+            in_flight: AtomicUsize::new(0),
+            abandoned: AtomicBool::new(false),
+        }))
+    }
+
     /// A fence that never closes: no leader election.
     pub fn always_open() -> Self {
-        Self(Arc::new(AtomicU64::new(ALWAYS)))
+        Self::new(ALWAYS)
     }
 
     /// A fence closed until a lease is held.
     pub fn closed() -> Self {
-        Self(Arc::new(AtomicU64::new(CLOSED)))
+        Self::new(CLOSED)
     }
 
     /// Writes may leave until `deadline`, if that is later than now allowed (renewals that
     /// land out of order never shorten it).
     pub fn open_until(&self, deadline: Instant) {
-        self.0.fetch_max(ticks(deadline), Ordering::SeqCst);
+        self.0.until.fetch_max(ticks(deadline), Ordering::SeqCst);
     }
 
     /// No write leaves from now on, until the next term opens the fence again.
     pub fn close(&self) {
-        self.0.store(CLOSED, Ordering::SeqCst);
+        self.0.until.store(CLOSED, Ordering::SeqCst);
+    }
+
+    /// A new leadership term begins: none of its writes was abandoned yet.
+    pub fn begin_term(&self) {
+        self.0.abandoned.store(false, Ordering::SeqCst);
     }
 
     pub fn is_open(&self) -> bool {
@@ -53,14 +76,52 @@ impl Fence {
     }
 
     fn open_at(&self, now: Instant) -> bool {
-        ticks(now) < self.0.load(Ordering::SeqCst)
+        ticks(now) < self.0.until.load(Ordering::SeqCst)
+    }
+
+    /// The check made as a write's bytes leave: `NotLeading` once the fence closed.
+    pub fn admit(&self) -> Result<(), NotLeading> {
+        match self.is_open() {
+            true => Ok(()),
+            false => Err(NotLeading),
+        }
     }
 
     /// When the fence closes by itself; `None` if it is closed or never closes.
     pub fn deadline(&self) -> Option<Instant> {
-        match self.0.load(Ordering::SeqCst) {
+        match self.0.until.load(Ordering::SeqCst) {
             CLOSED | ALWAYS => None,
             t => Some(base() + Duration::from_nanos(t)),
+        }
+    }
+
+    /// Whether a write of this term may still land though nobody waits for its answer any
+    /// more: handing the lease over at once would let a successor act before it lands.
+    pub fn writes_abandoned(&self) -> bool {
+        self.0.abandoned.load(Ordering::SeqCst) || self.0.in_flight.load(Ordering::SeqCst) > 0
+    }
+
+    /// A write let through: counted until its answer comes, abandoned if dropped first.
+    fn let_through(&self) -> InFlight {
+        self.0.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight {
+            fence: self.clone(),
+            answered: false,
+        }
+    }
+}
+
+/// A write the fence let through, until its answer comes.
+struct InFlight {
+    fence: Fence,
+    answered: bool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.fence.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if !self.answered {
+            self.fence.0.abandoned.store(true, Ordering::SeqCst);
         }
     }
 }
@@ -121,16 +182,21 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let mutating = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-        let fence = mutating.then(|| self.fence.clone());
+        let fence = crate::client::mutating(req.method()).then(|| self.fence.clone());
         // The HTTP client sends nothing until its future is polled: the check, made when this
-        // future is first polled, comes after any wait outside this layer (a write slot).
+        // future is first polled, comes after any wait outside this layer (a write slot). The
+        // transport checks again as the bytes leave (`client::gated`): a connection can take
+        // seconds to open, and a process can be paused at any point in between.
         let response = self.inner.call(req);
         Box::pin(async move {
-            if fence.is_some_and(|f| !f.is_open()) {
-                return Err(NotLeading.into());
-            }
-            response.await.map_err(Into::into)
+            let Some(fence) = fence else {
+                return response.await.map_err(Into::into);
+            };
+            fence.admit()?;
+            let mut in_flight = fence.let_through();
+            let answer = response.await;
+            in_flight.answered = true;
+            answer.map_err(Into::into)
         })
     }
 }
@@ -138,6 +204,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::Method;
     use std::sync::atomic::AtomicUsize;
     use tower::ServiceExt;
 
@@ -155,6 +222,32 @@ mod tests {
         assert!(!fence.open_at(now));
         assert_eq!(fence.deadline(), None);
         assert!(Fence::always_open().is_open());
+    }
+
+    /// Issue 26, fault 8: a write let through and dropped before its answer may still land;
+    /// one answered, or refused, leaves nothing behind. A new term starts clean.
+    #[tokio::test]
+    async fn writes_dropped_unanswered_are_abandoned() {
+        let fence = Fence::closed();
+        fence.open_until(Instant::now() + Duration::from_secs(60));
+        let answers = tower::service_fn(|_req: Request<()>| async { Ok::<_, BoxError>(()) });
+        let svc = FenceLayer(fence.clone()).layer(answers);
+        let post = || {
+            Request::builder()
+                .method(http::Method::POST)
+                .body(())
+                .unwrap()
+        };
+        svc.clone().oneshot(post()).await.unwrap();
+        assert!(!fence.writes_abandoned());
+        let silent =
+            tower::service_fn(|_req: Request<()>| std::future::pending::<Result<(), BoxError>>());
+        let mut dropped = FenceLayer(fence.clone()).layer(silent).oneshot(post());
+        assert!(futures::poll!(&mut dropped).is_pending());
+        drop(dropped);
+        assert!(fence.writes_abandoned());
+        fence.begin_term();
+        assert!(!fence.writes_abandoned());
     }
 
     /// A write that waited past the deadline (a paused process, a full write queue) is refused

@@ -93,7 +93,10 @@ impl LeaderElection {
         let mut changes = std::pin::pin!(changes);
         loop {
             let next = match self.try_acquire().await {
-                Ok(true) => return true,
+                Ok(true) => {
+                    self.fence.begin_term();
+                    return true;
+                }
                 Ok(false) => self.wait_until(),
                 Err(e) => {
                     warn!(error = %e, lease = %self.name, "reading or writing the leader lease failed; retrying");
@@ -146,9 +149,15 @@ impl LeaderElection {
 
     /// Gives the lease up so a standby takes over at once, if this instance still holds it
     /// as last read; written over that version, so another holder is never wiped. Bounded by
-    /// the renew deadline: a failed release only means the standby waits out the lease.
+    /// the renew deadline: a failed release only means the standby waits out the lease. Not
+    /// while a write of this term may still land (its controllers were stopped before its
+    /// answer came): the standby then waits out the lease, as after a crash.
     pub async fn release(&self) {
         self.fence.close();
+        if self.fence.writes_abandoned() {
+            warn!(lease = %self.name, "writes of this term were stopped before their answers came and may still land; not releasing the leader lease: it expires by itself");
+            return;
+        }
         let Some(mine) = self.observed.lock().clone() else {
             return;
         };
