@@ -4,7 +4,9 @@
 //! - every write goes over the `resourceVersion` last read (create, renew, takeover, release),
 //!   so a release never wipes another holder and two instances never both win;
 //! - a standby times the lease from when it observed the record change ([`record::Observed`]);
-//! - a missing Lease is created again, by whoever notices first;
+//! - a missing Lease is written again by its holder as soon as it notices, and created by a
+//!   standby only a lease duration after it saw it missing (a Lease deleted under a live
+//!   holder is no free lease: the holder acts until its renew deadline);
 //! - a failed request is retried, by leader and standby alike: nothing here ends the process;
 //! - the leader acts only while its [`Fence`] is open: until the renew deadline after the last
 //!   renewal that landed (counted from when that renewal was sent), and never after it saw
@@ -45,6 +47,8 @@ pub struct LeaderElection {
     fence: Fence,
     clock: Clock,
     observed: Mutex<Option<Observed>>,
+    /// When this instance first saw that there is no Lease, while there is none.
+    absent_since: Mutex<Option<Instant>>,
 }
 
 enum Holder {
@@ -83,6 +87,7 @@ impl LeaderElection {
             fence,
             clock,
             observed: Mutex::new(None),
+            absent_since: Mutex::new(None),
         }
     }
 
@@ -185,7 +190,14 @@ impl LeaderElection {
     async fn try_acquire(&self) -> kube::Result<bool> {
         let observed = self.read().await?;
         let now = Instant::now();
-        let decision = record::decide(observed.as_ref(), &self.identity, self.timing.lease, now);
+        let absent_since = *self.absent_since.lock();
+        let decision = record::decide(
+            observed.as_ref(),
+            absent_since,
+            &self.identity,
+            self.timing.lease,
+            now,
+        );
         if let Decision::WaitUntil(_) = decision {
             return Ok(false);
         }
@@ -247,6 +259,7 @@ impl LeaderElection {
         let now = Instant::now();
         match record::decide(
             self.observed.lock().as_ref(),
+            *self.absent_since.lock(),
             &self.identity,
             self.timing.lease,
             now,
@@ -263,6 +276,11 @@ impl LeaderElection {
     }
 
     fn observe(&self, lease: Option<Lease>, now: Instant) -> Option<Observed> {
+        let mut absent_since = self.absent_since.lock();
+        *absent_since = match lease {
+            Some(_) => None,
+            None => absent_since.or(Some(now)),
+        };
         let mut observed = self.observed.lock();
         *observed = lease.map(|l| {
             let version = l.metadata.resource_version.unwrap_or_default();
