@@ -93,6 +93,7 @@ impl Operator {
             election.duration,
             self.fence.clone(),
             self.settings.clock.clone(),
+            self.shared.health.clone(),
         );
         let (lease, namespace) = (&election.name, &election.namespace);
         loop {

@@ -21,6 +21,7 @@
 pub mod fence;
 pub mod record;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -32,15 +33,17 @@ use kube::{Api, Client};
 use parking_lot::Mutex;
 use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::clock::Clock;
+use crate::health::Health;
 use crate::jitter::jittered;
 pub use fence::{Fence, NotLeading};
 use record::{Decision, Observed, Timing};
 
 pub struct LeaderElection {
     leases: Api<Lease>,
+    namespace: String,
     name: String,
     identity: String,
     timing: Timing,
@@ -49,6 +52,10 @@ pub struct LeaderElection {
     observed: Mutex<Option<Observed>>,
     /// When this instance first saw that there is no Lease, while there is none.
     absent_since: Mutex<Option<Instant>>,
+    /// A standby is ready unless it can never lead as things are ([`needs_a_person`]).
+    health: Arc<Health>,
+    /// When that was last logged, while it lasts.
+    blocked_since_logged: Mutex<Option<Instant>>,
 }
 
 enum Holder {
@@ -77,10 +84,12 @@ impl LeaderElection {
         duration: Duration,
         fence: Fence,
         clock: Clock,
+        health: Arc<Health>,
     ) -> Self {
         fence.close();
         Self {
             leases: Api::namespaced(client, namespace),
+            namespace: namespace.to_string(),
             name: name.to_string(),
             identity: identity.to_string(),
             timing: record::timing(duration),
@@ -88,6 +97,8 @@ impl LeaderElection {
             clock,
             observed: Mutex::new(None),
             absent_since: Mutex::new(None),
+            health,
+            blocked_since_logged: Mutex::new(None),
         }
     }
 
@@ -97,14 +108,18 @@ impl LeaderElection {
         let changes = self.changes();
         let mut changes = std::pin::pin!(changes);
         loop {
-            let next = match self.try_acquire().await {
+            let attempt = self.try_acquire().await;
+            self.report_blocked(attempt.as_ref().err());
+            let next = match attempt {
                 Ok(true) => {
                     self.fence.begin_term();
                     return true;
                 }
                 Ok(false) => self.wait_until(),
                 Err(e) => {
-                    warn!(error = %e, lease = %self.name, "reading or writing the leader lease failed; retrying");
+                    if needs_a_person(&e, &self.namespace).is_none() {
+                        warn!(error = %e, lease = %self.name, "reading or writing the leader lease failed; retrying");
+                    }
                     Instant::now() + jittered(self.timing.retry_period)
                 }
             };
@@ -114,6 +129,29 @@ impl LeaderElection {
                 Some(()) = changes.next() => {}
                 _ = shutdown.cancelled() => return false,
             }
+        }
+    }
+
+    /// A standby that can never lead as things are (the Lease's namespace does not exist,
+    /// the operator may not use Leases there) says why, at most once a minute, and is not
+    /// ready: a Deployment's rollout then stops instead of replacing working pods with ones
+    /// that wait for good. Once that clears, it is ready again.
+    fn report_blocked(&self, error: Option<&kube::Error>) {
+        let mut logged = self.blocked_since_logged.lock();
+        match error.and_then(|e| needs_a_person(e, &self.namespace)) {
+            Some(why) => {
+                self.health.set_ready(false);
+                let now = Instant::now();
+                if logged.is_none_or(|at| now - at >= Duration::from_secs(60)) {
+                    error!(lease = %self.name, namespace = %self.namespace, "the leader lease cannot be used: {why}; retrying");
+                    *logged = Some(now);
+                }
+            }
+            None if logged.take().is_some() => {
+                self.health.set_ready(true);
+                info!(lease = %self.name, namespace = %self.namespace, "the leader lease can be used again");
+            }
+            None => {}
         }
     }
 
@@ -319,7 +357,10 @@ impl LeaderElection {
                 self.observe(Some(lease), Instant::now());
                 Ok(Wrote::Landed(sent))
             }
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(Wrote::Lost),
+            // A 404 on a create is the namespace's, not the Lease's: see `needs_a_person`.
+            Err(kube::Error::Api(s)) if s.code == 409 || (s.code == 404 && over.is_some()) => {
+                Ok(Wrote::Lost)
+            }
             Err(e) => Err(e),
         }
     }
@@ -353,6 +394,27 @@ impl LeaderElection {
                 });
                 async move { changed.then_some(()) }
             })
+    }
+}
+
+/// Why a Lease request failed in a way only a person can mend, if it did.
+fn needs_a_person(error: &kube::Error, namespace: &str) -> Option<String> {
+    let kube::Error::Api(status) = error else {
+        return None;
+    };
+    let about_namespace = status
+        .details
+        .as_ref()
+        .is_some_and(|d| d.kind == "namespaces");
+    match status.code {
+        404 if about_namespace => Some(format!(
+            "the leader election namespace {namespace:?} does not exist: create it, or set --leader-election-namespace (LEADER_ELECTION_NAMESPACE) to where the operator's Lease should live"
+        )),
+        403 => Some(format!(
+            "the operator may not use Leases in namespace {namespace:?} ({}): grant it the leader election Role there, or set --leader-election-namespace (LEADER_ELECTION_NAMESPACE)",
+            status.message
+        )),
+        _ => None,
     }
 }
 

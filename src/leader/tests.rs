@@ -140,6 +140,7 @@ fn election(state: &Shared, me: &str) -> LeaderElection {
         LEASE,
         Fence::closed(),
         Default::default(),
+        Default::default(),
     )
 }
 
