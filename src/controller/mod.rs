@@ -33,6 +33,7 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::{debug, info, warn};
 
 use crate::api::PodSetStatus;
+use crate::at_creates::AtCreates;
 use crate::cache::PodCache;
 use crate::clock::Clock;
 use crate::error::Error;
@@ -79,6 +80,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
     pub podset_statuses: StatusWrites<PodSetStatus>,
+    pub at_creates: AtCreates,
     pub resync: Duration,
     pub clock: Clock,
 }
@@ -89,6 +91,7 @@ impl Context {
         self.expectations.forget(uid);
         self.backoff.reset(uid);
         self.podset_statuses.forget(uid);
+        self.at_creates.forget(&crate::uid::Uid::from(uid));
     }
 }
 
@@ -129,6 +132,7 @@ pub async fn run(
         metrics,
         backoff: Backoff::default(),
         podset_statuses: StatusWrites::default(),
+        at_creates: AtCreates::default(),
         resync: settings.resync,
         clock: settings.clock.clone(),
     });

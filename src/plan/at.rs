@@ -20,10 +20,11 @@ use crate::conditions::{self, Want};
 /// The only shape `spec.schedule` has (the CRD's pattern enforces it).
 const SCHEDULE_FORMAT: &str = "%Y-%m-%dT%H:%M:%SZ";
 
-/// The longest single wait. The controller's delay queue panics beyond about two years, and a
-/// far schedule is better rechecked now and then than trusted to one monotonic timer across
-/// wall-clock adjustments; an hourly look costs nothing.
-pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+/// The longest single wait. The wait is timed on the monotonic clock but computed from the
+/// wall clock, which can be stepped (NTP, a VM resumed): a look every minute bounds how late a
+/// clock stepped back and then corrected can make an At. It costs a reconcile a minute per
+/// waiting At, and no request.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
 /// Whether the schedule is valid and the current spec is (or was) the one that runs.
 pub const CONDITION_SCHEDULED: &str = "Scheduled";
@@ -181,32 +182,52 @@ pub fn progress(at: &At, pod: &CachedPod, now: Timestamp) -> AtStatus {
     }
 }
 
-/// How long after RUNNING was recorded the pod's create may still land, when its outcome is
-/// unknown (its reply was lost, or the operator that sent it is gone): kube-apiserver works on
+/// How long after its create was sent the pod may still land, when that create's outcome is
+/// unknown (its reply was lost, or the process that sent it is gone): kube-apiserver works on
 /// a request it received for up to its `--request-timeout`, 60 s by default; the rest is
 /// margin for a slow etcd.
 pub const A_CREATE_MAY_LAND_FOR: Duration = Duration::from_secs(90);
+
+/// What the process deciding knows of the creates of an At's pod, for an At recorded
+/// RUNNING whose pod it cannot see (see `at_creates`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Creates {
+    /// It recorded RUNNING itself and sent no create: none can land.
+    NotSent,
+    /// A create may have been sent; the window in which it may land has run this long.
+    MayLand { waited: Duration },
+}
 
 /// What a live read of a RUNNING At's pod settles.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Confirmed {
     /// The At's status from now on.
     Status(AtStatus),
+    /// No pod, and none was sent: create it now (RUNNING is recorded already).
+    Create,
     /// No pod yet, but its create may still land: look again then.
     LookAgainIn(Duration),
 }
 
 /// What a live read settled that the cache could not: `live` is the pod if it exists and this
-/// At controls it. Without one, the At ends PodVanished, but not while a create whose outcome
-/// is unknown may still land: the command may yet run, and the pod give its real outcome.
-pub fn confirmed(at: &At, live: Option<&CachedPod>, now: Timestamp) -> Confirmed {
+/// At controls it. Without one, the pod is created if no create was sent; else the At ends
+/// PodVanished, but not while a create whose outcome is unknown may still land: the command
+/// may yet run, and the pod give its real outcome.
+pub fn confirmed(at: &At, live: Option<&CachedPod>, creates: Creates, now: Timestamp) -> Confirmed {
     if let Some(pod) = live {
         return Confirmed::Status(progress(at, pod, now));
     }
-    let previous = at.status.clone().unwrap_or_default();
-    if let Some(left) = create_may_still_land(&previous, now) {
+    let waited = match creates {
+        Creates::NotSent => return Confirmed::Create,
+        Creates::MayLand { waited } => waited,
+    };
+    if let Some(left) = A_CREATE_MAY_LAND_FOR
+        .checked_sub(waited)
+        .filter(|left| !left.is_zero())
+    {
         return Confirmed::LookAgainIn(left);
     }
+    let previous = at.status.clone().unwrap_or_default();
     let name = previous.pod_name.clone().unwrap_or_else(|| pod_name(at));
     let completed = conditions::condition(
         &previous.conditions,
@@ -229,18 +250,6 @@ pub fn confirmed(at: &At, live: Option<&CachedPod>, now: Timestamp) -> Confirmed
         conditions: after_start_conditions(at, &previous, Some(completed), now),
         ..previous
     })
-}
-
-/// How long a create of the pod may still land: RUNNING was recorded (`Starting`) and no
-/// create was seen to succeed, less than [`A_CREATE_MAY_LAND_FOR`] ago.
-fn create_may_still_land(status: &AtStatus, now: Timestamp) -> Option<Duration> {
-    let starting = conditions::find(&status.conditions, CONDITION_COMPLETED)
-        .is_some_and(|c| c.reason == REASON_STARTING);
-    let since = status.start_time.as_ref()?.0;
-    let elapsed = Duration::try_from(now.duration_since(since)).unwrap_or_default();
-    A_CREATE_MAY_LAND_FOR
-        .checked_sub(elapsed)
-        .filter(|left| starting && !left.is_zero())
 }
 
 /// The status of a due At whose pod could not be created: still PENDING, with why.

@@ -272,11 +272,12 @@ fn missing_pod_while_running_is_confirmed_then_done_as_vanished() {
     let at = at_with(Some(running.clone()));
     assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Confirm);
     assert_eq!(
-        confirmed(&at, Some(&pod(Phase::Running)), ts(SCHEDULE)),
+        confirmed(&at, Some(&pod(Phase::Running)), waited(0), ts(SCHEDULE)),
         Confirmed::Status(running.clone()),
         "only the cache lagged"
     );
-    let Confirmed::Status(gone) = confirmed(&at, None, ts("2019-04-12T10:20:00Z")) else {
+    let Confirmed::Status(gone) = confirmed(&at, None, waited(600), ts("2019-04-12T10:20:00Z"))
+    else {
         panic!("the pod was seen: its create landed, so its absence is final");
     };
     assert_eq!(
@@ -301,29 +302,53 @@ fn missing_pod_while_running_is_confirmed_then_done_as_vanished() {
     );
 }
 
+/// The window in which a create may land has run `seconds`.
+fn waited(seconds: u64) -> Creates {
+    Creates::MayLand {
+        waited: Duration::from_secs(seconds),
+    }
+}
+
 /// RUNNING recorded, the create's outcome unknown: no verdict while it may still land; a pod
-/// that does appear gives the real outcome; none by then is PodVanished.
+/// that does appear gives the real outcome; none by then is PodVanished. The window is what
+/// the deciding process counted, whatever the times in the status say.
 #[test]
 fn a_create_that_may_still_land_is_waited_for() {
     let starting = starting(&at_with(None), ts(SCHEDULE));
     let at = at_with(Some(starting));
     let soon = ts("2019-04-12T10:12:30Z");
     assert_eq!(
-        confirmed(&at, None, soon),
+        confirmed(&at, None, waited(30), soon),
         Confirmed::LookAgainIn(A_CREATE_MAY_LAND_FOR - Duration::from_secs(30))
     );
-    let landed = confirmed(&at, Some(&pod(Phase::Succeeded)), soon);
+    let landed = confirmed(&at, Some(&pod(Phase::Succeeded)), waited(30), soon);
     assert!(
         matches!(landed, Confirmed::Status(ref s) if s.succeeded == Some(true)),
         "{landed:?}"
     );
-    let late = ts("2019-04-12T10:14:00Z");
-    let Confirmed::Status(gone) = confirmed(&at, None, late) else {
+    let an_hour_later = ts("2019-04-12T11:12:00Z");
+    assert_eq!(
+        confirmed(&at, None, waited(30), an_hour_later),
+        Confirmed::LookAgainIn(A_CREATE_MAY_LAND_FOR - Duration::from_secs(30)),
+        "the wall clocks' difference is no time waited"
+    );
+    let Confirmed::Status(gone) = confirmed(&at, None, waited(90), soon) else {
         panic!("still waiting after the create could no longer land");
     };
     assert_eq!(
         condition(&gone, CONDITION_COMPLETED),
         ("True", REASON_POD_VANISHED)
+    );
+}
+
+/// Issue 26, fault 4: RUNNING recorded by this process, which sent no create: no create can
+/// land, and none is waited for: the pod is created now.
+#[test]
+fn a_create_never_sent_is_sent_not_waited_for() {
+    let at = at_with(Some(starting(&at_with(None), ts(SCHEDULE))));
+    assert_eq!(
+        confirmed(&at, None, Creates::NotSent, ts(SCHEDULE)),
+        Confirmed::Create
     );
 }
 
