@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::controller::{self, Settings, Shared};
+pub use crate::leader::Election;
 use crate::leader::{Fence, LeaderElection};
 
 pub struct Operator {
@@ -22,14 +23,6 @@ pub struct Operator {
     pub election: Option<Election>,
     /// How long, after shutdown is asked, in-flight reconciles may take.
     pub shutdown_timeout: Duration,
-}
-
-/// Where the leader Lease is, and how long it lasts.
-#[derive(Clone, Debug)]
-pub struct Election {
-    pub namespace: String,
-    pub name: String,
-    pub duration: Duration,
 }
 
 impl Operator {
@@ -87,10 +80,8 @@ impl Operator {
     ) -> anyhow::Result<()> {
         let leader = LeaderElection::new(
             self.lease.clone(),
-            &election.namespace,
-            &election.name,
+            &election,
             &self.settings.instance,
-            election.duration,
             self.fence.clone(),
             self.settings.clock.clone(),
             self.shared.health.clone(),

@@ -454,7 +454,6 @@ mod tests {
     }
 
     const AT: &str = "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/ns/ats/job";
-    const POD: &str = "/api/v1/namespaces/ns/pods/job-pod";
 
     /// Issue 19, item 9: the client re-sent a RUNNING write that had landed (a 504 on the
     /// first send), and the re-send met a 409: our own write, not a stale copy. A read of the

@@ -74,25 +74,31 @@ enum Wrote {
     Lost,
 }
 
+/// Where the leader Lease is, and how long it lasts.
+#[derive(Clone, Debug)]
+pub struct Election {
+    pub namespace: String,
+    pub name: String,
+    pub duration: Duration,
+}
+
 impl LeaderElection {
     /// `client` should be a client of its own (no queue behind pod writes, no fence).
     pub fn new(
         client: Client,
-        namespace: &str,
-        name: &str,
+        election: &Election,
         identity: &str,
-        duration: Duration,
         fence: Fence,
         clock: Clock,
         health: Arc<Health>,
     ) -> Self {
         fence.close();
         Self {
-            leases: Api::namespaced(client, namespace),
-            namespace: namespace.to_string(),
-            name: name.to_string(),
+            leases: Api::namespaced(client, &election.namespace),
+            namespace: election.namespace.clone(),
+            name: election.name.clone(),
             identity: identity.to_string(),
-            timing: record::timing(duration),
+            timing: record::timing(election.duration),
             fence,
             clock,
             observed: Mutex::new(None),

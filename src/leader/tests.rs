@@ -132,12 +132,15 @@ fn api(state: Shared) -> Client {
 }
 
 fn election(state: &Shared, me: &str) -> LeaderElection {
+    let election = Election {
+        namespace: "ns".into(),
+        name: NAME.into(),
+        duration: LEASE,
+    };
     LeaderElection::new(
         api(state.clone()),
-        "ns",
-        NAME,
+        &election,
         me,
-        LEASE,
         Fence::closed(),
         Default::default(),
         Default::default(),
