@@ -15,6 +15,7 @@
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -26,6 +27,9 @@ pub const EXPECTATIONS_TTL: Duration = Duration::from_secs(5 * 60);
 
 #[derive(Debug)]
 struct Pending {
+    /// The owner's namespace: only its pods can meet its expectations (an ownerReference
+    /// that crosses namespaces is invalid, and anyone may write one).
+    namespace: Option<Arc<str>>,
     creates: usize,
     deletes: HashSet<Uid>,
     /// Pod names of creates whose outcome is unknown; counted in `creates`.
@@ -40,6 +44,7 @@ struct Pending {
 impl Pending {
     fn new(now: Instant) -> Self {
         Self {
+            namespace: None,
             creates: 0,
             deletes: HashSet::new(),
             unsettled_creates: HashSet::new(),
@@ -104,9 +109,12 @@ impl Expectations {
         r
     }
 
-    /// Records `n` creates about to be sent.
-    pub fn expect_creates(&self, owner_uid: &str, n: usize, now: Instant) {
-        self.with(owner_uid, now, |p| p.creates += n);
+    /// Records `n` creates about to be sent for the owner in `namespace`.
+    pub fn expect_creates(&self, owner_uid: &str, namespace: &str, n: usize, now: Instant) {
+        self.with(owner_uid, now, |p| {
+            p.namespace = Some(namespace.into());
+            p.creates += n;
+        });
     }
 
     /// Lowers the creates expected, for creates that failed (the watch will never show them).
@@ -114,14 +122,16 @@ impl Expectations {
         self.with(owner_uid, now, |p| p.creates = p.creates.saturating_sub(n));
     }
 
-    /// Records deletes about to be sent.
+    /// Records deletes about to be sent for the owner in `namespace`.
     pub fn expect_deletes<'a>(
         &self,
         owner_uid: &str,
+        namespace: &str,
         pod_uids: impl IntoIterator<Item = &'a Uid>,
         now: Instant,
     ) {
         self.with(owner_uid, now, |p| {
+            p.namespace = Some(namespace.into());
             p.deletes.extend(pod_uids.into_iter().cloned())
         });
     }
@@ -191,6 +201,12 @@ impl Expectations {
         let Some(p) = owners.get_mut(uid) else {
             return;
         };
+        if p.namespace
+            .as_ref()
+            .is_some_and(|ns| *ns != touched.namespace)
+        {
+            return;
+        }
         match touched.change {
             Change::Added => p.creates = p.creates.saturating_sub(1),
             Change::Removed => {
@@ -415,7 +431,7 @@ mod tests {
         let e = Expectations::default();
         let t0 = Instant::now();
         assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
-        e.expect_creates("o", 2, t0);
+        e.expect_creates("o", "ns", 2, t0);
         assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)));
         e.observe(&touched("o", "p1", Change::Added), t0);
         e.observe(&touched("o", "p1", Change::Updated), t0);
@@ -436,7 +452,7 @@ mod tests {
     fn failed_creates_lower_the_count() {
         let e = Expectations::default();
         let t0 = Instant::now();
-        e.expect_creates("o", 4, t0);
+        e.expect_creates("o", "ns", 4, t0);
         e.creates_failed("o", 3, t0);
         e.observe(&touched("o", "p1", Change::Added), t0);
         assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
@@ -446,7 +462,7 @@ mod tests {
     fn an_unsettled_create_is_expected_until_an_answer_says_whether_it_landed() {
         let e = Expectations::default();
         let t0 = Instant::now();
-        e.expect_creates("o", 2, t0);
+        e.expect_creates("o", "ns", 2, t0);
         e.create_unsettled("o", "web-podb", t0);
         e.observe(&touched("o", "p1", Change::Added), t0);
         e.observe(&touched("o", "p2", Change::Added), t0);
@@ -459,7 +475,7 @@ mod tests {
         assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
 
         // Settled as never made: no pod to wait for.
-        e.expect_creates("o", 1, t0);
+        e.expect_creates("o", "ns", 1, t0);
         e.create_unsettled("o", "web-podc", t0);
         e.create_settled("o", "web-podc", false, t0);
         assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
@@ -470,7 +486,7 @@ mod tests {
     fn an_unsettled_delete_is_settled_by_an_answer_or_the_watch() {
         let e = Expectations::default();
         let t0 = Instant::now();
-        e.expect_deletes("o", &[uid("a"), uid("b")], t0);
+        e.expect_deletes("o", "ns", &[uid("a"), uid("b")], t0);
         e.delete_unsettled("o", &uid("a"), "web-poda", t0);
         e.delete_unsettled("o", &uid("b"), "web-podb", t0);
         assert_eq!(
@@ -504,7 +520,7 @@ mod tests {
             e.with("o", t0, |_| panic!("a bug in one reconcile"))
         }));
         assert!(panicked.is_err());
-        e.expect_creates("o", 1, t0);
+        e.expect_creates("o", "ns", 1, t0);
         assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)));
     }
 
@@ -514,8 +530,8 @@ mod tests {
     fn a_write_dropped_unanswered_is_unsettled() {
         let e = Expectations::default();
         let t0 = Instant::now();
-        e.expect_creates("o", 2, t0);
-        e.expect_deletes("o", &[uid("a")], t0);
+        e.expect_creates("o", "ns", 2, t0);
+        e.expect_deletes("o", "ns", &[uid("a")], t0);
         Unanswered::create(&e, "o", "web-podb").answered();
         drop(Unanswered::create(&e, "o", "web-podc"));
         drop(Unanswered::delete(&e, "o", &uid("a"), "web-poda"));
@@ -524,11 +540,26 @@ mod tests {
         assert_eq!(unsettled.deletes, [("a".into(), "web-poda".into())]);
     }
 
+    /// Issue 26: a pod in another namespace that names the owner as its controller (anyone
+    /// may write one) meets none of the owner's expectations.
+    #[test]
+    fn only_pods_in_the_owners_namespace_meet_its_expectations() {
+        let e = Expectations::default();
+        let t0 = Instant::now();
+        e.expect_creates("o", "ns", 1, t0);
+        let mut forged = touched("o", "f", Change::Added);
+        forged.namespace = "elsewhere".into();
+        e.observe(&forged, t0);
+        assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)));
+        e.observe(&touched("o", "p", Change::Added), t0);
+        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+    }
+
     #[test]
     fn deletes_are_tracked_by_uid() {
         let e = Expectations::default();
         let t0 = Instant::now();
-        e.expect_deletes("o", &[uid("a"), uid("b")], t0);
+        e.expect_deletes("o", "ns", &[uid("a"), uid("b")], t0);
         e.observe(&touched("o", "c", Change::Removed), t0);
         assert!(
             matches!(e.readiness("o", t0), Readiness::Waiting(_)),
@@ -544,11 +575,11 @@ mod tests {
         let e = Expectations::default();
         let t0 = Instant::now();
         // Two creates whose pods the watch never showed: the record expires.
-        e.expect_creates("o", 2, t0);
+        e.expect_creates("o", "ns", 2, t0);
         let later = t0 + EXPECTATIONS_TTL + Duration::from_secs(1);
         assert_eq!(e.readiness("o", later), Readiness::Satisfied);
         // A fresh round of one create is met by one pod, not by three.
-        e.expect_creates("o", 1, later);
+        e.expect_creates("o", "ns", 1, later);
         e.observe(&touched("o", "p1", Change::Added), later);
         assert_eq!(
             e.readiness("o", later),
@@ -556,7 +587,7 @@ mod tests {
             "the expired creates were added to the new ones"
         );
         // Lowering a record does not push its expiry out.
-        e.expect_creates("q", 2, t0);
+        e.expect_creates("q", "ns", 2, t0);
         e.creates_failed("q", 1, t0 + Duration::from_secs(240));
         assert_eq!(
             e.readiness("q", t0 + EXPECTATIONS_TTL),
@@ -570,8 +601,8 @@ mod tests {
         let e = Expectations::default();
         let t0 = Instant::now();
         // An owner deleted while the watch was away: nothing reads or lowers its record again.
-        e.expect_creates("gone", 1, t0);
-        e.expect_creates("o", 1, t0 + EXPECTATIONS_TTL);
+        e.expect_creates("gone", "ns", 1, t0);
+        e.expect_creates("o", "ns", 1, t0 + EXPECTATIONS_TTL);
         assert_eq!(e.owners.lock().len(), 1, "an expired record kept");
     }
 
@@ -579,7 +610,7 @@ mod tests {
     fn expectations_expire() {
         let e = Expectations::default();
         let t0 = Instant::now();
-        e.expect_creates("o", 1, t0);
+        e.expect_creates("o", "ns", 1, t0);
         match e.readiness("o", t0 + Duration::from_secs(60)) {
             Readiness::Waiting(left) => {
                 assert_eq!(left, EXPECTATIONS_TTL - Duration::from_secs(60))

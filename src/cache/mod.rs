@@ -72,9 +72,15 @@ impl Default for PodCache {
 }
 
 impl PodCache {
-    /// The pods whose controlling owner has this UID.
-    pub fn owned_by(&self, owner_uid: &str) -> Vec<Arc<CachedPod>> {
-        self.index.read().owned_by(&Uid::from(owner_uid)).to_vec()
+    /// The pods in `namespace` whose controlling owner has this UID. An ownerReference
+    /// cannot cross namespaces (the garbage collector deletes such pods), but anyone may
+    /// write one: a pod elsewhere that names the owner is none of its own.
+    pub fn owned_by(&self, namespace: &str, owner_uid: &str) -> Vec<Arc<CachedPod>> {
+        let index = self.index.read();
+        let pods = index.owned_by(&Uid::from(owner_uid)).iter();
+        pods.filter(|p| *p.namespace == *namespace)
+            .cloned()
+            .collect()
     }
 
     pub fn len(&self) -> usize {
@@ -275,15 +281,26 @@ mod tests {
             "a pod without a controller touches no owner"
         );
         let mut names: Vec<_> = cache
-            .owned_by("o1")
+            .owned_by("ns", "o1")
             .iter()
             .map(|p| p.name.to_string())
             .collect();
         names.sort();
         assert_eq!(names, ["pod-a", "pod-b"]);
-        assert_eq!(cache.owned_by("o2").len(), 1);
-        assert!(cache.owned_by("nobody").is_empty());
+        assert_eq!(cache.owned_by("ns", "o2").len(), 1);
+        assert!(cache.owned_by("ns", "nobody").is_empty());
         assert_eq!(cache.len(), 3);
+    }
+
+    #[test]
+    fn a_pod_in_another_namespace_is_not_its_controllers() {
+        let cache = PodCache::default();
+        cache.apply(Event::Apply(pod("a", Some("o"), "Running")));
+        let mut forged = pod("f", Some("o"), "Running");
+        forged.metadata.namespace = Some("elsewhere".into());
+        cache.apply(Event::Apply(forged));
+        assert_eq!(cache.owned_by("ns", "o").len(), 1);
+        assert_eq!(cache.owned_by("elsewhere", "o").len(), 1);
     }
 
     #[test]
@@ -313,7 +330,7 @@ mod tests {
             changes_of(&cache.apply(Event::Delete(terminating))),
             [("o".into(), Change::Removed)]
         );
-        assert!(cache.owned_by("o").is_empty());
+        assert!(cache.owned_by("ns", "o").is_empty());
     }
 
     #[test]
@@ -325,8 +342,8 @@ mod tests {
             changes_of(&t),
             [("o1".into(), Change::Removed), ("o2".into(), Change::Added)]
         );
-        assert!(cache.owned_by("o1").is_empty());
-        assert_eq!(cache.owned_by("o2").len(), 1);
+        assert!(cache.owned_by("ns", "o1").is_empty());
+        assert_eq!(cache.owned_by("ns", "o2").len(), 1);
     }
 
     #[test]
@@ -337,7 +354,7 @@ mod tests {
         cache.apply(Event::InitApply(pod("a", Some("o"), "Running")));
         cache.apply(Event::InitApply(pod("b", Some("o"), "Running")));
         assert!(
-            cache.owned_by("o").is_empty(),
+            cache.owned_by("ns", "o").is_empty(),
             "nothing visible before InitDone"
         );
         assert_eq!(cache.apply(Event::InitDone).len(), 2);
@@ -356,7 +373,7 @@ mod tests {
             t,
             [("b".into(), Change::Removed), ("c".into(), Change::Added)]
         );
-        assert_eq!(cache.owned_by("o").len(), 2);
+        assert_eq!(cache.owned_by("ns", "o").len(), 2);
     }
 
     #[test]

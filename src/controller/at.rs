@@ -48,7 +48,10 @@ async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
     let uid = Uid::from(at.uid().unwrap_or_default().as_str());
     let cached = ctx
         .pods
-        .owned_by(&at.uid().unwrap_or_default())
+        .owned_by(
+            &at.namespace().unwrap_or_default(),
+            &at.uid().unwrap_or_default(),
+        )
         .into_iter()
         .find(|p| *p.name == *pod_name);
     let now = ctx.clock.now();

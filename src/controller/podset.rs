@@ -36,10 +36,13 @@ pub fn error_policy(ps: Arc<PodSet>, _error: &Error, ctx: Arc<Context>) -> Actio
 }
 
 async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
-    let uid = ps.uid().unwrap_or_default();
+    let (uid, namespace) = (
+        ps.uid().unwrap_or_default(),
+        ps.namespace().unwrap_or_default(),
+    );
     let (readiness, pods) = snapshot(
         || ctx.expectations.readiness(&uid, Instant::now()),
-        || ctx.pods.owned_by(&uid),
+        || ctx.pods.owned_by(&namespace, &uid),
     );
     let deleting = ps.meta().deletion_timestamp.is_some();
     let outcome = match readiness {
@@ -57,7 +60,7 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
     };
     if pending.is_none() || matches!(outcome, Outcome::Failed(_)) {
         // Read again: the watch may have shown this reconcile's own creates by now.
-        write_status(ps, &ctx.pods.owned_by(&uid), &outcome, ctx).await?;
+        write_status(ps, &ctx.pods.owned_by(&namespace, &uid), &outcome, ctx).await?;
     }
     Ok(match (&outcome, pending) {
         (Outcome::Failed(_), _) => retry_after(ps, ctx),
@@ -114,7 +117,9 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
         let names: Vec<String> = (0..batch)
             .map(|_| name::random(prefix(&template)))
             .collect();
-        ctx.expectations.expect_creates(&uid, batch, Instant::now());
+        let namespace = ps.namespace().unwrap_or_default();
+        ctx.expectations
+            .expect_creates(&uid, &namespace, batch, Instant::now());
         let results = join_all(names.iter().map(|n| async {
             let unanswered = Unanswered::create(&ctx.expectations, &uid, n);
             let result = create(&api, &template, n).await;
@@ -152,8 +157,13 @@ async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> 
         return None;
     }
     let (uid, api) = (ps.uid().unwrap_or_default(), pods_api(ps, ctx));
-    ctx.expectations
-        .expect_deletes(&uid, victims.iter().map(|p| &p.uid), Instant::now());
+    let namespace = ps.namespace().unwrap_or_default();
+    ctx.expectations.expect_deletes(
+        &uid,
+        &namespace,
+        victims.iter().map(|p| &p.uid),
+        Instant::now(),
+    );
     let results = join_all(victims.iter().map(|p| async {
         let unanswered = Unanswered::delete(&ctx.expectations, &uid, &p.uid, &p.name);
         let result = delete(&api, &p.name, &p.uid).await;

@@ -198,7 +198,8 @@ mod tests {
         let ctx = context();
         let ps = podset();
         ctx.backoff.next("ps-uid");
-        ctx.expectations.expect_creates("ps-uid", 1, Instant::now());
+        ctx.expectations
+            .expect_creates("ps-uid", "ns", 1, Instant::now());
         let events = futures::stream::iter([
             Ok(watcher::Event::Init),
             Ok(watcher::Event::InitApply(ps.clone())),

@@ -22,7 +22,7 @@ fn owned_pod(name: &str, uid: &str) -> Pod {
 #[test]
 fn a_pod_seen_between_the_reads_is_not_created_again() {
     let (cache, expectations, now) = (PodCache::default(), Expectations::default(), Instant::now());
-    expectations.expect_creates("ps-uid", 1, now);
+    expectations.expect_creates("ps-uid", "ns", 1, now);
     let pod = owned_pod("web-pod1", "p1");
     let landed = Cell::new(false);
     let land = || {
@@ -39,7 +39,7 @@ fn a_pod_seen_between_the_reads_is_not_created_again() {
             r
         },
         || {
-            let p = cache.owned_by("ps-uid");
+            let p = cache.owned_by("ns", "ps-uid");
             land();
             p
         },
