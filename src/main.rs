@@ -275,6 +275,7 @@ async fn cancel_on_signal(token: CancellationToken) {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
     tokio::select! {
+        biased;
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }

@@ -53,6 +53,7 @@ impl Operator {
         );
         let mut controllers = std::pin::pin!(controllers);
         tokio::select! {
+            biased;
             result = &mut controllers => return result,
             _ = shutdown.cancelled() => {}
         }
@@ -99,10 +100,11 @@ impl Operator {
             self.shared.health.set_ready(false);
             let controllers = self.run_controllers(self.controllers.clone(), &shutdown);
             // Losing the lease drops the controllers at once (their tasks are aborted): a
-            // standby may already be acting.
+            // standby may already be acting. It comes first when both are ready.
             let result = tokio::select! {
-                result = controllers => Some(result),
+                biased;
                 _ = leader.hold() => None,
+                result = controllers => Some(result),
             };
             self.shared.metrics.leader.set(0);
             leader.release().await;

@@ -149,6 +149,7 @@ pub async fn run(
 
     // Reconciling before the first full pod list would see no pods and create them all again.
     tokio::select! {
+        biased;
         _ = ctx.pods.wait_ready() => info!(pods = ctx.pods.len(), "pod cache synced"),
         _ = shutdown.cancelled() => return Ok(()),
     }
@@ -157,6 +158,7 @@ pub async fn run(
     // watch runs on meanwhile, so they are in the cache when the controllers start (a new
     // leader gets the same separation from the lease's expiry).
     tokio::select! {
+        biased;
         _ = tokio::time::sleep(STARTUP_GRACE) => {}
         _ = shutdown.cancelled() => return Ok(()),
     }

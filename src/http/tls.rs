@@ -85,6 +85,7 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (tcp, peer) = tokio::select! {
+            biased;
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
                 Err(e) => {

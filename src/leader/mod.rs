@@ -130,10 +130,11 @@ impl LeaderElection {
                 }
             };
             tokio::select! {
-                _ = sleep_until(next) => {}
+                biased;
+                _ = shutdown.cancelled() => return false,
                 // Someone wrote the Lease (a release, a new holder): decide again at once.
                 Some(()) = changes.next() => {}
-                _ = shutdown.cancelled() => return false,
+                _ = sleep_until(next) => {}
             }
         }
     }
@@ -174,6 +175,7 @@ impl LeaderElection {
                     .step_down("no renewal of the leader lease landed within the renew deadline");
             };
             tokio::select! {
+                biased;
                 _ = sleep_until(next) => match timeout(deadline - Instant::now(), self.renew()).await {
                     Ok(Ok(Wrote::Landed(sent))) => next = sent + self.timing.renew_every,
                     Ok(Ok(Wrote::Lost)) => return self.step_down("the leader lease names another holder"),
