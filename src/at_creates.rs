@@ -1,15 +1,16 @@
 //! What this process knows of the creates of At pods, for Ats recorded RUNNING whose pod it
-//! cannot see. Kept per leadership term (with the controllers' `Context`), in memory, and
-//! timed on the monotonic clock: a verdict that the command will not run rests on what this
-//! process saw and sent, never on another host's wall clock.
+//! cannot see. Kept for the life of the process (across its leadership terms), in memory,
+//! and timed on the monotonic clock: a verdict that the command will not run rests on what
+//! this process saw and sent, never on another host's wall clock.
 //!
-//! - An At this term recorded RUNNING (its `startTime` matches) and whose create it has not
+//! - An At this process recorded RUNNING (its `startTime` matches) and whose create it has not
 //!   sent: nothing can land, and the create is sent now. (Its RUNNING write's reply may have
-//!   been lost: the write landed, and this process knows it sent no pod.)
-//! - Otherwise a create may still land (this process's, or a predecessor's: a predecessor's
-//!   writes stopped at its fence, before this term began), for
+//!   been lost: the write landed, and this process knows it sent no pod. Only the writer of a
+//!   RUNNING ever creates its pod, so no other process did either.)
+//! - Otherwise a create may still land (this process's, or another's: another leader's
+//!   writes stopped at its fence, before this process's term began), for
 //!   [`plan::at::A_CREATE_MAY_LAND_FOR`](crate::plan::at::A_CREATE_MAY_LAND_FOR) after the
-//!   later of this process's first look at the At and the end of its own last create.
+//!   later of this process's first look at that RUNNING and the end of its own last create.
 
 use std::collections::HashMap;
 
@@ -26,40 +27,54 @@ pub struct AtCreates {
 
 #[derive(Debug)]
 struct Record {
-    /// The `startTime` (in seconds) of the RUNNING this process wrote, or tried to.
-    running: Option<i64>,
+    /// The `startTime` (in seconds) of the RUNNING this record is about.
+    start_time: Option<i64>,
+    /// Whether this process wrote that RUNNING (or tried to).
+    ours: bool,
     /// When this process's last create of the pod ended (answered, or dropped); `None` if it
     /// sent none that may have acted.
     sent: Option<Instant>,
     first_seen: Instant,
 }
 
+/// Records kept this long at most: an At is long DONE by then, or looked at anew.
+const KEEP: std::time::Duration = std::time::Duration::from_secs(3600);
+
 impl AtCreates {
     /// This process is about to record the At RUNNING with this `startTime`; no create of
     /// it is sent yet.
     pub fn running(&self, at: &Uid, start_time: i64, now: Instant) {
         let mut by_at = self.by_at.lock();
-        let record = by_at.entry(at.clone()).or_insert_with(|| Record::new(now));
-        record.running = Some(start_time);
-        record.sent = None;
+        by_at.retain(|_, r| now.saturating_duration_since(r.first_seen) < KEEP);
+        let record = Record {
+            ours: true,
+            ..Record::new(Some(start_time), now)
+        };
+        by_at.insert(at.clone(), record);
     }
 
     /// A create of the At's pod ended at `now`: answered, or dropped unanswered. Either way
     /// it may have left, and may still land.
     pub fn sent(&self, at: &Uid, now: Instant) {
         let mut by_at = self.by_at.lock();
-        by_at
+        let record = by_at
             .entry(at.clone())
-            .or_insert_with(|| Record::new(now))
-            .sent = Some(now);
+            .or_insert_with(|| Record::new(None, now));
+        record.sent = Some(now);
     }
 
     /// What is known of the creates of an At recorded RUNNING at `start_time` whose pod this
     /// process cannot see.
     pub fn knowledge(&self, at: &Uid, start_time: Option<i64>, now: Instant) -> Creates {
         let mut by_at = self.by_at.lock();
-        let record = by_at.entry(at.clone()).or_insert_with(|| Record::new(now));
-        if record.sent.is_none() && record.running.is_some() && record.running == start_time {
+        let record = by_at
+            .entry(at.clone())
+            .or_insert_with(|| Record::new(start_time, now));
+        // Another RUNNING than the one known (written again since): looked at anew.
+        if record.start_time != start_time {
+            *record = Record::new(start_time, now);
+        }
+        if record.ours && record.sent.is_none() {
             return Creates::NotSent;
         }
         let since = record
@@ -77,9 +92,10 @@ impl AtCreates {
 }
 
 impl Record {
-    fn new(now: Instant) -> Self {
+    fn new(start_time: Option<i64>, now: Instant) -> Self {
         Self {
-            running: None,
+            start_time,
+            ours: false,
             sent: None,
             first_seen: now,
         }
@@ -149,25 +165,45 @@ mod tests {
     /// process's first look, on the monotonic clock.
     #[tokio::test(start_paused = true)]
     async fn the_window_runs_from_our_last_create_or_our_first_look() {
-        let (c, t0) = (AtCreates::default(), Instant::now());
-        let later = |s| t0 + Duration::from_secs(s);
+        let c = AtCreates::default();
+        let secs = Duration::from_secs;
         // A predecessor's RUNNING: timed from the first look.
         assert_eq!(
-            waited(c.knowledge(&at(), Some(100), t0)),
+            waited(c.knowledge(&at(), Some(100), Instant::now())),
+            Some(secs(0))
+        );
+        tokio::time::advance(secs(30)).await;
+        assert_eq!(
+            waited(c.knowledge(&at(), Some(100), Instant::now())),
+            Some(secs(30))
+        );
+        // Our own RUNNING, and our create, which ended late: timed from its end.
+        c.running(&at(), 200, Instant::now());
+        let sending = Sending::new(&c, at());
+        tokio::time::advance(secs(40)).await;
+        assert_eq!(
+            c.knowledge(&at(), Some(200), Instant::now()),
+            Creates::NotSent
+        );
+        drop(sending);
+        tokio::time::advance(secs(5)).await;
+        assert_eq!(
+            waited(c.knowledge(&at(), Some(200), Instant::now())),
+            Some(secs(5))
+        );
+    }
+
+    /// A RUNNING written again (another leader's, after the At went back to PENDING) is
+    /// looked at anew: an old first look does not shorten its window.
+    #[tokio::test(start_paused = true)]
+    async fn another_running_is_looked_at_anew() {
+        let (c, t0) = (AtCreates::default(), Instant::now());
+        assert!(waited(c.knowledge(&at(), Some(100), t0)).is_some());
+        let later = t0 + Duration::from_secs(600);
+        assert_eq!(
+            waited(c.knowledge(&at(), Some(700), later)),
             Some(Duration::ZERO)
         );
-        assert_eq!(
-            waited(c.knowledge(&at(), Some(100), later(30))),
-            Some(Duration::from_secs(30))
-        );
-        // Our own create, ended late: timed from its end.
-        c.running(&at(), 200, later(40));
-        let sending = Sending::new(&c, at());
-        assert_eq!(c.knowledge(&at(), Some(200), later(41)), Creates::NotSent);
-        drop(sending);
-        let ended = Instant::now();
-        let since_end = waited(c.knowledge(&at(), Some(200), ended + Duration::from_secs(5)));
-        assert_eq!(since_end, Some(Duration::from_secs(5)));
     }
 
     #[test]

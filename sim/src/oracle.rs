@@ -9,9 +9,10 @@
 //!   predecessor whose successor had already counted the pods.
 //!   Its status names only pods of its own: made in its namespace under its control.
 //! - **At**: its command starts at most once; DONE is final; DONE records what happened: a
-//!   success or a failure only from a run that ended so, `PodVanished` only if no run ended
-//!   (the command may have started and been killed), never by the process that wrote RUNNING
-//!   and knows it sent no create; and no run ends after a `PodVanished` verdict.
+//!   success or a failure only from a run that ended so; `PodVanished` only once the pod is
+//!   gone (it may have been deleted before its end was seen, or never made), never by the
+//!   process that wrote RUNNING and knows it sent no create; and no run starts or ends after a
+//!   `PodVanished` verdict.
 //! - **Leadership**: no operator write leaves a replica whose fence is closed, or while the
 //!   Lease names another holder; and the writes of an older leadership term land after a
 //!   newer term's only if the server held them longer than leader election separates two
@@ -158,7 +159,7 @@ impl Oracle {
         match change.key.kind {
             Kind::PodSet => self.podset_changed(change, actor, now),
             Kind::Pod => self.pod_changed(change, actor, held, store, now),
-            Kind::At => self.at_changed(change, actor),
+            Kind::At => self.at_changed(change, actor, store),
             Kind::Lease => self.lease_changed(change),
             Kind::Event => {}
         }
@@ -281,12 +282,16 @@ impl Oracle {
     fn at_pod_changed(&mut self, change: &Change, at_uid: &str, store: &Store) {
         let old_phase = change.old.as_deref().map(objects::phase);
         let new_phase = change.new.as_deref().map(objects::phase);
-        let vanished_at = store
+        let vanished = store
             .objects(Kind::At, Some(&change.key.namespace))
             .find(|a| objects::uid(a) == at_uid)
             .filter(|a| reason(a) == Some("PodVanished"))
             .map(|a| objects::name(a).to_string());
         let record = self.ats.entry(at_uid.to_string()).or_default();
+        let started = matches!(
+            (old_phase, new_phase),
+            (Some("Pending" | ""), Some("Running"))
+        );
         if change.old.is_none() {
             record.pods_created += 1;
         }
@@ -312,16 +317,20 @@ impl Oracle {
                 change.key.name.trim_end_matches("-pod")
             ));
         }
-        if let (Some(succeeded), Some(at)) = (outcome, vanished_at) {
+        if let Some(at) = vanished.filter(|_| started || outcome.is_some()) {
+            let what = match outcome {
+                Some(true) => "ran and succeeded",
+                Some(false) => "ran and failed",
+                None => "started",
+            };
             self.violate(format!(
-                "At {}/{at} was recorded DONE as PodVanished (not run), yet its command ran and {}",
-                change.key.namespace,
-                if succeeded { "succeeded" } else { "failed" }
+                "At {}/{at} was recorded DONE as PodVanished (not run), yet its command {what} afterwards",
+                change.key.namespace
             ));
         }
     }
 
-    fn at_changed(&mut self, change: &Change, actor: Actor) {
+    fn at_changed(&mut self, change: &Change, actor: Actor, store: &Store) {
         let (Some(old), Some(new)) = (&change.old, &change.new) else {
             return;
         };
@@ -344,8 +353,12 @@ impl Oracle {
             "Failed" => (!ended.contains(&false)).then_some("no run of its command failed"),
             "PodVanished" => {
                 record.vanished = true;
-                if !ended.is_empty() {
-                    Some("a run of its command had ended: its outcome is known")
+                let uid = objects::uid(new);
+                let pod_exists = store
+                    .objects(Kind::Pod, Some(&change.key.namespace))
+                    .any(|p| controller(p).is_some_and(|(_, _, u)| u == uid));
+                if pod_exists {
+                    Some("its pod still exists")
                 } else if record.pods_created == 0
                     && record.running_by == Some(actor)
                     && !record.creates_sent_by.contains(&actor)

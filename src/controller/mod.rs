@@ -62,13 +62,15 @@ pub struct Settings {
     pub clock: Clock,
 }
 
-/// What the controllers share with the probe and metrics endpoints.
+/// What lives as long as the process: what the controllers share with the probe and metrics
+/// endpoints, and what one leadership term knows that the next needs.
 #[derive(Clone, Default)]
 pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// Empty until the controllers fill it.
     pub pods: Arc<PodCache>,
     pub health: Arc<Health>,
+    pub at_creates: Arc<AtCreates>,
 }
 
 /// Shared by every reconcile.
@@ -80,7 +82,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
     pub podset_statuses: StatusWrites<PodSetStatus>,
-    pub at_creates: AtCreates,
+    pub at_creates: Arc<AtCreates>,
     pub resync: Duration,
     pub clock: Clock,
 }
@@ -118,6 +120,7 @@ pub async fn run(
         metrics,
         pods,
         health,
+        at_creates,
     } = shared;
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -132,7 +135,7 @@ pub async fn run(
         metrics,
         backoff: Backoff::default(),
         podset_statuses: StatusWrites::default(),
-        at_creates: AtCreates::default(),
+        at_creates,
         resync: settings.resync,
         clock: settings.clock.clone(),
     });
