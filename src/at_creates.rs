@@ -13,10 +13,14 @@
 //!   later of this process's first look at that RUNNING and the end of its own last create.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use crate::leader::fence::DEPARTED;
 use crate::plan::at::Creates;
 use crate::uid::Uid;
 
@@ -102,12 +106,15 @@ impl Record {
     }
 }
 
-/// A create of an At's pod under way: dropped or answered, it counts as sent (see
-/// [`AtCreates::sent`]), unless [`Sending::refused`] says it surely made nothing.
+/// A create of an At's pod under way. Once the fence let it through towards the server
+/// (`leader::fence::DEPARTED`), it counts as sent when it ends, answered or dropped (see
+/// [`AtCreates::sent`]), unless [`Sending::refused`] says the server surely made nothing. One
+/// dropped before it left (waiting for a write slot when the leader stepped down) was not.
 pub struct Sending<'a> {
     creates: &'a AtCreates,
     at: Uid,
-    may_have_acted: bool,
+    departed: Arc<AtomicBool>,
+    refused: bool,
 }
 
 impl<'a> Sending<'a> {
@@ -115,19 +122,25 @@ impl<'a> Sending<'a> {
         Self {
             creates,
             at,
-            may_have_acted: true,
+            departed: Arc::default(),
+            refused: false,
         }
     }
 
-    /// The create was never sent, or the API server refused it: nothing can land.
+    /// Sends the create `request`, noting whether it left.
+    pub async fn send<F: Future>(&self, request: F) -> F::Output {
+        DEPARTED.scope(self.departed.clone(), request).await
+    }
+
+    /// The API server refused the create: nothing can land.
     pub fn refused(mut self) {
-        self.may_have_acted = false;
+        self.refused = true;
     }
 }
 
 impl Drop for Sending<'_> {
     fn drop(&mut self) {
-        if self.may_have_acted {
+        if self.departed.load(Ordering::SeqCst) && !self.refused {
             self.creates.sent(&self.at, Instant::now());
         }
     }
@@ -180,6 +193,7 @@ mod tests {
         // Our own RUNNING, and our create, which ended late: timed from its end.
         c.running(&at(), 200, Instant::now());
         let sending = Sending::new(&c, at());
+        sending.departed.store(true, Ordering::SeqCst);
         tokio::time::advance(secs(40)).await;
         assert_eq!(
             c.knowledge(&at(), Some(200), Instant::now()),
@@ -207,10 +221,13 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_create_is_not_sent() {
+    fn a_create_refused_or_never_departed_is_not_sent() {
         let (c, t0) = (AtCreates::default(), Instant::now());
         c.running(&at(), 100, t0);
-        Sending::new(&c, at()).refused();
+        let refused = Sending::new(&c, at());
+        refused.departed.store(true, Ordering::SeqCst);
+        refused.refused();
+        drop(Sending::new(&c, at()));
         assert_eq!(c.knowledge(&at(), Some(100), t0), Creates::NotSent);
         c.forget(&at());
         assert!(c.by_at.lock().is_empty());

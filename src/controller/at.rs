@@ -134,7 +134,7 @@ async fn start(at: &At, ctx: &Context, now: Timestamp) -> Result<(AtStatus, Next
         &ctx.at_creates,
         Uid::from(at.uid().unwrap_or_default().as_str()),
     );
-    let created = client::create(&api, &plan::pod_for(at)).await;
+    let created = sending.send(client::create(&api, &plan::pod_for(at))).await;
     match &created {
         Err(e) if !client::may_have_acted(e) => sending.refused(),
         _ => drop(sending),
