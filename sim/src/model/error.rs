@@ -9,8 +9,8 @@ pub struct ApiError {
     pub code: u16,
     pub reason: &'static str,
     pub message: String,
-    /// `details.kind` and `details.name`, where the API server gives them.
-    pub details: Option<(String, String)>,
+    /// `details` (`name`, `group`, `kind`), where the API server gives them.
+    pub details: Option<Value>,
 }
 
 impl ApiError {
@@ -24,7 +24,11 @@ impl ApiError {
     }
 
     fn about(mut self, kind: Kind, name: &str) -> Self {
-        self.details = Some((kind.plural().to_string(), name.to_string()));
+        let mut details = json!({"name": name, "kind": kind.plural()});
+        if let Some(group) = kind.group() {
+            details["group"] = group.into();
+        }
+        self.details = Some(details);
         self
     }
 
@@ -39,7 +43,7 @@ impl ApiError {
             "NotFound",
             format!("namespaces \"{namespace}\" not found"),
         );
-        e.details = Some(("namespaces".into(), namespace.into()));
+        e.details = Some(json!({"name": namespace, "kind": "namespaces"}));
         e
     }
 
@@ -77,8 +81,8 @@ impl ApiError {
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": self.message, "reason": self.reason, "code": self.code,
         });
-        if let Some((kind, name)) = &self.details {
-            status["details"] = json!({"name": name, "kind": kind});
+        if let Some(details) = &self.details {
+            status["details"] = details.clone();
         }
         status
     }

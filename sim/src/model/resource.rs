@@ -44,10 +44,15 @@ impl Kind {
         }
     }
 
+    /// The API group; `None` for the core group.
+    pub fn group(self) -> Option<&'static str> {
+        self.api_version().split_once('/').map(|(group, _)| group)
+    }
+
     /// As the API server names the resource in its messages: `pods`, `podsets.app.example.com`.
     pub fn qualified(self) -> String {
-        match self.api_version().split_once('/') {
-            Some((group, _)) => format!("{}.{group}", self.plural()),
+        match self.group() {
+            Some(group) => format!("{}.{group}", self.plural()),
             None => self.plural().to_string(),
         }
     }
@@ -58,9 +63,10 @@ impl Kind {
         matches!(self, Kind::Pod | Kind::PodSet | Kind::At)
     }
 
-    /// Kinds whose `metadata.generation` counts spec changes.
+    /// Kinds whose `metadata.generation` counts spec changes (pods' too, since Kubernetes
+    /// 1.33, and their graceful deletion).
     pub fn has_generation(self) -> bool {
-        matches!(self, Kind::PodSet | Kind::At)
+        matches!(self, Kind::Pod | Kind::PodSet | Kind::At)
     }
 
     fn prefix(self) -> String {

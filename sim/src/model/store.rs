@@ -119,7 +119,7 @@ impl Store {
         }
         let name = match (meta["name"].as_str(), meta["generateName"].as_str()) {
             (Some(n), _) if !n.is_empty() => n.to_string(),
-            (_, Some(prefix)) => format!("{prefix}{}", name_suffix()),
+            (_, Some(prefix)) => format!("{}{}", generate_prefix(prefix), name_suffix()),
             _ => {
                 return Err(ApiError::new(
                     422,
@@ -405,6 +405,16 @@ fn check_version(key: &Key, old: &Value, wanted: Option<&str>) -> Result<(), Api
             Err(ApiError::conflict(key.kind, &key.name))
         }
         _ => Ok(()),
+    }
+}
+
+/// `generateName` as the API server cuts it, so that the name with its 5 characters fits a
+/// label value (63 characters).
+fn generate_prefix(prefix: &str) -> &str {
+    const MAX: usize = 63 - 5;
+    match prefix.char_indices().nth(MAX) {
+        Some((cut, _)) => &prefix[..cut],
+        None => prefix,
     }
 }
 

@@ -1,0 +1,594 @@
+//! The model checked against the real API server (issue 26): each sequence sends the same
+//! requests, through a `kube::Client`, to the model of kube-apiserver (`podset_sim::model`)
+//! and to a real kube-apiserver with the project's CRDs, in a namespace of the same name, and
+//! the answers must agree once normalized: UIDs stand for the object they name, timestamps
+//! are `<time>`, managedFields go, and resourceVersions become their rank among those the
+//! sequence saw (the order matters, not the values).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail, ensure};
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use http::{Method, Request};
+use jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, WatchEvent, WatchParams};
+use serde_json::{Value, json};
+
+use podset_operator::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use podset_sim::faults::Faults;
+use podset_sim::model::http::{Env, handle};
+use podset_sim::model::resource::Kind;
+use podset_sim::model::service;
+use podset_sim::model::store::Store;
+use podset_sim::oracle::{Actor, Oracle};
+use podset_sim::world::{Sim, World};
+use testenv::{Cluster, Options};
+
+/// The API server's alphabet for `generateName`.
+const ALPHABET: &str = "bcdfghjklmnpqrstvwxz2456789";
+/// Some API server writes (bootstrap objects) come before the first of a test's own.
+const FIRST_VERSION: u64 = 1000;
+/// How long a sequence waits for a watch event or the garbage collector.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+async fn cluster() -> Result<Arc<Cluster>> {
+    testenv::shared("differential", || Options {
+        crds: Some(podset_operator::api::crds_yaml()),
+        ..Options::default()
+    })
+    .await
+}
+
+/// Which API server a side talks to.
+enum Server {
+    /// The model's store alone, as `model::http::handle` serves it.
+    Model(Arc<Mutex<Store>>),
+    /// The simulated world: the store, and the kubelet and garbage collector reacting to it.
+    World,
+    Real,
+}
+
+/// One API server's side of a sequence: its client, and the answers it got.
+struct Side {
+    server: Server,
+    client: Client,
+    ns: String,
+    steps: Vec<(String, Value)>,
+    /// Strings that differ between the sides by nature (generated names), and what they stand
+    /// for.
+    aliases: Vec<(String, String)>,
+}
+
+impl Side {
+    fn is_real(&self) -> bool {
+        matches!(self.server, Server::Real)
+    }
+
+    fn path(&self, kind: Kind, name: Option<&str>) -> String {
+        kind.path(&self.ns, name)
+    }
+
+    /// Sends one request and records its answer: its status code and body.
+    async fn call(
+        &mut self,
+        step: &str,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value> {
+        let content_type = match method {
+            Method::PATCH => "application/merge-patch+json",
+            _ => "application/json",
+        };
+        let body = body.map_or_else(Vec::new, |b| serde_json::to_vec(&b).expect("JSON"));
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(http::header::CONTENT_TYPE, content_type)
+            .body(kube::client::Body::from(body))?;
+        let response = self.client.send(request).await?;
+        let code = response.status().as_u16();
+        let bytes = http_body_util::BodyExt::collect(response.into_body())
+            .await?
+            .to_bytes();
+        let body: Value = serde_json::from_slice(&bytes)
+            .with_context(|| format!("{step}: {}", String::from_utf8_lossy(&bytes)))?;
+        self.record(step, json!({"code": code, "body": body.clone()}));
+        Ok(body)
+    }
+
+    async fn create(&mut self, step: &str, kind: Kind, object: Value) -> Result<Value> {
+        let path = self.path(kind, None);
+        self.call(step, Method::POST, &path, Some(object)).await
+    }
+
+    async fn get(&mut self, step: &str, kind: Kind, name: &str) -> Result<Value> {
+        let path = self.path(kind, Some(name));
+        self.call(step, Method::GET, &path, None).await
+    }
+
+    async fn patch(&mut self, step: &str, kind: Kind, name: &str, patch: Value) -> Result<Value> {
+        let path = self.path(kind, Some(name));
+        self.call(step, Method::PATCH, &path, Some(patch)).await
+    }
+
+    async fn patch_status(
+        &mut self,
+        step: &str,
+        kind: Kind,
+        name: &str,
+        patch: Value,
+    ) -> Result<Value> {
+        let path = format!("{}/status", self.path(kind, Some(name)));
+        self.call(step, Method::PATCH, &path, Some(patch)).await
+    }
+
+    async fn put(&mut self, step: &str, kind: Kind, name: &str, object: Value) -> Result<Value> {
+        let path = self.path(kind, Some(name));
+        self.call(step, Method::PUT, &path, Some(object)).await
+    }
+
+    async fn delete(
+        &mut self,
+        step: &str,
+        kind: Kind,
+        name: &str,
+        options: Value,
+    ) -> Result<Value> {
+        let path = self.path(kind, Some(name));
+        let mut body = json!({"kind": "DeleteOptions", "apiVersion": "v1"});
+        merge(&mut body, &options);
+        self.call(step, Method::DELETE, &path, Some(body)).await
+    }
+
+    /// A LIST: its resourceVersion must be at least every item's, and is recorded as that
+    /// (the real server's may be any later write of the cluster's).
+    async fn list(&mut self, step: &str, kind: Kind, query: &str) -> Result<Value> {
+        let path = format!("{}?{query}", self.path(kind, None));
+        let mut list = self.call(step, Method::GET, &path, None).await?;
+        let list_version = version(&list);
+        let items = list["items"].as_array().context("no items")?;
+        for item in items {
+            ensure!(
+                version(item) <= list_version,
+                "{step}: the list's resourceVersion {list_version} is older than an item's: {item}"
+            );
+        }
+        list["metadata"]["resourceVersion"] = "<at least every item's>".into();
+        let recorded = self.steps.last_mut().expect("recorded");
+        recorded.1["body"] = list.clone();
+        Ok(list)
+    }
+
+    fn api(&self, kind: Kind) -> Api<DynamicObject> {
+        let (group, version) = kind.api_version().split_once('/').unwrap_or(("", "v1"));
+        let resource = ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: kind.api_version().into(),
+            kind: kind.name().into(),
+            plural: kind.plural().into(),
+        };
+        Api::namespaced_with(self.client.clone(), &self.ns, &resource)
+    }
+
+    /// Starts a watch of `kind` from `version`.
+    async fn watch(&self, kind: Kind, params: &WatchParams, version: &str) -> Result<Events> {
+        let events = self.api(kind).watch(params, version).await?;
+        Ok(events.map_err(anyhow::Error::from).boxed())
+    }
+
+    /// Reads `n` events of `events` (failing after [`DEADLINE`]) and records them.
+    async fn events(&mut self, step: &str, events: &mut Events, n: usize) -> Result<Vec<Value>> {
+        let mut seen = Vec::new();
+        while seen.len() < n {
+            let event = tokio::time::timeout(DEADLINE, events.next())
+                .await
+                .with_context(|| format!("{step}: {} of {n} events in {DEADLINE:?}", seen.len()))?
+                .with_context(|| {
+                    format!("{step}: the watch ended after {} events", seen.len())
+                })??;
+            seen.push(serde_json::to_value(&event)?);
+        }
+        self.record(step, Value::Array(seen.clone()));
+        Ok(seen)
+    }
+
+    fn record(&mut self, step: &str, answer: Value) {
+        self.steps.push((step.to_string(), answer));
+    }
+
+    /// `name` differs between the sides by nature; compare it as `stands_for`.
+    fn alias(&mut self, name: &str, stands_for: &str) {
+        self.aliases
+            .push((name.to_string(), stands_for.to_string()));
+    }
+
+    /// Polls the server until `check` holds of the items of a LIST (without recording it).
+    async fn until(&self, what: &str, kind: Kind, check: impl Fn(&[Value]) -> bool) -> Result<()> {
+        let api = self.api(kind);
+        let check = &check;
+        testenv::poll(DEADLINE, what, || {
+            let api = api.clone();
+            async move {
+                let list = api.list(&Default::default()).await?;
+                let items: Vec<Value> = list
+                    .items
+                    .iter()
+                    .map(serde_json::to_value)
+                    .collect::<Result<_, _>>()?;
+                Ok(check(&items))
+            }
+        })
+        .await
+    }
+}
+
+type Events = futures::stream::BoxStream<'static, Result<WatchEvent<DynamicObject>>>;
+
+fn version(o: &Value) -> u64 {
+    o["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_default()
+}
+
+fn merge(into: &mut Value, patch: &Value) {
+    json_patch::merge(into, patch);
+}
+
+fn name_of(o: &Value) -> String {
+    o["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A side on the model's store alone.
+fn model_side(ns: &str) -> Side {
+    let store = Arc::new(Mutex::new(Store::starting_at(FIRST_VERSION)));
+    store.lock().expect("store").add_namespace(ns);
+    let served = store.clone();
+    let client = service::client(move |method, path, query, body: &Bytes| {
+        let mut suffix = || podset_operator::plan::name::random("");
+        let env = Env {
+            now: Timestamp::now(),
+            name_suffix: &mut suffix,
+        };
+        let mut store = served.lock().expect("store");
+        handle(&mut store, method, path, query, body, env)
+    });
+    side(Server::Model(store), client, ns)
+}
+
+/// A side on the simulated world: the model's store with the simulation's kubelet and garbage
+/// collector, on this test's (real) time.
+fn world_side(ns: &str) -> Side {
+    let mut store = Store::starting_at(FIRST_VERSION);
+    store.add_namespace(ns);
+    let world = World {
+        store,
+        oracle: Oracle::default(),
+        faults: Faults::new(fastrand::Rng::with_seed(26), Some(&[])),
+        rng: fastrand::Rng::with_seed(26),
+        requests: 0,
+    };
+    let sim = Sim::new(world);
+    let client = service::client(move |method, path, query, body: &Bytes| {
+        sim.serve(Actor::User, Duration::ZERO, method, path, query, body)
+    });
+    side(Server::World, client, ns)
+}
+
+async fn real_side(ns: &str) -> Result<Side> {
+    let cluster = cluster().await?;
+    cluster.create_namespace(ns).await?;
+    let client = cluster.client().await?;
+    Ok(side(Server::Real, client, ns))
+}
+
+fn side(server: Server, client: Client, ns: &str) -> Side {
+    Side {
+        server,
+        client,
+        ns: ns.to_string(),
+        steps: Vec::new(),
+        aliases: Vec::new(),
+    }
+}
+
+/// Runs `sequence` on the model (or the simulated world) and on the real server, at once, and
+/// compares what each saw.
+async fn differential<F, Fut>(name: &str, world: bool, sequence: F) -> Result<()>
+where
+    F: Fn(Side) -> Fut,
+    Fut: Future<Output = Result<Side>>,
+{
+    let ns = format!("diff-{name}-{}", std::process::id() % 10_000);
+    let model = match world {
+        true => world_side(&ns),
+        false => model_side(&ns),
+    };
+    let real = real_side(&ns).await?;
+    let (model, real) = tokio::join!(sequence(model), sequence(real));
+    let (model, real) = (
+        model.context("on the model")?,
+        real.context("on the real API server")?,
+    );
+    let (model, real) = (normalized(&model), normalized(&real));
+    let mut differences = Vec::new();
+    for i in 0..model.len().max(real.len()) {
+        let (m, r) = (model.get(i), real.get(i));
+        if m != r {
+            let show = |s: Option<&(String, Value)>| {
+                s.map_or("(none)".into(), |(step, v)| {
+                    format!("{step}: {}", serde_json::to_string_pretty(v).expect("JSON"))
+                })
+            };
+            differences.push(format!(
+                "step {i}:\n  model: {}\n  real:  {}",
+                show(m),
+                show(r)
+            ));
+        }
+    }
+    if !differences.is_empty() {
+        bail!(
+            "{name}: the model and the API server disagree:\n{}",
+            differences.join("\n")
+        );
+    }
+    Ok(())
+}
+
+/// The pod fields the API server's defaulting and admission fill in (the ServiceAccount
+/// token volume, default tolerations, ...). The model does not: the operator never reads
+/// them.
+const DEFAULTED_POD_SPEC: &[&str] = &[
+    "dnsPolicy",
+    "enableServiceLinks",
+    "preemptionPolicy",
+    "priority",
+    "restartPolicy",
+    "schedulerName",
+    "securityContext",
+    "serviceAccount",
+    "serviceAccountName",
+    "terminationGracePeriodSeconds",
+    "tolerations",
+    "volumes",
+];
+const DEFAULTED_CONTAINER: &[&str] = &[
+    "imagePullPolicy",
+    "resources",
+    "terminationMessagePath",
+    "terminationMessagePolicy",
+    "volumeMounts",
+];
+
+/// What a side saw, with what differs by nature made comparable.
+fn normalized(side: &Side) -> Vec<(String, Value)> {
+    let mut steps = side.steps.clone();
+    // Each UID stands for the name of its object.
+    let mut uids = BTreeMap::new();
+    for (_, v) in &steps {
+        visit(v, &mut |o| {
+            if let (Some(uid), Some(name)) = (
+                o["metadata"]["uid"].as_str(),
+                o["metadata"]["name"].as_str(),
+            ) {
+                let name = side
+                    .aliases
+                    .iter()
+                    .fold(name.to_string(), |n, (from, to)| n.replace(from, to));
+                uids.insert(uid.to_string(), format!("<uid of {name}>"));
+            }
+        });
+    }
+    let mut versions = BTreeSet::new();
+    for (_, v) in &mut steps {
+        rewrite(v, &mut |key, v| match v {
+            Value::String(s) => {
+                for (from, to) in &side.aliases {
+                    *s = s.replace(from, to);
+                }
+                for (from, to) in &uids {
+                    *s = s.replace(from, to);
+                }
+                *s = masked_uuids(s);
+                if is_timestamp(s) {
+                    *s = "<time>".into();
+                }
+                if key == "message" {
+                    *s = s.replace(|c: char| c.is_ascii_digit(), "N");
+                }
+                if key == "resourceVersion"
+                    && let Ok(n) = s.parse::<u64>()
+                {
+                    versions.insert(n);
+                }
+            }
+            Value::Object(o) => {
+                o.remove("managedFields");
+                if let Some(spec) = o.get_mut("spec").and_then(Value::as_object_mut)
+                    && spec.contains_key("containers")
+                {
+                    for field in DEFAULTED_POD_SPEC {
+                        spec.remove(*field);
+                    }
+                    for c in spec["containers"].as_array_mut().into_iter().flatten() {
+                        for field in DEFAULTED_CONTAINER {
+                            c.as_object_mut().map(|c| c.remove(*field));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        });
+    }
+    let rank: BTreeMap<String, String> = versions
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (v.to_string(), format!("<rv {i}>")))
+        .collect();
+    for (_, v) in &mut steps {
+        rewrite(v, &mut |key, v| {
+            if key == "resourceVersion"
+                && let Some(r) = v.as_str().and_then(|s| rank.get(s))
+            {
+                *v = r.clone().into();
+            }
+        });
+    }
+    steps
+}
+
+/// Calls `f` on every object in `v`.
+fn visit(v: &Value, f: &mut impl FnMut(&Value)) {
+    match v {
+        Value::Object(o) => {
+            f(v);
+            o.values().for_each(|v| visit(v, f));
+        }
+        Value::Array(a) => a.iter().for_each(|v| visit(v, f)),
+        _ => {}
+    }
+}
+
+/// Calls `f` on every value in `v`, with the key it is under (`""` in arrays), the value
+/// after its children.
+fn rewrite(v: &mut Value, f: &mut impl FnMut(&str, &mut Value)) {
+    fn walk(key: &str, v: &mut Value, f: &mut impl FnMut(&str, &mut Value)) {
+        match v {
+            Value::Object(o) => o.iter_mut().for_each(|(k, v)| walk(k, v, f)),
+            Value::Array(a) => a.iter_mut().for_each(|v| walk("", v, f)),
+            _ => {}
+        }
+        f(key, v);
+    }
+    walk("", v, f)
+}
+
+fn is_timestamp(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 20
+        && b[..4].iter().all(u8::is_ascii_digit)
+        && b[4] == b'-'
+        && b[10] == b'T'
+        && s.ends_with('Z')
+}
+
+/// UUID-shaped substrings (UIDs of objects the sequence never saw) as `<uid>`.
+fn masked_uuids(s: &str) -> String {
+    let shape = |w: &[u8]| {
+        w.len() == 36
+            && w.iter().enumerate().all(|(i, c)| match i {
+                8 | 13 | 18 | 23 => *c == b'-',
+                _ => c.is_ascii_hexdigit(),
+            })
+    };
+    let mut out = String::new();
+    let mut rest = s;
+    while rest.len() >= 36 {
+        if shape(&rest.as_bytes()[..36]) {
+            out.push_str("<uid>");
+            rest = &rest[36..];
+        } else {
+            let c = rest.chars().next().expect("not empty");
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out + rest
+}
+
+fn pod(name: &str, labels: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}]},
+    })
+}
+
+fn managed() -> Value {
+    json!({ MANAGED_BY_LABEL: MANAGED_BY_VALUE })
+}
+
+fn podset(name: &str, replicas: i64) -> Value {
+    json!({
+        "apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas},
+    })
+}
+
+fn at(name: &str) -> Value {
+    json!({
+        "apiVersion": "cnat.programming-kubernetes.info/v1alpha1", "kind": "At",
+        "metadata": {"name": name},
+        "spec": {"schedule": "2030-01-01T00:00:00Z", "command": "echo YAY"},
+    })
+}
+
+fn lease(name: &str, holder: &str) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15},
+    })
+}
+
+/// 1. Creates: `generateName`, a name taken, a namespace that does not exist.
+#[tokio::test]
+async fn creates() -> Result<()> {
+    differential("creates", false, |mut s| async move {
+        let generated = s
+            .create(
+                "generateName",
+                Kind::PodSet,
+                json!({"apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+                    "metadata": {"generateName": "web-"}, "spec": {"replicas": 1}}),
+            )
+            .await?;
+        let name = name_of(&generated);
+        let suffix = name.strip_prefix("web-").context("the prefix")?;
+        ensure!(
+            suffix.len() == 5 && suffix.chars().all(|c| ALPHABET.contains(c)),
+            "generated name {name}"
+        );
+        s.alias(&name, "web-<5 generated>");
+        let long = "p".repeat(70);
+        let cut = s
+            .create(
+                "generateName, a prefix too long for a label",
+                Kind::Pod,
+                json!({"metadata": {"generateName": long},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+            )
+            .await?;
+        let name = name_of(&cut);
+        ensure!(name.len() == 63, "generated name {name}");
+        s.alias(&name, "p x 58 + <5 generated>");
+        s.create("a pod", Kind::Pod, pod("p", managed())).await?;
+        s.create("the pod again", Kind::Pod, pod("p", managed()))
+            .await?;
+        s.create("a PodSet", Kind::PodSet, podset("web", 1)).await?;
+        s.create("the PodSet again", Kind::PodSet, podset("web", 1))
+            .await?;
+        let elsewhere = Kind::Pod.path(&format!("{}-missing", s.ns), None);
+        s.call(
+            "in a namespace that does not exist",
+            Method::POST,
+            &elsewhere,
+            Some(pod("p", managed())),
+        )
+        .await?;
+        Ok(s)
+    })
+    .await
+}
