@@ -23,33 +23,46 @@ impl ApiError {
         }
     }
 
-    fn about(mut self, kind: Kind, name: &str) -> Self {
-        let mut details = json!({"name": name, "kind": kind.plural()});
-        if let Some(group) = kind.group() {
+    /// `details` naming the object as the refusal does: by its resource (`pods`), or by its
+    /// kind (`Pod`) where validation refuses it; its group and name where it has them.
+    fn about(mut self, what: &str, group: Option<&str>, name: &str) -> Self {
+        let mut details = json!({"kind": what});
+        if let Some(group) = group {
             details["group"] = group.into();
+        }
+        if !name.is_empty() {
+            details["name"] = name.into();
         }
         self.details = Some(details);
         self
     }
 
+    fn about_resource(self, kind: Kind, name: &str) -> Self {
+        self.about(kind.plural(), kind.group(), name)
+    }
+
+    /// The field that was refused, as `details.causes`: `problem` reads as in `field.Error`
+    /// ("Required value: ...", "Invalid value: ...").
+    fn cause(mut self, field: &str, reason: &str, problem: &str) -> Self {
+        if let Some(details) = &mut self.details {
+            details["causes"] = json!([{"reason": reason, "message": problem, "field": field}]);
+        }
+        self
+    }
+
     pub fn not_found(kind: Kind, name: &str) -> Self {
         let message = format!("{} \"{name}\" not found", kind.qualified());
-        Self::new(404, "NotFound", message).about(kind, name)
+        Self::new(404, "NotFound", message).about_resource(kind, name)
     }
 
     pub fn namespace_not_found(namespace: &str) -> Self {
-        let mut e = Self::new(
-            404,
-            "NotFound",
-            format!("namespaces \"{namespace}\" not found"),
-        );
-        e.details = Some(json!({"name": namespace, "kind": "namespaces"}));
-        e
+        let message = format!("namespaces \"{namespace}\" not found");
+        Self::new(404, "NotFound", message).about("namespaces", None, namespace)
     }
 
     pub fn already_exists(kind: Kind, name: &str) -> Self {
         let message = format!("{} \"{name}\" already exists", kind.qualified());
-        Self::new(409, "AlreadyExists", message).about(kind, name)
+        Self::new(409, "AlreadyExists", message).about_resource(kind, name)
     }
 
     pub fn conflict(kind: Kind, name: &str) -> Self {
@@ -57,7 +70,7 @@ impl ApiError {
             "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
             kind.qualified()
         );
-        Self::new(409, "Conflict", message).about(kind, name)
+        Self::new(409, "Conflict", message).about_resource(kind, name)
     }
 
     pub fn precondition(kind: Kind, name: &str, field: &str, wanted: &str, is: &str) -> Self {
@@ -65,7 +78,34 @@ impl ApiError {
             "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: {field} in precondition: {wanted}, {field} in object meta: {is}",
             kind.qualified()
         );
-        Self::new(409, "Conflict", message).about(kind, name)
+        Self::new(409, "Conflict", message).about_resource(kind, name)
+    }
+
+    /// Validation refused a field of the object: this refusal names the kind.
+    pub fn invalid(kind: Kind, name: &str, field: &str, reason: &str, problem: &str) -> Self {
+        let qualified = match kind.group() {
+            Some(group) => format!("{}.{group}", kind.name()),
+            None => kind.name().to_string(),
+        };
+        let message = format!("{qualified} \"{name}\" is invalid: {field}: {problem}");
+        Self::new(422, "Invalid", message)
+            .about(kind.name(), kind.group(), name)
+            .cause(field, reason, problem)
+    }
+
+    /// A PUT without the resourceVersion its kind requires: this refusal names the resource.
+    pub fn version_required(kind: Kind, name: &str) -> Self {
+        let (field, problem) = (
+            "metadata.resourceVersion",
+            "Invalid value: 0: must be specified for an update",
+        );
+        let message = format!(
+            "{} \"{name}\" is invalid: {field}: {problem}",
+            kind.qualified()
+        );
+        Self::new(422, "Invalid", message)
+            .about_resource(kind, name)
+            .cause(field, "FieldValueInvalid", problem)
     }
 
     pub fn gone(message: impl Into<String>) -> Self {

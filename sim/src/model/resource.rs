@@ -69,6 +69,12 @@ impl Kind {
         matches!(self, Kind::Pod | Kind::PodSet | Kind::At)
     }
 
+    /// Kinds that may be replaced without naming a resourceVersion (the others' PUT is refused
+    /// then: Leases and custom resources).
+    pub fn allows_unconditional_update(self) -> bool {
+        matches!(self, Kind::Pod | Kind::Event)
+    }
+
     fn prefix(self) -> String {
         match self.api_version() {
             "v1" => "/api/v1".into(),

@@ -121,10 +121,12 @@ impl Store {
             (Some(n), _) if !n.is_empty() => n.to_string(),
             (_, Some(prefix)) => format!("{}{}", generate_prefix(prefix), name_suffix()),
             _ => {
-                return Err(ApiError::new(
-                    422,
-                    "Invalid",
-                    "metadata.name: Required value: name or generateName is required",
+                return Err(ApiError::invalid(
+                    kind,
+                    "",
+                    "metadata.name",
+                    "FieldValueRequired",
+                    "Required value: name or generateName is required",
                 ));
             }
         };
@@ -164,7 +166,8 @@ impl Store {
         Ok(self.commit(key, Some(body)))
     }
 
-    /// PUT: the whole object, over its resourceVersion if it names one.
+    /// PUT: the whole object, over its resourceVersion; without one only where the kind allows
+    /// it.
     pub fn replace(
         &mut self,
         key: &Key,
@@ -172,7 +175,13 @@ impl Store {
         subresource: Option<&str>,
     ) -> Result<Object, ApiError> {
         let old = self.current(key)?;
-        check_version(key, &old, body["metadata"]["resourceVersion"].as_str())?;
+        let wanted = body["metadata"]["resourceVersion"].as_str();
+        match wanted.filter(|v| !v.is_empty()) {
+            None if !key.kind.allows_unconditional_update() => {
+                return Err(ApiError::version_required(key.kind, &key.name));
+            }
+            wanted => check_version(key, &old, wanted)?,
+        }
         self.update(key, &old, body, subresource)
     }
 
