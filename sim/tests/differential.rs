@@ -35,6 +35,8 @@ const ALPHABET: &str = "bcdfghjklmnpqrstvwxz2456789";
 const FIRST_VERSION: u64 = 1000;
 /// How long a sequence waits for a watch event or the garbage collector.
 const DEADLINE: Duration = Duration::from_secs(30);
+/// A UID no object has.
+const WRONG_UID: &str = "00000000-0000-4000-8000-00000000dead";
 
 async fn cluster() -> Result<Arc<Cluster>> {
     testenv::shared("differential", || Options {
@@ -405,7 +407,7 @@ fn normalized(side: &Side) -> Vec<(String, Value)> {
                     *s = "<time>".into();
                 }
                 if key == "message" {
-                    *s = s.replace(|c: char| c.is_ascii_digit(), "N");
+                    *s = numbers_masked(s);
                 }
                 if key == "resourceVersion"
                     && let Ok(n) = s.parse::<u64>()
@@ -481,6 +483,19 @@ fn is_timestamp(s: &str) -> bool {
         && b[4] == b'-'
         && b[10] == b'T'
         && s.ends_with('Z')
+}
+
+/// Every number in a message (a resourceVersion, a token's lifetime) as `N`.
+fn numbers_masked(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        match c.is_ascii_digit() {
+            true if out.ends_with('N') => {}
+            true => out.push('N'),
+            false => out.push(c),
+        }
+    }
+    out
 }
 
 /// UUID-shaped substrings (UIDs of objects the sequence never saw) as `<uid>`.
@@ -757,6 +772,113 @@ async fn status() -> Result<()> {
         .await?;
         let deadline = json!({"spec": {"activeDeadlineSeconds": 600}});
         s.patch("PATCH of a pod's spec", Kind::Pod, "p", deadline)
+            .await?;
+        Ok(s)
+    })
+    .await
+}
+
+/// 4. Deletes: preconditions, a missing object, graceful deletion of pods, and the answers.
+#[tokio::test]
+async fn deletes() -> Result<()> {
+    differential("deletes", false, |mut s| async move {
+        let p = s.create("a pod", Kind::Pod, pod("p", managed())).await?;
+        let version = version(&p).to_string();
+        let mut watch = s
+            .watch(Kind::Pod, &WatchParams::default(), &version)
+            .await?;
+        s.alias(WRONG_UID, "<the wrong UID>");
+        let wrong = json!({"preconditions": {"uid": WRONG_UID}});
+        s.delete(
+            "DELETE with a UID that does not match",
+            Kind::Pod,
+            "p",
+            wrong,
+        )
+        .await?;
+        let wrong = json!({"preconditions": {"resourceVersion": "1"}});
+        s.delete(
+            "DELETE with a resourceVersion that does not match",
+            Kind::Pod,
+            "p",
+            wrong,
+        )
+        .await?;
+        s.delete("DELETE of a missing pod", Kind::Pod, "nobody", json!({}))
+            .await?;
+        let p = s.get("GET", Kind::Pod, "p").await?;
+        let right = json!({"preconditions": {"uid": p["metadata"]["uid"]}});
+        s.delete("DELETE of an unscheduled pod", Kind::Pod, "p", right)
+            .await?;
+        // Two writes: marked with no grace, then gone.
+        s.events("its deletion, as a watch sees it", &mut watch, 2)
+            .await?;
+        s.get("GET of the deleted pod", Kind::Pod, "p").await?;
+
+        let mut bound = pod("bound", managed());
+        bound["spec"]["nodeName"] = "nowhere".into();
+        bound["spec"]["terminationGracePeriodSeconds"] = 7.into();
+        s.create("a pod bound to a node", Kind::Pod, bound).await?;
+        s.delete("DELETE of a scheduled pod", Kind::Pod, "bound", json!({}))
+            .await?;
+        s.get("GET of the terminating pod", Kind::Pod, "bound")
+            .await?;
+        s.delete(
+            "DELETE of the terminating pod",
+            Kind::Pod,
+            "bound",
+            json!({}),
+        )
+        .await?;
+        let shorter = json!({"gracePeriodSeconds": 3});
+        s.delete(
+            "DELETE with a shorter grace period",
+            Kind::Pod,
+            "bound",
+            shorter,
+        )
+        .await?;
+        let now = json!({"gracePeriodSeconds": 0});
+        s.delete("DELETE with no grace period", Kind::Pod, "bound", now)
+            .await?;
+        s.get("GET of the deleted pod", Kind::Pod, "bound").await?;
+
+        let mut done = pod("done", managed());
+        done["spec"]["nodeName"] = "nowhere".into();
+        s.create("another pod bound to a node", Kind::Pod, done)
+            .await?;
+        s.patch_status(
+            "it succeeded",
+            Kind::Pod,
+            "done",
+            json!({"status": {"phase": "Succeeded"}}),
+        )
+        .await?;
+        s.delete(
+            "DELETE of a pod that finished",
+            Kind::Pod,
+            "done",
+            json!({}),
+        )
+        .await?;
+        s.get("GET of the deleted pod", Kind::Pod, "done").await?;
+
+        s.create("a PodSet", Kind::PodSet, podset("web", 1)).await?;
+        s.delete("DELETE of a PodSet", Kind::PodSet, "web", json!({}))
+            .await?;
+        s.create("an At", Kind::At, at("job")).await?;
+        let wrong = json!({"preconditions": {"uid": WRONG_UID}});
+        s.delete(
+            "DELETE of an At with a UID that does not match",
+            Kind::At,
+            "job",
+            wrong,
+        )
+        .await?;
+        s.delete("DELETE of an At", Kind::At, "job", json!({}))
+            .await?;
+        s.create("a Lease", Kind::Lease, lease("l", "a")).await?;
+        s.delete("DELETE of a Lease", Kind::Lease, "l", json!({}))
             .await?;
         Ok(s)
     })

@@ -1,4 +1,4 @@
-//! The API server's refusals, as `Status` objects.
+//! The API server's refusals, as `Status` objects (and the `Status` of a delete).
 
 use serde_json::{Value, json};
 
@@ -73,21 +73,25 @@ impl ApiError {
         Self::new(409, "Conflict", message).about_resource(kind, name)
     }
 
+    /// A delete's precondition failed: this refusal names the kind.
     pub fn precondition(kind: Kind, name: &str, field: &str, wanted: &str, is: &str) -> Self {
+        let consequence = match field {
+            "UID" => "The object might have been deleted and then recreated",
+            _ => "The object might have been modified",
+        };
         let message = format!(
-            "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: {field} in precondition: {wanted}, {field} in object meta: {is}",
-            kind.qualified()
+            "Operation cannot be fulfilled on {} \"{name}\": the {field} in the precondition ({wanted}) does not match the {field} in record ({is}). {consequence}",
+            kind.qualified_kind()
         );
-        Self::new(409, "Conflict", message).about_resource(kind, name)
+        Self::new(409, "Conflict", message).about(kind.name(), kind.group(), name)
     }
 
     /// Validation refused a field of the object: this refusal names the kind.
     pub fn invalid(kind: Kind, name: &str, field: &str, reason: &str, problem: &str) -> Self {
-        let qualified = match kind.group() {
-            Some(group) => format!("{}.{group}", kind.name()),
-            None => kind.name().to_string(),
-        };
-        let message = format!("{qualified} \"{name}\" is invalid: {field}: {problem}");
+        let message = format!(
+            "{} \"{name}\" is invalid: {field}: {problem}",
+            kind.qualified_kind()
+        );
         Self::new(422, "Invalid", message)
             .about(kind.name(), kind.group(), name)
             .cause(field, reason, problem)
@@ -114,6 +118,16 @@ impl ApiError {
 
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
+    }
+
+    /// The answer to a delete of an object the API server does not send back (all but pods).
+    pub fn deleted(kind: Kind, name: &str, uid: &str) -> Value {
+        let mut details = Self::new(200, "", "").about_resource(kind, name).details;
+        if let Some(details) = &mut details {
+            details["uid"] = uid.into();
+        }
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": details})
     }
 
     pub fn status(&self) -> Value {

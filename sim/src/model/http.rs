@@ -108,7 +108,17 @@ fn route(
                     .map(String::from),
             };
             let grace = body["gracePeriodSeconds"].as_i64();
-            ok(store.delete(&key, &pre, grace, env.now)?)
+            let gone = store.delete(&key, &pre, grace, env.now)?;
+            match key.kind.returns_deleted_object() {
+                true => ok(gone),
+                false => {
+                    let uid = gone["metadata"]["uid"].as_str().unwrap_or_default();
+                    Ok(Answer::Reply(
+                        200,
+                        ApiError::deleted(key.kind, &key.name, uid),
+                    ))
+                }
+            }
         }
         _ => Err(ApiError::new(
             405,

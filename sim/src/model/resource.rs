@@ -57,6 +57,19 @@ impl Kind {
         }
     }
 
+    /// As the API server names the kind in some refusals: `Pod`, `At.cnat.programming-kubernetes.info`.
+    pub fn qualified_kind(self) -> String {
+        match self.group() {
+            Some(group) => format!("{}.{group}", self.name()),
+            None => self.name().to_string(),
+        }
+    }
+
+    /// Kinds whose object a delete answers with (the others' answer is a `Status`).
+    pub fn returns_deleted_object(self) -> bool {
+        self == Kind::Pod
+    }
+
     /// Kinds whose status is written only through `/status`, and whose main resource ignores
     /// status (our CRDs; pods behave the same for the writes the operator makes).
     pub fn has_status(self) -> bool {

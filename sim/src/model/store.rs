@@ -262,8 +262,9 @@ impl Store {
         Ok(self.commit(key.clone(), Some(new)))
     }
 
-    /// A delete: a scheduled pod is marked and given its grace (the kubelet removes it, see
-    /// [`Self::remove`]); anything else goes at once.
+    /// A delete. A pod goes as the API server deletes it gracefully: marked (see [`grace`]),
+    /// then removed at once if its grace is none (two writes), or else later by its kubelet
+    /// (see [`Self::remove`]). Anything else goes at once.
     pub fn delete(
         &mut self,
         key: &Key,
@@ -289,19 +290,18 @@ impl Store {
                 version,
             ));
         }
-        let scheduled = old["spec"]["nodeName"].as_str().is_some();
-        let grace = grace_seconds.unwrap_or(POD_GRACE_SECONDS);
-        if key.kind != Kind::Pod || !scheduled || grace == 0 {
+        if key.kind != Kind::Pod {
             return Ok(self.remove(key).unwrap_or(old));
         }
-        if meta.get("deletionTimestamp").is_some() {
-            return Ok(old);
+        match grace(&old, grace_seconds, now) {
+            Grace::Now => Ok(self.remove(key).unwrap_or(old)),
+            Grace::Pending => Ok(old),
+            Grace::Mark(marked, 0) => {
+                self.commit(key.clone(), Some(marked));
+                Ok(self.remove(key).expect("just marked"))
+            }
+            Grace::Mark(marked, _) => Ok(self.commit(key.clone(), Some(marked))),
         }
-        let mut new = (*old).clone();
-        let until = now + jiff::SignedDuration::from_secs(grace);
-        new["metadata"]["deletionTimestamp"] = seconds(until).into();
-        new["metadata"]["deletionGracePeriodSeconds"] = grace.into();
-        Ok(self.commit(key.clone(), Some(new)))
     }
 
     /// Removes an object for good (a kubelet done with a pod, or a delete without grace); the
@@ -406,6 +406,67 @@ impl Store {
     pub fn end_watches(&mut self) {
         self.watchers.clear();
     }
+}
+
+/// What a delete does to a pod.
+enum Grace {
+    /// Remove it as it is: it was marked with no grace already.
+    Now,
+    /// Nothing: it is terminating, within no more than the grace asked.
+    Pending,
+    /// Store it marked so, with this grace (none: then remove it).
+    Mark(Value, i64),
+}
+
+/// A pod's graceful deletion, as the API server's (`rest.BeforeDelete` and the pod strategy):
+/// the first delete marks it with a `deletionTimestamp` after the grace asked for (else its
+/// spec's, 30 s by default; none if it is unscheduled or finished) and a new generation; a
+/// later one may only shorten the grace, never into the past.
+fn grace(pod: &Value, requested: Option<i64>, now: Timestamp) -> Grace {
+    let at_least_one = |g: i64| if g < 0 { 1 } else { g };
+    let requested = requested.map(at_least_one);
+    let meta = &pod["metadata"];
+    let mut marked = pod.clone();
+    let (deadline, period) = match meta["deletionTimestamp"].as_str() {
+        Some(since) => {
+            let current = meta["deletionGracePeriodSeconds"].as_i64().unwrap_or(0);
+            if current == 0 {
+                return Grace::Now;
+            }
+            let Some(period) = requested.filter(|p| *p < current) else {
+                return Grace::Pending;
+            };
+            let since: Timestamp = since.parse().unwrap_or(now);
+            let deadline = since + jiff::SignedDuration::from_secs(period - current);
+            match deadline < now {
+                true => (now, period.min(1)),
+                false => (deadline, period),
+            }
+        }
+        None => {
+            let scheduled = pod["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty());
+            let finished = matches!(
+                pod["status"]["phase"].as_str(),
+                Some("Succeeded" | "Failed")
+            );
+            let period = match scheduled && !finished {
+                true => requested
+                    .or(pod["spec"]["terminationGracePeriodSeconds"].as_i64())
+                    .map_or(POD_GRACE_SECONDS, at_least_one),
+                false => 0,
+            };
+            let generation = meta["generation"].as_i64().unwrap_or(0);
+            if generation > 0 {
+                marked["metadata"]["generation"] = (generation + 1).into();
+            }
+            (now + jiff::SignedDuration::from_secs(period), period)
+        }
+    };
+    marked["metadata"]["deletionTimestamp"] = seconds(deadline).into();
+    marked["metadata"]["deletionGracePeriodSeconds"] = period.into();
+    Grace::Mark(marked, period)
 }
 
 fn check_version(key: &Key, old: &Value, wanted: Option<&str>) -> Result<(), ApiError> {
