@@ -65,6 +65,11 @@ impl Kind {
         }
     }
 
+    /// Our custom resources (the others are built into the API server).
+    pub fn is_custom(self) -> bool {
+        matches!(self, Kind::PodSet | Kind::At)
+    }
+
     /// Kinds whose object a delete answers with (the others' answer is a `Status`).
     pub fn returns_deleted_object(self) -> bool {
         self == Kind::Pod
