@@ -156,6 +156,7 @@ impl Store {
         if kind.has_generation() {
             meta.insert("generation".into(), 1.into());
         }
+        omit_empty(meta);
         body["apiVersion"] = kind.api_version().into();
         body["kind"] = kind.name().into();
         match kind {
@@ -252,6 +253,9 @@ impl Store {
         new["apiVersion"] = key.kind.api_version().into();
         new["kind"] = key.kind.name().into();
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+        if let Some(meta) = new["metadata"].as_object_mut() {
+            omit_empty(meta);
+        }
         if key.kind.has_generation() && new.get("spec") != old.get("spec") {
             let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
             new["metadata"]["generation"] = generation.into();
@@ -406,6 +410,18 @@ impl Store {
     pub fn end_watches(&mut self) {
         self.watchers.clear();
     }
+}
+
+/// Metadata as the API server stores it: empty labels, annotations, owner references,
+/// finalizers (and empty strings) are no such field.
+fn omit_empty(meta: &mut serde_json::Map<String, Value>) {
+    meta.retain(|_, v| match v {
+        Value::Null => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+        _ => true,
+    });
 }
 
 /// What a delete does to a pod.
