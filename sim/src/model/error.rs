@@ -7,6 +7,7 @@ use super::resource::Kind;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApiError {
     pub code: u16,
+    /// Empty where the API server gives none.
     pub reason: &'static str,
     pub message: String,
     /// `details` (`name`, `group`, `kind`), where the API server gives them.
@@ -133,8 +134,11 @@ impl ApiError {
     pub fn status(&self) -> Value {
         let mut status = json!({
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": self.message, "reason": self.reason, "code": self.code,
+            "message": self.message, "code": self.code,
         });
+        if !self.reason.is_empty() {
+            status["reason"] = self.reason.into();
+        }
         if let Some(details) = &self.details {
             status["details"] = details.clone();
         }

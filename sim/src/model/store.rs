@@ -112,6 +112,17 @@ impl Store {
     ) -> Result<Object, ApiError> {
         self.check_namespace(namespace)?;
         let meta = &body["metadata"];
+        if meta["resourceVersion"]
+            .as_str()
+            .is_some_and(|v| !v.is_empty())
+        {
+            // etcd's refusal, which the API server passes on as its own failure.
+            return Err(ApiError::new(
+                500,
+                "",
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
         if meta["namespace"].as_str().is_some_and(|ns| ns != namespace) {
             return Err(ApiError::bad_request(
                 "the namespace of the provided object does not match the namespace sent on the request",
@@ -146,11 +157,7 @@ impl Store {
         meta.insert("namespace".into(), namespace.into());
         meta.insert("uid".into(), uid(self.uids).into());
         meta.insert("creationTimestamp".into(), seconds(now).into());
-        for server_set in [
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "resourceVersion",
-        ] {
+        for server_set in ["deletionTimestamp", "deletionGracePeriodSeconds"] {
             meta.remove(server_set);
         }
         if kind.has_generation() {
@@ -385,7 +392,7 @@ impl Store {
             Some(from) if from < self.oldest => {
                 let gone = ApiError::gone(format!(
                     "too old resource version: {from} ({})",
-                    self.oldest + 1
+                    self.oldest
                 ));
                 return Ok(watcher.error(&gone));
             }
