@@ -48,19 +48,11 @@ async fn cluster() -> Result<Arc<Cluster>> {
     .await
 }
 
-/// Which API server a side talks to.
-enum Server {
-    /// The model's store alone, as `model::http::handle` serves it.
-    Model(Arc<Mutex<Store>>),
-    /// The simulated world: the store, and the kubelet and garbage collector reacting to it.
-    World,
-    Real,
-}
-
 /// One API server's side of a sequence: its client, and the answers it got.
 struct Side {
-    server: Server,
     client: Client,
+    /// The model's store, on the side of the model alone: the sequence sends its bookmarks.
+    store: Option<Arc<Mutex<Store>>>,
     ns: String,
     steps: Vec<(String, Value)>,
     /// Strings that differ between the sides by nature (generated names), and what they stand
@@ -69,10 +61,6 @@ struct Side {
 }
 
 impl Side {
-    fn is_real(&self) -> bool {
-        matches!(self.server, Server::Real)
-    }
-
     fn path(&self, kind: Kind, name: Option<&str>) -> String {
         kind.path(&self.ns, name)
     }
@@ -146,7 +134,7 @@ impl Side {
     ) -> Result<Value> {
         let path = self.path(kind, Some(name));
         let mut body = json!({"kind": "DeleteOptions", "apiVersion": "v1"});
-        merge(&mut body, &options);
+        json_patch::merge(&mut body, &options);
         self.call(step, Method::DELETE, &path, Some(body)).await
     }
 
@@ -211,7 +199,7 @@ impl Side {
     /// Sends a BOOKMARK to the model's watches that asked for them (the real server sends its
     /// own, 2 s before a watch's timeout at the latest).
     fn bookmark(&self) {
-        if let Server::Model(store) = &self.server {
+        if let Some(store) = &self.store {
             store.lock().expect("store").bookmark();
         }
     }
@@ -255,10 +243,6 @@ fn version(o: &Value) -> u64 {
         .unwrap_or_default()
 }
 
-fn merge(into: &mut Value, patch: &Value) {
-    json_patch::merge(into, patch);
-}
-
 fn name_of(o: &Value) -> String {
     o["metadata"]["name"]
         .as_str()
@@ -280,7 +264,7 @@ fn model_side(ns: &str) -> Side {
         let mut store = served.lock().expect("store");
         handle(&mut store, method, path, query, body, env)
     });
-    side(Server::Model(store), client, ns)
+    side(client, Some(store), ns)
 }
 
 /// A side on the simulated world: the model's store with the simulation's kubelet and garbage
@@ -299,38 +283,35 @@ fn world_side(ns: &str) -> Side {
     let client = service::client(move |method, path, query, body: &Bytes| {
         sim.serve(Actor::User, Duration::ZERO, method, path, query, body)
     });
-    side(Server::World, client, ns)
+    side(client, None, ns)
 }
 
 async fn real_side(ns: &str) -> Result<Side> {
     let cluster = cluster().await?;
     cluster.create_namespace(ns).await?;
     let client = cluster.client().await?;
-    Ok(side(Server::Real, client, ns))
+    Ok(side(client, None, ns))
 }
 
-fn side(server: Server, client: Client, ns: &str) -> Side {
+fn side(client: Client, store: Option<Arc<Mutex<Store>>>, ns: &str) -> Side {
     Side {
-        server,
         client,
+        store,
         ns: ns.to_string(),
         steps: Vec::new(),
         aliases: Vec::new(),
     }
 }
 
-/// Runs `sequence` on the model (or the simulated world) and on the real server, at once, and
-/// compares what each saw.
-async fn differential<F, Fut>(name: &str, world: bool, sequence: F) -> Result<()>
+/// Runs `sequence` on the model (`model_side` or `world_side`) and on the real server, at
+/// once, in a namespace of the same name, and compares what each saw.
+async fn differential<F, Fut>(name: &str, model: fn(&str) -> Side, sequence: F) -> Result<()>
 where
     F: Fn(Side) -> Fut,
     Fut: Future<Output = Result<Side>>,
 {
     let ns = format!("diff-{name}-{}", std::process::id() % 10_000);
-    let model = match world {
-        true => world_side(&ns),
-        false => model_side(&ns),
-    };
+    let model = model(&ns);
     let real = real_side(&ns).await?;
     let (model, real) = tokio::join!(sequence(model), sequence(real));
     let (model, real) = (
@@ -577,7 +558,7 @@ fn lease(name: &str, holder: &str) -> Value {
 /// 1. Creates: `generateName`, a name taken, a namespace that does not exist.
 #[tokio::test]
 async fn creates() -> Result<()> {
-    differential("creates", false, |mut s| async move {
+    differential("creates", model_side, |mut s| async move {
         let generated = s
             .create(
                 "generateName",
@@ -649,7 +630,7 @@ async fn creates() -> Result<()> {
 /// resources refuse a PUT that names no resourceVersion.)
 #[tokio::test]
 async fn concurrency() -> Result<()> {
-    differential("concurrency", false, |mut s| async move {
+    differential("concurrency", model_side, |mut s| async move {
         s.get("GET of a missing pod", Kind::Pod, "nobody").await?;
         let first = s.create("a Lease", Kind::Lease, lease("l", "a")).await?;
         let mut watch = s
@@ -730,7 +711,7 @@ async fn concurrency() -> Result<()> {
 /// 3. The status subresource of PodSets, Ats and pods, and `metadata.generation`.
 #[tokio::test]
 async fn status() -> Result<()> {
-    differential("status", false, |mut s| async move {
+    differential("status", model_side, |mut s| async move {
         let mut with_status = podset("web", 2);
         with_status["status"] = json!({"availableReplicas": 2});
         s.create("a PodSet, with a status", Kind::PodSet, with_status)
@@ -816,7 +797,7 @@ async fn status() -> Result<()> {
 /// 4. Deletes: preconditions, a missing object, graceful deletion of pods, and the answers.
 #[tokio::test]
 async fn deletes() -> Result<()> {
-    differential("deletes", false, |mut s| async move {
+    differential("deletes", model_side, |mut s| async move {
         let p = s.create("a pod", Kind::Pod, pod("p", managed())).await?;
         let version = version(&p).to_string();
         let mut watch = s
@@ -923,7 +904,7 @@ async fn deletes() -> Result<()> {
 /// 5. Lists: their resourceVersion, and label and field selectors.
 #[tokio::test]
 async fn lists() -> Result<()> {
-    differential("lists", false, |mut s| async move {
+    differential("lists", model_side, |mut s| async move {
         s.create("a managed pod", Kind::Pod, pod("a", managed()))
             .await?;
         s.create(
@@ -958,7 +939,7 @@ async fn lists() -> Result<()> {
 /// version too old; bookmarks.
 #[tokio::test]
 async fn watches() -> Result<()> {
-    differential("watches", false, |mut s| async move {
+    differential("watches", model_side, |mut s| async move {
         let first = s.create("a pod", Kind::Pod, pod("w", json!({}))).await?;
         let from = version(&first).to_string();
         let mut all = s.watch(Kind::Pod, &WatchParams::default(), &from).await?;
@@ -1046,7 +1027,7 @@ async fn watches() -> Result<()> {
 /// and starts the pods (the real cluster has no node): only which pods are left is compared.
 #[tokio::test]
 async fn garbage_collection() -> Result<()> {
-    differential("gc", true, |mut s| async move {
+    differential("gc", world_side, |mut s| async move {
         let owner = s
             .create("a PodSet", Kind::PodSet, podset("owner", 2))
             .await?;
