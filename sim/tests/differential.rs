@@ -4,6 +4,11 @@
 //! the answers must agree once normalized: UIDs stand for the object they name, timestamps
 //! are `<time>`, managedFields go, and resourceVersions become their rank among those the
 //! sequence saw (the order matters, not the values).
+//!
+//! What the model leaves out on purpose, because the operator cannot tell, is said where a
+//! sequence meets it: the pod fields the API server's defaulting and admission fill in
+//! (`DEFAULTED_POD_SPEC`), the immutability of a pod's spec, the window a watch may start in,
+//! and when bookmarks come.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -993,7 +998,9 @@ async fn watches() -> Result<()> {
         // The real server sends a watch a BOOKMARK 2 s before its timeout (and every minute),
         // but only at a version past the watch's last event, once its watch cache has seen
         // one: a write of anything (a Lease), then a consistent read (a LIST), for which the
-        // cache asks etcd how far it is.
+        // cache asks etcd how far it is. The model sends one whenever the simulation says, at
+        // its current version even if the watch saw that one already: harmless to a client,
+        // which only resumes from it.
         let bookmarks = WatchParams::default().timeout(4);
         let mut quiet = s.watch(Kind::Pod, &bookmarks, &from).await?;
         s.events("the events before the bookmark", &mut quiet, 8)

@@ -123,9 +123,9 @@ impl ApiError {
 
     /// The answer to a delete of an object the API server does not send back (all but pods).
     pub fn deleted(kind: Kind, name: &str, uid: &str) -> Value {
-        let mut details = Self::new(200, "", "").about_resource(kind, name).details;
-        if let Some(details) = &mut details {
-            details["uid"] = uid.into();
+        let mut details = json!({"name": name, "kind": kind.plural(), "uid": uid});
+        if let Some(group) = kind.group() {
+            details["group"] = group.into();
         }
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
             "details": details})

@@ -57,7 +57,8 @@ impl Kind {
         }
     }
 
-    /// As the API server names the kind in some refusals: `Pod`, `At.cnat.programming-kubernetes.info`.
+    /// As the API server names the kind in some refusals: `Pod`,
+    /// `At.cnat.programming-kubernetes.info`.
     pub fn qualified_kind(self) -> String {
         match self.group() {
             Some(group) => format!("{}.{group}", self.name()),

@@ -273,7 +273,7 @@ impl Store {
         Ok(self.commit(key.clone(), Some(new)))
     }
 
-    /// A delete. A pod goes as the API server deletes it gracefully: marked (see [`grace`]),
+    /// A delete. A pod goes as the API server deletes it gracefully: marked (see `grace`),
     /// then removed at once if its grace is none (two writes), or else later by its kubelet
     /// (see [`Self::remove`]). Anything else goes at once.
     pub fn delete(
