@@ -108,7 +108,17 @@ fn route(
                     .map(String::from),
             };
             let grace = body["gracePeriodSeconds"].as_i64();
-            ok(store.delete(&key, &pre, grace, env.now)?)
+            let gone = store.delete(&key, &pre, grace, env.now)?;
+            match key.kind.returns_deleted_object() {
+                true => ok(gone),
+                false => {
+                    let uid = gone["metadata"]["uid"].as_str().unwrap_or_default();
+                    Ok(Answer::Reply(
+                        200,
+                        ApiError::deleted(key.kind, &key.name, uid),
+                    ))
+                }
+            }
         }
         _ => Err(ApiError::new(
             405,
@@ -138,20 +148,34 @@ fn selectors(query: &HashMap<String, String>) -> Result<(Selector, Selector), Ap
     Ok((parse("labelSelector")?, parse("fieldSelector")?))
 }
 
-/// Every selected object in one page: the model never holds more than a page (500).
+/// Every selected object in one page: the model never holds more than a page (500). As the
+/// API server's, the items of a built-in kind's list name no kind, a custom resource's do, and
+/// its list has an empty `continue`.
 fn list(store: &Store, t: &Target, query: &HashMap<String, String>) -> Result<Answer, ApiError> {
     let (labels, fields) = selectors(query)?;
+    let custom = t.kind.is_custom();
     let items: Vec<Value> = store
         .objects(t.kind, t.namespace.as_deref())
         .filter(|o| labels.matches_labels(o) && fields.matches_fields(o))
-        .map(|o| (**o).clone())
+        .map(|o| {
+            let mut item = (**o).clone();
+            if let (false, Some(item)) = (custom, item.as_object_mut()) {
+                item.remove("kind");
+                item.remove("apiVersion");
+            }
+            item
+        })
         .collect();
+    let mut metadata = json!({"resourceVersion": store.resource_version().to_string()});
+    if custom {
+        metadata["continue"] = "".into();
+    }
     Ok(Answer::Reply(
         200,
         json!({
             "kind": format!("{}List", t.kind.name()),
             "apiVersion": t.kind.api_version(),
-            "metadata": {"resourceVersion": store.resource_version().to_string()},
+            "metadata": metadata,
             "items": items,
         }),
     ))

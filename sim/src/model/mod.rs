@@ -7,5 +7,6 @@ pub mod http;
 pub mod objects;
 pub mod resource;
 pub mod selector;
+pub mod service;
 pub mod store;
 pub mod watch;

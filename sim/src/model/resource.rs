@@ -44,12 +44,36 @@ impl Kind {
         }
     }
 
+    /// The API group; `None` for the core group.
+    pub fn group(self) -> Option<&'static str> {
+        self.api_version().split_once('/').map(|(group, _)| group)
+    }
+
     /// As the API server names the resource in its messages: `pods`, `podsets.app.example.com`.
     pub fn qualified(self) -> String {
-        match self.api_version().split_once('/') {
-            Some((group, _)) => format!("{}.{group}", self.plural()),
+        match self.group() {
+            Some(group) => format!("{}.{group}", self.plural()),
             None => self.plural().to_string(),
         }
+    }
+
+    /// As the API server names the kind in some refusals: `Pod`,
+    /// `At.cnat.programming-kubernetes.info`.
+    pub fn qualified_kind(self) -> String {
+        match self.group() {
+            Some(group) => format!("{}.{group}", self.name()),
+            None => self.name().to_string(),
+        }
+    }
+
+    /// Our custom resources (the others are built into the API server).
+    pub fn is_custom(self) -> bool {
+        matches!(self, Kind::PodSet | Kind::At)
+    }
+
+    /// Kinds whose object a delete answers with (the others' answer is a `Status`).
+    pub fn returns_deleted_object(self) -> bool {
+        self == Kind::Pod
     }
 
     /// Kinds whose status is written only through `/status`, and whose main resource ignores
@@ -58,9 +82,16 @@ impl Kind {
         matches!(self, Kind::Pod | Kind::PodSet | Kind::At)
     }
 
-    /// Kinds whose `metadata.generation` counts spec changes.
+    /// Kinds whose `metadata.generation` counts spec changes (pods' too, since Kubernetes
+    /// 1.33, and their graceful deletion).
     pub fn has_generation(self) -> bool {
-        matches!(self, Kind::PodSet | Kind::At)
+        matches!(self, Kind::Pod | Kind::PodSet | Kind::At)
+    }
+
+    /// Kinds that may be replaced without naming a resourceVersion (the others' PUT is refused
+    /// then: Leases and custom resources).
+    pub fn allows_unconditional_update(self) -> bool {
+        matches!(self, Kind::Pod | Kind::Event)
     }
 
     fn prefix(self) -> String {

@@ -112,6 +112,17 @@ impl Store {
     ) -> Result<Object, ApiError> {
         self.check_namespace(namespace)?;
         let meta = &body["metadata"];
+        if meta["resourceVersion"]
+            .as_str()
+            .is_some_and(|v| !v.is_empty())
+        {
+            // etcd's refusal, which the API server passes on as its own failure.
+            return Err(ApiError::new(
+                500,
+                "",
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
         if meta["namespace"].as_str().is_some_and(|ns| ns != namespace) {
             return Err(ApiError::bad_request(
                 "the namespace of the provided object does not match the namespace sent on the request",
@@ -119,12 +130,14 @@ impl Store {
         }
         let name = match (meta["name"].as_str(), meta["generateName"].as_str()) {
             (Some(n), _) if !n.is_empty() => n.to_string(),
-            (_, Some(prefix)) => format!("{prefix}{}", name_suffix()),
+            (_, Some(prefix)) => format!("{}{}", generate_prefix(prefix), name_suffix()),
             _ => {
-                return Err(ApiError::new(
-                    422,
-                    "Invalid",
-                    "metadata.name: Required value: name or generateName is required",
+                return Err(ApiError::invalid(
+                    kind,
+                    "",
+                    "metadata.name",
+                    "FieldValueRequired",
+                    "Required value: name or generateName is required",
                 ));
             }
         };
@@ -144,16 +157,13 @@ impl Store {
         meta.insert("namespace".into(), namespace.into());
         meta.insert("uid".into(), uid(self.uids).into());
         meta.insert("creationTimestamp".into(), seconds(now).into());
-        for server_set in [
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "resourceVersion",
-        ] {
+        for server_set in ["deletionTimestamp", "deletionGracePeriodSeconds"] {
             meta.remove(server_set);
         }
         if kind.has_generation() {
             meta.insert("generation".into(), 1.into());
         }
+        omit_empty(meta);
         body["apiVersion"] = kind.api_version().into();
         body["kind"] = kind.name().into();
         match kind {
@@ -164,7 +174,8 @@ impl Store {
         Ok(self.commit(key, Some(body)))
     }
 
-    /// PUT: the whole object, over its resourceVersion if it names one.
+    /// PUT: the whole object, over its resourceVersion; without one only where the kind allows
+    /// it.
     pub fn replace(
         &mut self,
         key: &Key,
@@ -172,7 +183,13 @@ impl Store {
         subresource: Option<&str>,
     ) -> Result<Object, ApiError> {
         let old = self.current(key)?;
-        check_version(key, &old, body["metadata"]["resourceVersion"].as_str())?;
+        let wanted = body["metadata"]["resourceVersion"].as_str();
+        match wanted.filter(|v| !v.is_empty()) {
+            None if !key.kind.allows_unconditional_update() => {
+                return Err(ApiError::version_required(key.kind, &key.name));
+            }
+            wanted => check_version(key, &old, wanted)?,
+        }
         self.update(key, &old, body, subresource)
     }
 
@@ -243,6 +260,9 @@ impl Store {
         new["apiVersion"] = key.kind.api_version().into();
         new["kind"] = key.kind.name().into();
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+        if let Some(meta) = new["metadata"].as_object_mut() {
+            omit_empty(meta);
+        }
         if key.kind.has_generation() && new.get("spec") != old.get("spec") {
             let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
             new["metadata"]["generation"] = generation.into();
@@ -253,8 +273,9 @@ impl Store {
         Ok(self.commit(key.clone(), Some(new)))
     }
 
-    /// A delete: a scheduled pod is marked and given its grace (the kubelet removes it, see
-    /// [`Self::remove`]); anything else goes at once.
+    /// A delete. A pod goes as the API server deletes it gracefully: marked (see `grace`),
+    /// then removed at once if its grace is none (two writes), or else later by its kubelet
+    /// (see [`Self::remove`]). Anything else goes at once.
     pub fn delete(
         &mut self,
         key: &Key,
@@ -280,19 +301,18 @@ impl Store {
                 version,
             ));
         }
-        let scheduled = old["spec"]["nodeName"].as_str().is_some();
-        let grace = grace_seconds.unwrap_or(POD_GRACE_SECONDS);
-        if key.kind != Kind::Pod || !scheduled || grace == 0 {
+        if key.kind != Kind::Pod {
             return Ok(self.remove(key).unwrap_or(old));
         }
-        if meta.get("deletionTimestamp").is_some() {
-            return Ok(old);
+        match grace(&old, grace_seconds, now) {
+            Grace::Now => Ok(self.remove(key).unwrap_or(old)),
+            Grace::Pending => Ok(old),
+            Grace::Mark(marked, 0) => {
+                self.commit(key.clone(), Some(marked));
+                Ok(self.remove(key).expect("just marked"))
+            }
+            Grace::Mark(marked, _) => Ok(self.commit(key.clone(), Some(marked))),
         }
-        let mut new = (*old).clone();
-        let until = now + jiff::SignedDuration::from_secs(grace);
-        new["metadata"]["deletionTimestamp"] = seconds(until).into();
-        new["metadata"]["deletionGracePeriodSeconds"] = grace.into();
-        Ok(self.commit(key.clone(), Some(new)))
     }
 
     /// Removes an object for good (a kubelet done with a pod, or a delete without grace); the
@@ -372,7 +392,7 @@ impl Store {
             Some(from) if from < self.oldest => {
                 let gone = ApiError::gone(format!(
                     "too old resource version: {from} ({})",
-                    self.oldest + 1
+                    self.oldest
                 ));
                 return Ok(watcher.error(&gone));
             }
@@ -399,12 +419,95 @@ impl Store {
     }
 }
 
+/// Metadata as the API server stores it: empty labels, annotations, owner references,
+/// finalizers (and empty strings) are no such field.
+fn omit_empty(meta: &mut serde_json::Map<String, Value>) {
+    meta.retain(|_, v| match v {
+        Value::Null => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+        _ => true,
+    });
+}
+
+/// What a delete does to a pod.
+enum Grace {
+    /// Remove it as it is: it was marked with no grace already.
+    Now,
+    /// Nothing: it is terminating, within no more than the grace asked.
+    Pending,
+    /// Store it marked so, with this grace (none: then remove it).
+    Mark(Value, i64),
+}
+
+/// A pod's graceful deletion, as the API server's (`rest.BeforeDelete` and the pod strategy):
+/// the first delete marks it with a `deletionTimestamp` after the grace asked for (else its
+/// spec's, 30 s by default; none if it is unscheduled or finished) and a new generation; a
+/// later one may only shorten the grace, never into the past.
+fn grace(pod: &Value, requested: Option<i64>, now: Timestamp) -> Grace {
+    let at_least_one = |g: i64| if g < 0 { 1 } else { g };
+    let requested = requested.map(at_least_one);
+    let meta = &pod["metadata"];
+    let mut marked = pod.clone();
+    let (deadline, period) = match meta["deletionTimestamp"].as_str() {
+        Some(since) => {
+            let current = meta["deletionGracePeriodSeconds"].as_i64().unwrap_or(0);
+            if current == 0 {
+                return Grace::Now;
+            }
+            let Some(period) = requested.filter(|p| *p < current) else {
+                return Grace::Pending;
+            };
+            let since: Timestamp = since.parse().unwrap_or(now);
+            let deadline = since + jiff::SignedDuration::from_secs(period - current);
+            match deadline < now {
+                true => (now, period.min(1)),
+                false => (deadline, period),
+            }
+        }
+        None => {
+            let scheduled = pod["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty());
+            let finished = matches!(
+                pod["status"]["phase"].as_str(),
+                Some("Succeeded" | "Failed")
+            );
+            let period = match scheduled && !finished {
+                true => requested
+                    .or(pod["spec"]["terminationGracePeriodSeconds"].as_i64())
+                    .map_or(POD_GRACE_SECONDS, at_least_one),
+                false => 0,
+            };
+            let generation = meta["generation"].as_i64().unwrap_or(0);
+            if generation > 0 {
+                marked["metadata"]["generation"] = (generation + 1).into();
+            }
+            (now + jiff::SignedDuration::from_secs(period), period)
+        }
+    };
+    marked["metadata"]["deletionTimestamp"] = seconds(deadline).into();
+    marked["metadata"]["deletionGracePeriodSeconds"] = period.into();
+    Grace::Mark(marked, period)
+}
+
 fn check_version(key: &Key, old: &Value, wanted: Option<&str>) -> Result<(), ApiError> {
     match wanted {
         Some(w) if Some(w) != old["metadata"]["resourceVersion"].as_str() => {
             Err(ApiError::conflict(key.kind, &key.name))
         }
         _ => Ok(()),
+    }
+}
+
+/// `generateName` as the API server cuts it, so that the name with its 5 characters fits a
+/// label value (63 characters).
+fn generate_prefix(prefix: &str) -> &str {
+    const MAX: usize = 63 - 5;
+    match prefix.char_indices().nth(MAX) {
+        Some((cut, _)) => &prefix[..cut],
+        None => prefix,
     }
 }
 
