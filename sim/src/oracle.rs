@@ -32,7 +32,7 @@ use podset_operator::controller::STARTUP_GRACE;
 
 use crate::model::objects::{self, controller};
 use crate::model::resource::Kind;
-use crate::model::store::{Change, Store};
+use crate::model::store::{Change, Key, Store};
 
 /// How stale a view of a PodSet the operator may act on: a watch stalled or dead until its
 /// read timeout (75 s), and a reconcile under way meanwhile.
@@ -66,8 +66,9 @@ struct AtRecord {
     pods_created: u32,
     /// The incarnation whose RUNNING write landed last.
     running_by: Option<Actor>,
-    /// Incarnations whose create of the At's pod left the process.
-    creates_sent_by: HashSet<Actor>,
+    /// Per incarnation: creates of the At's pod that reached the network and were not
+    /// refused there (what the operator must count as possibly sent).
+    creates_sent_by: HashMap<Actor, u32>,
     vanished: bool,
 }
 
@@ -78,6 +79,9 @@ pub struct Oracle {
     replicas: HashMap<String, Vec<(Instant, i64)>>,
     /// Per PodSet UID: the names of the pods ever made in its namespace under its control.
     podset_pods: HashMap<String, HashSet<String>>,
+    /// Pods whose create the server held past the start-up grace: exempt, and not counted
+    /// against the creates after them.
+    excused: HashSet<Key>,
     ats: HashMap<String, AtRecord>,
     /// Per identity: the leadership term it last began (terms count every change of holder).
     terms: HashMap<String, u64>,
@@ -107,16 +111,23 @@ impl Oracle {
         self.identities.insert(id, identity.to_string());
     }
 
+    /// A create of an At's pod reached replica `actor`'s network (`sent`), or was refused
+    /// there without leaving (`!sent`): from the operator's side, the first may have left.
+    pub fn create_attempt(&mut self, actor: Actor, pod: &Value, sent: bool) {
+        if let Some(("At", _, uid)) = controller(pod) {
+            let record = self.ats.entry(uid.to_string()).or_default();
+            let attempts = record.creates_sent_by.entry(actor).or_default();
+            *attempts = if sent {
+                *attempts + 1
+            } else {
+                attempts.saturating_sub(1)
+            };
+        }
+    }
+
     /// A write of replica `actor` leaves it: it may land, or not. `fenced` is whether it went
     /// through the controllers' fence, and whether that was open.
-    pub fn departs(
-        &mut self,
-        actor: Actor,
-        fenced: Option<bool>,
-        what: &str,
-        pod: Option<&Value>,
-        store: &Store,
-    ) {
+    pub fn departs(&mut self, actor: Actor, fenced: Option<bool>, what: &str, store: &Store) {
         let Actor::Replica { id, .. } = actor else {
             return;
         };
@@ -138,10 +149,6 @@ impl Oracle {
                 "{actor} sent {what} while the Lease named {}: two leaders at once",
                 holder.unwrap_or_default()
             ));
-        }
-        if let Some(("At", _, uid)) = pod.and_then(controller) {
-            let record = self.ats.entry(uid.to_string()).or_default();
-            record.creates_sent_by.insert(actor);
         }
     }
 
@@ -267,6 +274,11 @@ impl Oracle {
                 controller(p).is_some_and(|(_, _, uid)| uid == owner)
                     && objects::active(p)
                     && objects::managed(p)
+                    && !self.excused.contains(&Key {
+                        kind: Kind::Pod,
+                        namespace: ns.clone(),
+                        name: objects::name(p).into(),
+                    })
             })
             .count() as i64;
         let allowed = self.allowance(owner, now);
@@ -361,7 +373,7 @@ impl Oracle {
                     Some("its pod still exists")
                 } else if record.pods_created == 0
                     && record.running_by == Some(actor)
-                    && !record.creates_sent_by.contains(&actor)
+                    && record.creates_sent_by.get(&actor).is_none_or(|n| *n == 0)
                 {
                     Some("the process that recorded RUNNING never sent the create of its pod")
                 } else {

@@ -83,21 +83,32 @@ impl Transport {
         };
         let plan = self.sim.with(|w| w.faults.plan_request(&request));
         self.alive().await;
-        match plan.connect {
-            Connect::Refused => return Err(NotSent("connection refused".into()).into()),
-            Connect::Slow(d) => sleep(d).await,
-            Connect::Pooled => {}
+        if plan.connect == Connect::Refused {
+            return Err(NotSent("connection refused".into()).into());
+        }
+        let create = (method == http::Method::POST && path.ends_with("/pods"))
+            .then(|| serde_json::from_slice::<Value>(&body).unwrap_or_default());
+        let attempt = |sent| {
+            if let Some(pod) = &create {
+                self.sim
+                    .with(|w| w.oracle.create_attempt(self.actor, pod, sent));
+            }
+        };
+        attempt(true);
+        if let Connect::Slow(d) = plan.connect {
+            sleep(d).await;
         }
         self.alive().await;
         // As the operator's write connections do (`client::gated`): the fence is checked as
         // the bytes would leave.
         let mutating = api::mutating(&method);
         if mutating && let Some(Err(refused)) = self.fence.as_ref().map(Fence::admit) {
+            attempt(false);
             return Err(Box::new(std::io::Error::other(refused)));
         }
         // The request leaves the process now: whatever comes back, it may have been done.
         if mutating {
-            self.leaving(&method, &path, &body);
+            self.leaving(&method, &path);
         }
         let hold = match plan.before {
             Before::Status(code, reason) => return Ok(json_reply(code, &status(code, reason))),
@@ -129,15 +140,11 @@ impl Transport {
     }
 
     /// A write leaves the replica: the oracle checks that it leads.
-    fn leaving(&self, method: &http::Method, path: &str, body: &Bytes) {
+    fn leaving(&self, method: &http::Method, path: &str) {
         let fenced = self.fence.as_ref().map(Fence::is_open);
         let what = format!("{method} {path}");
-        let pod = (*method == http::Method::POST && path.ends_with("/pods"))
-            .then(|| serde_json::from_slice::<Value>(body).unwrap_or_default());
-        self.sim.with(|w| {
-            w.oracle
-                .departs(self.actor, fenced, &what, pod.as_ref(), &w.store)
-        });
+        self.sim
+            .with(|w| w.oracle.departs(self.actor, fenced, &what, &w.store));
     }
 
     fn trace(&self, method: &http::Method, path: &str, query: &str, answer: &Answer) {
