@@ -71,6 +71,63 @@ impl State {
             _ => None,
         }
     }
+
+    fn arm(&mut self, k: usize, kill: Kill) -> Result<()> {
+        if self.writes.len() >= k {
+            bail!(
+                "armed too late: {} writes went through already",
+                self.writes.len()
+            );
+        }
+        self.crash = Some((k, Some(kill)));
+        Ok(())
+    }
+
+    /// Whether and how a request from a connection of `epoch` goes on.
+    fn admit(&mut self, epoch: u64, method: &Method, path: &str) -> Option<Admitted> {
+        if epoch < self.epoch {
+            return None;
+        }
+        let writing = matches!(
+            *method,
+            Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+        );
+        if !writing {
+            return Some(Admitted {
+                write: None,
+                crash: false,
+            });
+        }
+        let pending = self.crash_pending();
+        // Past the crash point, the process is as good as dead: it sends nothing more.
+        if pending.is_some_and(|k| self.writes.len() >= k) {
+            return None;
+        }
+        self.writes.push(Write {
+            method: method.clone(),
+            path: path.to_string(),
+            code: None,
+        });
+        Some(Admitted {
+            write: Some(self.writes.len() - 1),
+            crash: pending == Some(self.writes.len()),
+        })
+    }
+
+    /// Fires the kill hook; from then on, the connections open now are dead.
+    fn crash(&mut self) {
+        if let Some(kill) = self.crash.as_mut().and_then(|(_, kill)| kill.take()) {
+            kill();
+        }
+        self.epoch += 1;
+    }
+
+    fn crashed_after(&self) -> Option<Write> {
+        match self.crash {
+            Some((k, None)) => self.writes.get(k - 1).cloned(),
+            _ => None,
+        }
+    }
 }
 
 /// What the proxy does with a request it forwards.
@@ -151,15 +208,7 @@ impl SieveProxy {
     /// answer; nothing more of the killed process's is forwarded. Connections opened after
     /// that (the restarted process's) pass. Fails if `k` writes went through already.
     pub fn crash_after(&self, k: usize, kill: impl FnOnce() + Send + 'static) -> Result<()> {
-        let mut state = self.shared.lock();
-        if state.writes.len() >= k {
-            bail!(
-                "armed too late: {} writes went through already",
-                state.writes.len()
-            );
-        }
-        state.crash = Some((k, Some(Box::new(kill))));
-        Ok(())
+        self.shared.lock().arm(k, Box::new(kill))
     }
 
     /// Waits until the crash has happened.
@@ -176,11 +225,7 @@ impl SieveProxy {
 
     /// The write the operator was killed after, once it was.
     pub fn crashed_after(&self) -> Option<Write> {
-        let state = self.shared.lock();
-        match state.crash {
-            Some((k, None)) => state.writes.get(k - 1).cloned(),
-            _ => None,
-        }
+        self.shared.lock().crashed_after()
     }
 
     /// The writes forwarded so far, in order.
@@ -241,6 +286,7 @@ impl Shared {
         link: &Link,
     ) -> Result<Response<Body>> {
         let admitted = self
+            .lock()
             .admit(epoch, req.method(), req.uri().path())
             .context("not forwarded: its process was killed")?;
         let perturbation = self.perturbation(&req);
@@ -253,7 +299,8 @@ impl Shared {
             self.lock().writes[i].code = answer.as_ref().ok().map(|r| r.status().as_u16());
         }
         if admitted.crash {
-            self.crash();
+            self.lock().crash();
+            self.crashed.send_replace(true);
             bail!("the operator was killed before this answer");
         }
         let answer = answer?;
@@ -261,49 +308,6 @@ impl Shared {
             Some(p) => answer.map(|body| watch::perturb(body, p, self.watched.clone())),
             None => answer.map(|body| body.map_err(Into::into).boxed()),
         })
-    }
-
-    /// Whether and how a request from a connection of `epoch` goes on.
-    fn admit(&self, epoch: u64, method: &Method, path: &str) -> Option<Admitted> {
-        let mut state = self.lock();
-        if epoch < state.epoch {
-            return None;
-        }
-        let writing = matches!(
-            *method,
-            Method::POST | Method::PUT | Method::PATCH | Method::DELETE
-        );
-        if !writing {
-            return Some(Admitted {
-                write: None,
-                crash: false,
-            });
-        }
-        let pending = state.crash_pending();
-        // Past the crash point, the process is as good as dead: it sends nothing more.
-        if pending.is_some_and(|k| state.writes.len() >= k) {
-            return None;
-        }
-        state.writes.push(Write {
-            method: method.clone(),
-            path: path.to_string(),
-            code: None,
-        });
-        Some(Admitted {
-            write: Some(state.writes.len() - 1),
-            crash: pending == Some(state.writes.len()),
-        })
-    }
-
-    /// Fires the kill hook; from then on, the connections open now are dead.
-    fn crash(&self) {
-        let mut state = self.lock();
-        if let Some(kill) = state.crash.as_mut().and_then(|(_, kill)| kill.take()) {
-            kill();
-        }
-        state.epoch += 1;
-        drop(state);
-        self.crashed.send_replace(true);
     }
 
     fn perturbation(&self, req: &Request<Incoming>) -> Option<Perturbation> {
@@ -351,5 +355,55 @@ impl Upstream {
         // Ends when the link is dropped and idle, or the API server closes it.
         tokio::spawn(connection);
         Ok(sender)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    /// `state.admit` of a request to the pods: its write index and whether it crashes.
+    fn admit(state: &mut State, epoch: u64, method: Method) -> Option<(Option<usize>, bool)> {
+        let admitted = state.admit(epoch, &method, "/api/v1/namespaces/ns/pods")?;
+        Some((admitted.write, admitted.crash))
+    }
+
+    #[test]
+    fn writes_are_counted_in_order_and_the_kth_crashes() {
+        let killed = Arc::new(AtomicBool::new(false));
+        let mut state = State::default();
+        assert_eq!(admit(&mut state, 0, Method::POST), Some((Some(0), false)));
+        let kill = killed.clone();
+        let hook = Box::new(move || kill.store(true, Ordering::SeqCst));
+        state.arm(3, hook).unwrap();
+        assert_eq!(admit(&mut state, 0, Method::GET), Some((None, false)));
+        assert_eq!(admit(&mut state, 0, Method::PATCH), Some((Some(1), false)));
+        assert_eq!(admit(&mut state, 0, Method::DELETE), Some((Some(2), true)));
+        // Sent while the 3rd is in flight: the process dies before it; reads still pass.
+        assert_eq!(admit(&mut state, 0, Method::PUT), None);
+        assert_eq!(admit(&mut state, 0, Method::GET), Some((None, false)));
+        assert!(state.crashed_after().is_none());
+
+        state.crash();
+        assert!(killed.load(Ordering::SeqCst));
+        let methods: Vec<&Method> = state.writes.iter().map(|w| &w.method).collect();
+        assert_eq!(methods, [Method::POST, Method::PATCH, Method::DELETE]);
+        assert_eq!(
+            state.crashed_after().map(|w| w.method),
+            Some(Method::DELETE)
+        );
+        // The killed process's connections are dead; the restarted one's pass, writes too.
+        assert_eq!(admit(&mut state, 0, Method::GET), None);
+        assert_eq!(admit(&mut state, 1, Method::POST), Some((Some(3), false)));
+    }
+
+    #[test]
+    fn a_crash_armed_after_its_write_went_through_is_refused() {
+        let mut state = State::default();
+        admit(&mut state, 0, Method::POST);
+        assert!(state.arm(1, Box::new(|| {})).is_err());
+        assert!(state.arm(2, Box::new(|| {})).is_ok());
     }
 }
