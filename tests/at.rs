@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use common::{Operator, PROMPTLY, TestNs, at, cluster_without_nodes, poll, poll_some};
+use common::{
+    Operator, PROMPTLY, TestNs, at, cluster_without_nodes, poll, poll_some, set_pod_phase,
+};
 use futures::TryStreamExt;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
@@ -125,29 +127,6 @@ async fn watch_starts(
         ),
     }
     Ok(started)
-}
-
-/// Plays the kubelet: the pod's phase, and for a finished pod its container's exit code.
-async fn set_pod_phase(ns: &TestNs, pod: &str, phase: &str, exit_code: Option<i32>) -> Result<()> {
-    let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-    let state = match exit_code {
-        None => serde_json::json!({"running": {"startedAt": now}}),
-        Some(code) => serde_json::json!({"terminated": {
-            "exitCode": code,
-            "reason": if code == 0 { "Completed" } else { "Error" },
-            "startedAt": now, "finishedAt": now}}),
-    };
-    let patch = serde_json::json!({"status": {
-        "phase": phase,
-        "containerStatuses": [{
-            "name": "busybox", "image": "busybox", "imageID": "", "restartCount": 0,
-            "ready": exit_code.is_none(), "state": state,
-        }],
-    }});
-    ns.api::<Pod>()
-        .patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
 }
 
 /// The At's pods, which must be exactly one, named `<at>-pod`.

@@ -43,12 +43,14 @@ impl Cluster {
 
     /// Writes a kubeconfig for `token` against this cluster.
     pub fn write_kubeconfig(&self, path: &Path, token: &str) -> Result<()> {
-        self.write_kubeconfig_at(path, token, &self.server_url())
+        let yaml = kubeconfig_yaml(&self.server_url(), &self.pki.ca_cert, token);
+        std::fs::write(path, yaml)?;
+        Ok(())
     }
 
-    fn write_kubeconfig_at(&self, path: &Path, token: &str, server: &str) -> Result<()> {
-        std::fs::write(path, kubeconfig_yaml(server, &self.pki.ca_cert, token))?;
-        Ok(())
+    /// The PEM file of the cluster's CA, which signed the API server's certificate.
+    pub fn ca_cert(&self) -> &Path {
+        &self.pki.ca_cert
     }
 
     /// The admin kubeconfig in `dir` with its own copy of the CA (`dir/ca.crt`), for a
@@ -76,13 +78,27 @@ impl Cluster {
         name: &str,
         server: &str,
     ) -> Result<PathBuf> {
+        self.service_account_kubeconfig_trusting(ns, name, server, &self.pki.ca_cert)
+            .await
+    }
+
+    /// As [`Self::service_account_kubeconfig_at`], trusting the CA in file `ca` rather than
+    /// the cluster's: for a server that terminates TLS itself (a
+    /// [`crate::sieve::SieveProxy`]).
+    pub async fn service_account_kubeconfig_trusting(
+        &self,
+        ns: &str,
+        name: &str,
+        server: &str,
+        ca: &Path,
+    ) -> Result<PathBuf> {
         let token = self.service_account_token(ns, name).await?;
         let tag = match server.rsplit_once(':') {
             Some((_, port)) if server != self.server_url() => format!("-via-{port}"),
             _ => String::new(),
         };
         let path = self.dir().join(format!("kubeconfig-sa-{ns}-{name}{tag}"));
-        self.write_kubeconfig_at(&path, &token, server)?;
+        std::fs::write(&path, kubeconfig_yaml(server, ca, &token))?;
         Ok(path)
     }
 

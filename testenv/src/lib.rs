@@ -18,6 +18,7 @@ mod ports;
 pub mod process;
 pub mod proxy;
 pub mod registry;
+pub mod sieve;
 pub mod versions;
 mod wait;
 

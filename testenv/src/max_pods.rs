@@ -1,5 +1,6 @@
-//! A watch that records the most live pods each controlling owner ever had at once: the
-//! evidence that a controller never over-created, whatever it did in between.
+//! A watch that records the most live pods each controlling owner ever had at once, and how
+//! many it ever had: the evidence that a controller never over-created, whatever it did in
+//! between.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,16 +15,25 @@ use kube::runtime::{WatchStreamExt, watcher};
 /// rides out API server restarts; a pod deleted during such a gap still counts, so the
 /// maximum can only be overstated, never hidden.
 pub struct MaxPods {
-    max: Arc<Mutex<HashMap<String, usize>>>,
+    counts: Arc<Mutex<Counts>>,
     /// How many distinct owned pods the watch has seen, ever.
     seen: tokio::sync::watch::Receiver<usize>,
     task: tokio::task::JoinHandle<()>,
 }
 
+/// Per controller owner UID.
+#[derive(Default)]
+struct Counts {
+    /// The most live pods at once.
+    most: HashMap<String, usize>,
+    /// Distinct pods ever seen.
+    ever: HashMap<String, usize>,
+}
+
 impl MaxPods {
     pub fn start(api: Api<Pod>) -> Self {
-        let max: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
-        let recorded = max.clone();
+        let counts: Arc<Mutex<Counts>> = Arc::default();
+        let recorded = counts.clone();
         let (seen_tx, seen) = tokio::sync::watch::channel(0);
         let task = tokio::spawn(async move {
             let mut live: HashMap<String, HashMap<String, bool>> = HashMap::new();
@@ -46,12 +56,14 @@ impl MaxPods {
                     seen_tx.send_modify(|n| *n += 1);
                 }
                 let n = pods.values().filter(|a| **a).count();
-                let mut max = recorded.lock().expect("max pods lock");
-                let m = max.entry(owner).or_insert(0);
+                let ever = pods.len();
+                let mut counts = recorded.lock().expect("max pods lock");
+                counts.ever.insert(owner.clone(), ever);
+                let m = counts.most.entry(owner).or_insert(0);
                 *m = (*m).max(n);
             }
         });
-        Self { max, seen, task }
+        Self { counts, seen, task }
     }
 
     /// Waits until the watch has seen `n` distinct owned pods: the trigger for a fault that
@@ -68,7 +80,12 @@ impl MaxPods {
 
     /// The most pods each owner UID has had at once, so far.
     pub fn snapshot(&self) -> HashMap<String, usize> {
-        self.max.lock().expect("max pods lock").clone()
+        self.counts.lock().expect("max pods lock").most.clone()
+    }
+
+    /// How many distinct pods each owner UID has had, so far: a command run once has 1.
+    pub fn ever(&self) -> HashMap<String, usize> {
+        self.counts.lock().expect("max pods lock").ever.clone()
     }
 
     /// The most pods any one owner has had at once, so far.

@@ -107,6 +107,17 @@ impl Process {
         self.child.as_ref().map(Child::id)
     }
 
+    /// A hook that SIGKILLs the process's group at once, for a fault injector to fire at its
+    /// chosen moment. The process stays this `Process`'s to reap (`stop_with`), so its pid
+    /// cannot be reused meanwhile.
+    pub fn killer(&self) -> Option<impl FnOnce() + Send + 'static> {
+        let pgid = self.pid()? as i32;
+        // SAFETY: a plain syscall on a process group we created.
+        Some(move || unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        })
+    }
+
     /// Whether the process has exited (and so needs looking at).
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child

@@ -258,6 +258,25 @@ impl TestNs {
             .await
     }
 
+    /// Starts the operator as its ServiceAccount, talking to the API server through the
+    /// Sieve `proxy`, which it trusts as its server.
+    pub async fn start_operator_behind(
+        &self,
+        proxy: &testenv::sieve::SieveProxy,
+        extra_args: &[&str],
+    ) -> Result<Operator> {
+        let kubeconfig = self
+            .cluster
+            .service_account_kubeconfig_trusting(
+                &self.name,
+                OPERATOR_SA,
+                &proxy.url(),
+                proxy.ca_cert(),
+            )
+            .await?;
+        self.start_operator_with(&kubeconfig, extra_args)
+    }
+
     async fn start_operator_at(
         &self,
         account: &str,
@@ -268,6 +287,15 @@ impl TestNs {
             .cluster
             .service_account_kubeconfig_at(&self.name, account, server)
             .await?;
+        self.start_operator_with(&kubeconfig, extra_args)
+    }
+
+    /// Starts the operator binary watching this namespace, with `kubeconfig`.
+    fn start_operator_with(
+        &self,
+        kubeconfig: &std::path::Path,
+        extra_args: &[&str],
+    ) -> Result<Operator> {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let metrics_port = testenv::free_port()?;
         let health_port = testenv::free_port()?;
@@ -308,6 +336,36 @@ impl TestNs {
             .filter(|p| controller_uid(p).as_deref() == Some(owner_uid))
             .collect())
     }
+}
+
+/// Plays the kubelet: the pod's phase, and for a finished pod its container's exit code.
+pub async fn set_pod_phase(
+    ns: &TestNs,
+    pod: &str,
+    phase: &str,
+    exit_code: Option<i32>,
+) -> Result<()> {
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let state = match exit_code {
+        None => serde_json::json!({"running": {"startedAt": now}}),
+        Some(code) => serde_json::json!({"terminated": {
+            "exitCode": code,
+            "reason": if code == 0 { "Completed" } else { "Error" },
+            "startedAt": now, "finishedAt": now}}),
+    };
+    let patch = serde_json::json!({"status": {
+        "phase": phase,
+        "containerStatuses": [{
+            "name": "busybox", "image": "busybox", "imageID": "", "restartCount": 0,
+            "ready": exit_code.is_none(), "state": state,
+        }],
+    }});
+    ns.api::<Pod>()
+        .patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
 }
 
 pub fn phase(p: &Pod) -> String {
