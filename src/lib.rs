@@ -1,7 +1,6 @@
 //! The PodSet and At operators: API types, pure decision logic, and the controllers.
 
 pub mod api;
-pub mod at_creates;
 pub mod cache;
 pub mod client;
 pub mod clock;

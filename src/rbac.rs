@@ -49,9 +49,14 @@ pub fn rules() -> Vec<PolicyRule> {
             &["update"],
         ),
         // list + watch feed the shared pod cache; get is the At controller's live read of its
-        // pod (a missing pod before declaring it vanished, an existing one after a 409);
-        // delete is PodSet's scale-down only.
-        rule("", &["pods"], &["get", "list", "watch", "create", "delete"]),
+        // pod (its recorded pod missing from the cache, an existing one after a 409); patch is
+        // the At controller's release of its recorded pod from its scheduling gate; delete is
+        // PodSet's scale-down only.
+        rule(
+            "",
+            &["pods"],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
         // A repeated event becomes a series: PATCHes of the first (src/events.rs).
         rule("events.k8s.io", &["events"], &["create", "patch"]),
     ]

@@ -24,7 +24,7 @@ use kube::ResourceExt;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use podset_operator::api::{At, AtPhase, PodSet};
-use podset_operator::plan::at::{A_CREATE_MAY_LAND_FOR, CONDITION_COMPLETED};
+use podset_operator::plan::at::CONDITION_COMPLETED;
 use serde_json::json;
 use testenv::MaxPods;
 use testenv::sieve::{Perturbation, SieveProxy, Tally, Write};
@@ -174,14 +174,20 @@ async fn at_scenario(ns: &TestNs, pods: &MaxPods) -> Result<Facts> {
         let status = api.get("yay").await?.status.unwrap_or_default();
         Ok((status.phase == Some(AtPhase::Done)).then_some(status))
     };
-    // The kubelet's part: once the pod exists, the command runs and exits 0. An At that is
-    // RUNNING without a pod after a crash waits out a create that may still land, then ends
-    // without one.
+    // The kubelet's part: once the pod is released from its scheduling gate, the command runs
+    // and exits 0. An At RUNNING without a pod after a crash creates it (it never ran: pods
+    // are created gated).
+    let released = |pod: &Pod| {
+        pod.spec
+            .as_ref()
+            .is_some_and(|s| s.scheduling_gates.as_ref().is_none_or(Vec::is_empty))
+    };
     let pod_or_verdict = poll_some(
-        A_CREATE_MAY_LAND_FOR + CONVERGE,
-        "the At's pod, or its verdict",
+        CONVERGE,
+        "the At's pod released, or its verdict",
         || async {
-            if let Some(pod) = ns.pods_of(&uid).await?.into_iter().next() {
+            let pods = ns.pods_of(&uid).await?;
+            if let Some(pod) = pods.into_iter().find(released) {
                 return Ok(Some(Either::Left(pod)));
             }
             Ok(done().await?.map(Either::Right))

@@ -1,6 +1,7 @@
 //! The rest of the cluster, as the operator sees it through the API: the scheduler and the
-//! kubelet (a pod is bound, starts, and an At's pod runs its command and ends; a deleted pod
-//! is stopped and removed after a while), and the garbage collector (an owner's pods go with
+//! kubelet (a pod is bound once no scheduling gate holds it, starts, and an At's pod runs its
+//! command and ends; a deleted pod is stopped and removed after a while), and the garbage
+//! collector (an owner's pods go with
 //! it; a pod whose controller does not exist in its namespace is deleted).
 
 use std::sync::Arc;
@@ -33,7 +34,7 @@ pub fn reactions(change: &Change) -> Vec<Reaction> {
         (Kind::Pod, None, Some(new)) => {
             let uid = objects::uid(new).to_string();
             let mut out = Vec::new();
-            if !objects::terminating(new) {
+            if !objects::terminating(new) && !objects::gated(new) {
                 out.push(Reaction::Start(key.clone(), uid.clone()));
             }
             if controller(new).is_some() {
@@ -45,6 +46,11 @@ pub fn reactions(change: &Change) -> Vec<Reaction> {
             if !objects::terminating(old) && objects::terminating(new) =>
         {
             vec![Reaction::Remove(key.clone(), objects::uid(new).to_string())]
+        }
+        (Kind::Pod, Some(old), Some(new))
+            if objects::gated(old) && !objects::gated(new) && !objects::terminating(new) =>
+        {
+            vec![Reaction::Start(key.clone(), objects::uid(new).to_string())]
         }
         (Kind::PodSet | Kind::At, Some(old), None) => vec![Reaction::Collect {
             namespace: key.namespace.clone(),
@@ -101,7 +107,9 @@ fn current(store: &Store, key: &Key, uid: &str) -> Option<Value> {
 /// The scheduler binds the pod to the node; `false` if it is gone or going.
 fn bind(sim: &Arc<Sim>, key: &Key, uid: &str) -> bool {
     sim.act(Actor::Kubelet, |w| {
-        if current(&w.store, key, uid).is_none_or(|p| objects::terminating(&p)) {
+        if current(&w.store, key, uid)
+            .is_none_or(|p| objects::terminating(&p) || objects::gated(&p))
+        {
             return false;
         }
         let patch = json!({"spec": {"nodeName": "node-1"}});

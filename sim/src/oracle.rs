@@ -8,10 +8,10 @@
 //!   Exempt, as the README says: a create the server held past the start-up grace, from a
 //!   predecessor whose successor had already counted the pods.
 //!   Its status names only pods of its own: made in its namespace under its control.
-//! - **At**: its command starts at most once; DONE is final; DONE records what happened: a
-//!   success or a failure only from a run that ended so; `PodVanished` only once the pod is
-//!   gone (it may have been deleted before its end was seen, or never made), never by the
-//!   process that wrote RUNNING and knows it sent no create; and no run starts or ends after a
+//! - **At**: its command starts at most once; a pod is released from its scheduling gate only
+//!   once its At recorded its UID; DONE is final; DONE records what happened: a success or a
+//!   failure only from a run that ended so; `PodVanished` only for a recorded pod that is gone
+//!   (a command that never ran is never given up on); and no run starts or ends after a
 //!   `PodVanished` verdict.
 //! - **Leadership**: no operator write leaves a replica whose fence is closed, or while the
 //!   Lease names another holder; and the writes of an older leadership term land after a
@@ -63,12 +63,6 @@ impl std::fmt::Display for Actor {
 struct AtRecord {
     /// Runs started (the kubelet started its container), and how each ended.
     runs: Vec<Option<bool>>,
-    pods_created: u32,
-    /// The incarnation whose RUNNING write landed last.
-    running_by: Option<Actor>,
-    /// Per incarnation: creates of the At's pod that reached the network and were not
-    /// refused there (what the operator must count as possibly sent).
-    creates_sent_by: HashMap<Actor, u32>,
     vanished: bool,
 }
 
@@ -92,8 +86,11 @@ pub struct Oracle {
     identities: HashMap<usize, String>,
     /// How long after an old term's last write a new term may write (see the module docs).
     pub takeover_margin: Duration,
-    /// Writes that left the controllers of any replica (pods, statuses, events).
-    pub departures: u64,
+    /// Operator writes that landed (pods, PodSets, Ats), but for one that corrects another
+    /// writer's (a deposed leader's late status write, put right at the next resync).
+    pub own_writes: u64,
+    /// Who last wrote each PodSet and At.
+    last_writer: HashMap<Key, Actor>,
     pub checks: u64,
 }
 
@@ -111,29 +108,12 @@ impl Oracle {
         self.identities.insert(id, identity.to_string());
     }
 
-    /// A create of an At's pod reached replica `actor`'s network (`sent`), or was refused
-    /// there without leaving (`!sent`): from the operator's side, the first may have left.
-    pub fn create_attempt(&mut self, actor: Actor, pod: &Value, sent: bool) {
-        if let Some(("At", _, uid)) = controller(pod) {
-            let record = self.ats.entry(uid.to_string()).or_default();
-            let attempts = record.creates_sent_by.entry(actor).or_default();
-            *attempts = if sent {
-                *attempts + 1
-            } else {
-                attempts.saturating_sub(1)
-            };
-        }
-    }
-
     /// A write of replica `actor` leaves it: it may land, or not. `fenced` is whether it went
     /// through the controllers' fence, and whether that was open.
     pub fn departs(&mut self, actor: Actor, fenced: Option<bool>, what: &str, store: &Store) {
         let Actor::Replica { id, .. } = actor else {
             return;
         };
-        if fenced.is_some() {
-            self.departures += 1;
-        }
         if fenced == Some(false) {
             self.violate(format!(
                 "{actor} sent {what} while its fence was closed: a write after its leadership lapsed"
@@ -174,6 +154,15 @@ impl Oracle {
             && matches!(change.key.kind, Kind::Pod | Kind::PodSet | Kind::At)
         {
             self.term_order(id, change, held);
+            let previous = match change.key.kind {
+                Kind::Pod => None,
+                _ => self.last_writer.insert(change.key.clone(), actor),
+            };
+            if previous.is_none_or(|p| p == actor) {
+                self.own_writes += 1;
+            }
+        } else if matches!(change.key.kind, Kind::PodSet | Kind::At) {
+            self.last_writer.insert(change.key.clone(), actor);
         }
     }
 
@@ -299,14 +288,24 @@ impl Oracle {
             .find(|a| objects::uid(a) == at_uid)
             .filter(|a| reason(a) == Some("PodVanished"))
             .map(|a| objects::name(a).to_string());
+        let released = change.old.as_deref().is_some_and(objects::gated)
+            && change.new.as_deref().is_some_and(|p| !objects::gated(p));
+        let recorded = store
+            .objects(Kind::At, Some(&change.key.namespace))
+            .find(|a| objects::uid(a) == at_uid)
+            .and_then(|a| a["status"]["podUID"].as_str().map(String::from));
+        let pod_uid = change.new.as_deref().map(objects::uid).unwrap_or_default();
+        if released && recorded.as_deref() != Some(pod_uid) {
+            self.violate(format!(
+                "pod {}/{} was released from its gate, yet its At records {recorded:?}",
+                change.key.namespace, change.key.name
+            ));
+        }
         let record = self.ats.entry(at_uid.to_string()).or_default();
         let started = matches!(
             (old_phase, new_phase),
             (Some("Pending" | ""), Some("Running"))
         );
-        if change.old.is_none() {
-            record.pods_created += 1;
-        }
         let ended = |p: Option<&str>| matches!(p, Some("Succeeded" | "Failed"));
         let outcome = match (old_phase, new_phase) {
             (Some("Pending" | ""), Some("Running")) => {
@@ -351,10 +350,8 @@ impl Oracle {
         if was == "DONE" && is != "DONE" {
             self.violate(format!("At {at} left DONE for {is:?}: DONE is final"));
         }
+        let _ = actor;
         let record = self.ats.entry(objects::uid(new).into()).or_default();
-        if is == "RUNNING" && was != "RUNNING" {
-            record.running_by = Some(actor);
-        }
         if is != "DONE" || was == "DONE" {
             return;
         }
@@ -365,19 +362,14 @@ impl Oracle {
             "Failed" => (!ended.contains(&false)).then_some("no run of its command failed"),
             "PodVanished" => {
                 record.vanished = true;
-                let uid = objects::uid(new);
+                let recorded = new["status"]["podUID"].as_str();
                 let pod_exists = store
                     .objects(Kind::Pod, Some(&change.key.namespace))
-                    .any(|p| controller(p).is_some_and(|(_, _, u)| u == uid));
-                if pod_exists {
-                    Some("its pod still exists")
-                } else if record.pods_created == 0
-                    && record.running_by == Some(actor)
-                    && record.creates_sent_by.get(&actor).is_none_or(|n| *n == 0)
-                {
-                    Some("the process that recorded RUNNING never sent the create of its pod")
-                } else {
-                    None
+                    .any(|p| Some(objects::uid(p)) == recorded);
+                match recorded {
+                    None => Some("it recorded no pod: its command never ran, and can still"),
+                    Some(_) if pod_exists => Some("its recorded pod still exists"),
+                    Some(_) => None,
                 }
             }
             _ => None,

@@ -362,9 +362,9 @@ pub async fn stays_quiet(sim: &Sim) {
     if converge(sim, LIVENESS_BOUND).await.is_none() {
         return;
     }
-    let before = sim.with(|w| w.oracle.departures);
+    let before = sim.with(|w| w.oracle.own_writes);
     tokio::time::sleep(IDLE_WATCH).await;
-    let writes = sim.with(|w| w.oracle.departures) - before;
+    let writes = sim.with(|w| w.oracle.own_writes) - before;
     if writes > 0 {
         sim.violate(format!(
             "{writes} writes in the {IDLE_WATCH:?} after everything converged"

@@ -86,15 +86,6 @@ impl Transport {
         if plan.connect == Connect::Refused {
             return Err(NotSent("connection refused".into()).into());
         }
-        let create = (method == http::Method::POST && path.ends_with("/pods"))
-            .then(|| serde_json::from_slice::<Value>(&body).unwrap_or_default());
-        let attempt = |sent| {
-            if let Some(pod) = &create {
-                self.sim
-                    .with(|w| w.oracle.create_attempt(self.actor, pod, sent));
-            }
-        };
-        attempt(true);
         if let Connect::Slow(d) = plan.connect {
             sleep(d).await;
         }
@@ -103,7 +94,6 @@ impl Transport {
         // the bytes would leave.
         let mutating = api::mutating(&method);
         if mutating && let Some(Err(refused)) = self.fence.as_ref().map(Fence::admit) {
-            attempt(false);
             return Err(Box::new(std::io::Error::other(refused)));
         }
         // The request leaves the process now: whatever comes back, it may have been done.

@@ -77,6 +77,12 @@ pub struct AtStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_name: Option<String>,
 
+    /// The UID of the one pod that may run the command. The pod is created unable to start
+    /// (a scheduling gate) and released only once its UID is recorded here: no other pod
+    /// ever runs the command.
+    #[serde(default, rename = "podUID", skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+
     /// When the pod was started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,

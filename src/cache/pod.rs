@@ -111,6 +111,8 @@ pub struct CachedPod {
     pub ready: bool,
     /// `metadata.deletionTimestamp` is set.
     pub terminating: bool,
+    /// A scheduling gate holds the pod back: it has not started (an At's pod, until released).
+    pub gated: bool,
     /// The `controller.kubernetes.io/pod-deletion-cost` annotation (0 when absent or invalid).
     pub deletion_cost: i32,
     /// The restart count of the most restarted container, as upstream ranks pods by.
@@ -159,6 +161,11 @@ impl CachedPod {
                 .and_then(|s| s.node_name.as_deref())
                 .map(intern::name),
             terminating: meta.deletion_timestamp.is_some(),
+            gated: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .is_some_and(|gates| !gates.is_empty()),
             created: meta.creation_timestamp.as_ref().map(|t| t.0.into()),
             deletion_cost: meta
                 .annotations

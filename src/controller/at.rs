@@ -1,25 +1,24 @@
-//! The At reconcile: carry out the plan's step (create the pod, or read it live when the
-//! cache shows none), then write the status if it changed and publish an event per change.
+//! The At reconcile: carry out the plan's step (record RUNNING, create the pod gated, record
+//! it and release it, or read it live when the cache shows none), then write the status if it
+//! changed and publish an event per change. `plan::at` says why the command runs at most
+//! once, and is never lost to a crash or a lost reply.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::Patch;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info};
 
 use super::{Context, api_message, publish, retry_after, status_patch_params, timed};
 use crate::api::{At, AtPhase, AtStatus};
-use crate::at_creates::Sending;
 use crate::cache::CachedPod;
 use crate::client;
 use crate::error::{Error, Result};
-use crate::plan::at::{self as plan, Confirmed, Step};
-use crate::uid::Uid;
-use tokio::time::Instant;
+use crate::plan::at::{self as plan, Step};
 
 const CONTROLLER: &str = "at";
 
@@ -39,13 +38,42 @@ enum Next {
     Retry,
 }
 
-/// How often a RUNNING At whose pod the watch does not show (someone took the operator's
-/// label off it) reads its pod, since no watch event will tell of its end.
+/// What a step came to.
+enum Outcome {
+    /// Write `status` (over `over`, the At as a step already wrote it), then `next`.
+    Write {
+        over: Option<Box<At>>,
+        status: AtStatus,
+        next: Next,
+    },
+    /// Nothing to write.
+    Then(Action),
+}
+
+impl Outcome {
+    fn record(status: AtStatus, next: Next) -> Self {
+        Outcome::Write {
+            over: None,
+            status,
+            next,
+        }
+    }
+
+    /// `status` written over `at`, a copy a step has written.
+    fn record_over(at: &At, status: AtStatus, next: Next) -> Self {
+        Outcome::Write {
+            over: Some(Box::new(at.clone())),
+            status,
+            next,
+        }
+    }
+}
+
+/// How often a RUNNING At whose pod the watch does not show reads its pod.
 const UNWATCHED_POD_POLL: Duration = Duration::from_secs(15);
 
 async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
     let pod_name = plan::pod_name(at);
-    let uid = Uid::from(at.uid().unwrap_or_default().as_str());
     let cached = ctx
         .pods
         .owned_by(
@@ -55,56 +83,20 @@ async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
         .into_iter()
         .find(|p| *p.name == *pod_name);
     let now = ctx.clock.now();
-    let mut base = None;
-    let (status, next) = match plan::decide(at, cached.as_deref(), now) {
-        Step::Wait(status, left) => {
-            debug!(
-                controller = CONTROLLER,
-                namespace = at.namespace(),
-                name = at.name_any(),
-                phase = "PENDING",
-                ?left,
-                "waiting for the schedule"
-            );
-            (status, Next::Then(Action::requeue(left)))
-        }
-        Step::Record(status) => (status, Next::Then(Action::await_change())),
-        Step::Confirm => {
-            let live = read_pod(at, ctx)
-                .await?
-                .filter(|p| controlled_by(at, p))
-                .map(|p| CachedPod::from_pod(&p));
-            let start_time = status_start(at.status.as_ref());
-            let creates = ctx.at_creates.knowledge(&uid, start_time, Instant::now());
-            match plan::confirmed(at, live.as_ref(), creates, now) {
-                // A pod the watch does not show: no event will tell of its end.
-                Confirmed::Status(status)
-                    if live.is_some() && status.phase != Some(AtPhase::Done) =>
-                {
-                    (status, Next::Then(Action::requeue(UNWATCHED_POD_POLL)))
-                }
-                Confirmed::Status(status) => (status, Next::Then(Action::await_change())),
-                Confirmed::Create => start(at, ctx, now).await?,
-                // The pod's watch event brings it back sooner if the create lands.
-                Confirmed::LookAgainIn(left) => return Ok(Action::requeue(left)),
-            }
-        }
-        Step::Start => {
-            let running = plan::starting(at, now);
-            let start_time = status_start(Some(&running)).unwrap_or_default();
-            ctx.at_creates.running(&uid, start_time, Instant::now());
-            match write_status(at, &running, ctx).await? {
-                Some(running) => {
-                    let (status, next) = start(&running, ctx, now).await?;
-                    base = Some(running);
-                    (status, next)
-                }
-                // A stale copy: whatever was recorded since, nothing is created.
-                None => return Ok(retry_after(at, ctx)),
-            }
-        }
+    let step = plan::decide(at, cached.as_deref(), now);
+    let (over, status, next) = match carry_out(at, step, ctx, now).await? {
+        Outcome::Write { over, status, next } => (over, status, next),
+        Outcome::Then(action) => return Ok(action),
     };
-    if write_status(base.as_ref().unwrap_or(at), &status, ctx)
+    // A running pod the watch does not show (its reply or event not in yet, or the
+    // operator's label taken off it): no event may come, so look again.
+    let unwatched =
+        cached.is_none() && status.phase == Some(AtPhase::Running) && status.pod_uid.is_some();
+    let next = match next {
+        Next::Then(_) if unwatched => Next::Then(Action::requeue(UNWATCHED_POD_POLL)),
+        other => other,
+    };
+    if write_status(over.as_deref().unwrap_or(at), &status, ctx)
         .await?
         .is_none()
     {
@@ -119,27 +111,56 @@ async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
     })
 }
 
-/// Creates the pod of an At already recorded RUNNING ([`plan::starting`]). The name is
-/// deterministic, so a create that finds the pod already there means an earlier attempt made
-/// it, unless someone else's pod has the name: then it is left alone, and the At goes back to
-/// PENDING, as it does when the API server refuses the create. A create whose reply was lost
-/// keeps RUNNING: the pod shows, or the At ends as PodVanished once it can no longer land
-/// (`at_creates` times that).
-async fn start(at: &At, ctx: &Context, now: Timestamp) -> Result<(AtStatus, Next)> {
+async fn carry_out(at: &At, step: Step, ctx: &Context, now: Timestamp) -> Result<Outcome> {
+    Ok(match step {
+        Step::Wait(status, left) => {
+            debug!(
+                controller = CONTROLLER,
+                namespace = at.namespace(),
+                name = at.name_any(),
+                phase = "PENDING",
+                ?left,
+                "waiting for the schedule"
+            );
+            Outcome::record(status, Next::Then(Action::requeue(left)))
+        }
+        Step::Record(status) => Outcome::record(status, Next::Then(Action::await_change())),
+        Step::Release(status) => release(at, status, ctx).await?,
+        Step::Start => match write_status(at, &plan::starting(at, now), ctx).await? {
+            Some(running) => create(&running, ctx, now).await?,
+            // A stale copy: whatever was recorded since, nothing is created.
+            None => Outcome::Then(retry_after(at, ctx)),
+        },
+        Step::Create => create(at, ctx, now).await?,
+        Step::Confirm => {
+            let live = read_pod(at, ctx)
+                .await?
+                .filter(|p| controlled_by(at, p))
+                .map(|p| CachedPod::from_pod(&p));
+            match plan::confirmed(at, live.as_ref(), now) {
+                Step::Release(status) => release(at, status, ctx).await?,
+                Step::Record(status) => Outcome::record(status, Next::Then(Action::await_change())),
+                other => unreachable!("a live read settles a record or a release, not {other:?}"),
+            }
+        }
+    })
+}
+
+/// Creates the pod of an At recorded RUNNING, gated: it cannot start until recorded. The
+/// name is deterministic, so a create that finds the pod already there (an earlier attempt
+/// whose reply was lost, or a predecessor's) takes it, unless someone else's pod has the
+/// name: then it is left alone, and the At goes back to PENDING, as it does when the API
+/// server refuses the create. A create whose outcome is unknown is an error: the next
+/// reconcile creates again, or finds the pod.
+async fn create(at: &At, ctx: &Context, now: Timestamp) -> Result<Outcome> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
     let pod_name = plan::pod_name(at);
     info!(controller = CONTROLLER, namespace = at.namespace(), name = at.name_any(), phase = "RUNNING", command = %at.spec.command, "schedule due: creating pod");
-    let blocked = |reason, message, next| Ok((plan::blocked(at, reason, message, now), next));
-    let sending = Sending::new(
-        &ctx.at_creates,
-        Uid::from(at.uid().unwrap_or_default().as_str()),
-    );
-    let created = sending.send(client::create(&api, &plan::pod_for(at))).await;
-    match &created {
-        Err(e) if !client::may_have_acted(e) => sending.refused(),
-        _ => drop(sending),
-    }
-    let pod = match created {
+    let blocked = |reason, message| {
+        let status = plan::blocked(at, reason, message, now);
+        Ok(Outcome::record_over(at, status, Next::Retry))
+    };
+    let pod = match client::create(&api, &plan::pod_for(at)).await {
         Ok(pod) => pod,
         Err(kube::Error::Api(s)) if s.code == 409 => match read_pod(at, ctx).await? {
             Some(pod) if controlled_by(at, &pod) => pod,
@@ -147,19 +168,56 @@ async fn start(at: &At, ctx: &Context, now: Timestamp) -> Result<(AtStatus, Next
                 let message = format!(
                     "pod {pod_name} exists and is not controlled by this At; it is left alone, and the command runs once the name is free"
                 );
-                return blocked(plan::REASON_POD_NAME_TAKEN, message, Next::Retry);
+                return blocked(plan::REASON_POD_NAME_TAKEN, message);
             }
         },
         Err(e) if client::may_have_acted(&e) => return Err(Error::PodApi(e)),
         Err(e) => {
             let message = format!("creating pod {pod_name}: {}", api_message(&e));
-            return blocked(plan::REASON_FAILED_CREATE, message, Next::Retry);
+            return blocked(plan::REASON_FAILED_CREATE, message);
         }
     };
-    Ok((
-        plan::progress(at, &CachedPod::from_pod(&pod), now),
-        Next::Then(Action::await_change()),
-    ))
+    match plan::confirmed(at, Some(&CachedPod::from_pod(&pod)), now) {
+        Step::Release(status) => release(at, status, ctx).await,
+        Step::Record(status) => Ok(Outcome::record_over(
+            at,
+            status,
+            Next::Then(Action::await_change()),
+        )),
+        other => unreachable!("a pod seen settles a record or a release, not {other:?}"),
+    }
+}
+
+/// Records `status`, which names the pod, then releases that pod (and only that UID) from
+/// its gate: from then on it may run.
+async fn release(at: &At, status: AtStatus, ctx: &Context) -> Result<Outcome> {
+    let Some(written) = write_status(at, &status, ctx).await? else {
+        return Ok(Outcome::Then(retry_after(at, ctx)));
+    };
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
+    let ungate = serde_json::json!({
+        "metadata": { "uid": status.pod_uid },
+        "spec": { "schedulingGates": null },
+    });
+    match api
+        .patch(
+            &plan::pod_name(at),
+            &PatchParams::default(),
+            &Patch::Merge(&ungate),
+        )
+        .await
+    {
+        // Gone, or another pod now has the name (the UID is immutable: 422): the next
+        // reconcile finds the recorded pod gone.
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 422 => {}
+        Err(e) => return Err(Error::PodApi(e)),
+    }
+    Ok(Outcome::Write {
+        over: Some(Box::new(written)),
+        status,
+        next: Next::Then(Action::await_change()),
+    })
 }
 
 async fn read_pod(at: &At, ctx: &Context) -> Result<Option<Pod>> {
@@ -167,11 +225,6 @@ async fn read_pod(at: &At, ctx: &Context) -> Result<Option<Pod>> {
     api.get_opt(&plan::pod_name(at))
         .await
         .map_err(Error::ApiRead)
-}
-
-/// The `startTime` of a status, to the second (as the API server keeps it).
-fn status_start(status: Option<&AtStatus>) -> Option<i64> {
-    Some(status?.start_time.as_ref()?.0.as_second())
 }
 
 fn controlled_by(at: &At, pod: &Pod) -> bool {
@@ -260,9 +313,10 @@ fn phase_name(phase: Option<AtPhase>) -> &'static str {
     }
 }
 
-const STATUS_FIELDS: [&str; 6] = [
+const STATUS_FIELDS: [&str; 7] = [
     "phase",
     "podName",
+    "podUID",
     "startTime",
     "completionTime",
     "succeeded",
@@ -270,267 +324,4 @@ const STATUS_FIELDS: [&str; 6] = [
 ];
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::AtSpec;
-    use crate::controller::fixtures::{Answer, Sent, scripted_context};
-    use crate::plan::at::REASON_STARTED;
-    use http::Method;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-    use serde_json::Value;
-
-    /// Every field of a full status is in the patch of an empty one, as a null.
-    #[test]
-    fn an_exact_patch_names_every_status_field() {
-        let full = AtStatus {
-            phase: Some(AtPhase::Done),
-            pod_name: Some("p".into()),
-            start_time: Some(Time(Timestamp::UNIX_EPOCH)),
-            completion_time: Some(Time(Timestamp::UNIX_EPOCH)),
-            succeeded: Some(true),
-            conditions: vec![Condition {
-                type_: "Completed".into(),
-                status: "False".into(),
-                reason: REASON_STARTED.into(),
-                message: "m".into(),
-                observed_generation: None,
-                last_transition_time: Time(Timestamp::UNIX_EPOCH),
-            }],
-        };
-        let keys = |v: serde_json::Value| {
-            let mut keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
-            keys.sort();
-            keys
-        };
-        let empty = exact(&AtStatus::default());
-        assert!(empty.as_object().unwrap().values().all(|v| v.is_null()));
-        assert_eq!(keys(exact(&full)), keys(empty));
-        assert_eq!(exact(&full), serde_json::to_value(&full).unwrap());
-    }
-
-    const STATUS: &str =
-        "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/ns/ats/job/status";
-    const PODS: &str = "/api/v1/namespaces/ns/pods";
-
-    /// At `ns/job`, due long ago and never reconciled, read at resourceVersion 7.
-    fn due_at() -> At {
-        let mut at = At::new(
-            "job",
-            AtSpec {
-                schedule: "2020-01-01T00:00:00Z".into(),
-                command: "echo hi".into(),
-            },
-        );
-        at.metadata.namespace = Some("ns".into());
-        at.metadata.uid = Some("at-uid".into());
-        at.metadata.resource_version = Some("7".into());
-        at
-    }
-
-    /// The At as the API server returns it after a status patch: the patch applied, at
-    /// resourceVersion 8.
-    fn patched(sent: &Sent) -> Answer {
-        let mut status = sent.body["status"].clone();
-        if let Some(fields) = status.as_object_mut() {
-            fields.retain(|_, v| !v.is_null());
-        }
-        let mut at = serde_json::to_value(due_at()).unwrap();
-        at["status"] = status;
-        at["metadata"]["resourceVersion"] = "8".into();
-        Answer::Reply(200, at)
-    }
-
-    /// Status patches succeed, pods are answered by `pods`.
-    fn script(
-        pods: impl Fn(&Sent) -> Answer + Send + Sync + 'static,
-    ) -> impl Fn(&Sent, &[Sent]) -> Answer + Send + Sync + 'static {
-        move |sent, _| match () {
-            _ if sent.is(&Method::PATCH, STATUS) => patched(sent),
-            _ if sent.is(&Method::POST, PODS) => pods(sent),
-            _ => Answer::status(404, "NotFound"),
-        }
-    }
-
-    /// The status patches and pod creates, in order: ("status", rv, phase, podName) or
-    /// ("create", name).
-    fn writes(log: &[Sent]) -> Vec<Vec<Value>> {
-        log.iter()
-            .filter_map(|s| {
-                if s.is(&Method::PATCH, STATUS) {
-                    let (meta, status) = (&s.body["metadata"], &s.body["status"]);
-                    let fields = [
-                        &meta["resourceVersion"],
-                        &status["phase"],
-                        &status["podName"],
-                    ];
-                    Some([vec!["status".into()], fields.map(Value::clone).to_vec()].concat())
-                } else if s.is(&Method::POST, PODS) {
-                    Some(vec!["create".into(), s.body["metadata"]["name"].clone()])
-                } else {
-                    None
-                }
-            })
-            .collect()
-    }
-
-    fn status(rv: &str, phase: &str, pod: Value) -> Vec<Value> {
-        vec!["status".into(), rv.into(), phase.into(), pod]
-    }
-
-    async fn reconcile_due(
-        pods: impl Fn(&Sent) -> Answer + Send + Sync + 'static,
-    ) -> (Result<Action>, Vec<Vec<Value>>) {
-        let (ctx, log) = scripted_context(script(pods));
-        let result = reconcile(Arc::new(due_at()), ctx).await;
-        let writes = writes(&log.lock());
-        (result, writes)
-    }
-
-    /// RUNNING and the pod's name are recorded, under the resourceVersion read, before the
-    /// pod is created: a lost status write can no longer leave a PENDING At with a pod.
-    #[tokio::test]
-    async fn a_due_at_is_recorded_running_before_its_pod_is_created() {
-        let (result, writes) = reconcile_due(|sent| Answer::Reply(201, sent.body.clone())).await;
-        result.unwrap();
-        assert_eq!(
-            writes[..2],
-            [
-                status("7", "RUNNING", "job-pod".into()),
-                vec!["create".into(), "job-pod".into()],
-            ],
-            "{writes:#?}"
-        );
-        assert!(
-            writes[2..].iter().all(|w| w[0] == "status" && w[1] == "8"),
-            "{writes:#?}"
-        );
-    }
-
-    /// A stale copy (the At changed since it was read: here someone made it DONE) is refused
-    /// its RUNNING: no pod.
-    #[tokio::test]
-    async fn a_stale_at_creates_no_pod() {
-        let (ctx, log) = scripted_context(|sent, _| match sent.method {
-            Method::PATCH => Answer::status(409, "Conflict"),
-            Method::GET if sent.is(&Method::GET, STATUS) => {
-                let mut done = serde_json::to_value(due_at()).unwrap();
-                done["status"] = serde_json::json!({"phase": "DONE"});
-                Answer::Reply(200, done)
-            }
-            _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, sent.body.clone()),
-            _ => Answer::status(404, "NotFound"),
-        });
-        reconcile(Arc::new(due_at()), ctx).await.unwrap();
-        let writes = writes(&log.lock());
-        assert_eq!(writes, [status("7", "RUNNING", "job-pod".into())]);
-    }
-
-    /// A create whose reply was lost may have made the pod: the At stays RUNNING (the pod
-    /// shows, or it ends PodVanished), and the command is never started a second time.
-    #[tokio::test]
-    async fn a_create_whose_reply_was_lost_keeps_the_at_running() {
-        let (result, writes) = reconcile_due(|_| Answer::Lost).await;
-        assert!(result.is_err());
-        assert_eq!(
-            writes,
-            [
-                status("7", "RUNNING", "job-pod".into()),
-                vec!["create".into(), "job-pod".into()],
-            ]
-        );
-    }
-
-    /// A create the API server refused made nothing: the At goes back to PENDING, and the
-    /// patch removes the pod name RUNNING recorded.
-    #[tokio::test]
-    async fn a_refused_create_puts_the_at_back_to_pending() {
-        let (result, writes) = reconcile_due(|_| Answer::status(403, "Forbidden")).await;
-        result.unwrap();
-        assert_eq!(
-            writes,
-            [
-                status("7", "RUNNING", "job-pod".into()),
-                vec!["create".into(), "job-pod".into()],
-                status("8", "PENDING", Value::Null),
-            ]
-        );
-    }
-
-    const AT: &str = "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/ns/ats/job";
-
-    /// Issue 19, item 9: the client re-sent a RUNNING write that had landed (a 504 on the
-    /// first send), and the re-send met a 409: our own write, not a stale copy. A read of the
-    /// At settles it, and the pod is created.
-    #[tokio::test]
-    async fn a_conflict_with_our_own_running_write_still_creates_the_pod() {
-        let landed: Arc<parking_lot::Mutex<Option<Value>>> = Default::default();
-        let stored = landed.clone();
-        let (ctx, log) = scripted_context(move |sent, _| match () {
-            _ if sent.is(&Method::PATCH, STATUS) => {
-                if let Answer::Reply(_, at) = patched(sent) {
-                    *stored.lock() = Some(at);
-                }
-                Answer::status(409, "Conflict")
-            }
-            _ if sent.is(&Method::GET, STATUS) || sent.is(&Method::GET, AT) => {
-                Answer::Reply(200, stored.lock().clone().unwrap())
-            }
-            _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, sent.body.clone()),
-            _ => Answer::status(404, "NotFound"),
-        });
-        reconcile(Arc::new(due_at()), ctx).await.unwrap();
-        let writes = writes(&log.lock());
-        assert!(
-            writes.contains(&vec!["create".into(), "job-pod".into()]),
-            "{writes:#?}"
-        );
-    }
-
-    /// Issue 19, item 8, and issue 26, fault 3: a create whose reply was lost (or a previous
-    /// leader's) can still land for as long as the API server works on a request: no
-    /// PodVanished verdict before then, however old the `startTime` another process wrote.
-    /// The window runs on this process's monotonic clock, from its first look.
-    #[tokio::test(start_paused = true)]
-    async fn no_pod_vanished_verdict_while_a_create_may_still_land() {
-        let mut at = due_at();
-        let an_hour_ago = Timestamp::now() - jiff::SignedDuration::from_hours(1);
-        at.status = Some(plan::starting(&at, an_hour_ago));
-        let (ctx, log) = scripted_context(|sent, _| match () {
-            _ if sent.is(&Method::PATCH, STATUS) => patched(sent),
-            _ => Answer::status(404, "NotFound"),
-        });
-        let at = Arc::new(at);
-        reconcile(at.clone(), ctx.clone()).await.unwrap();
-        assert!(writes(&log.lock()).is_empty(), "{:#?}", writes(&log.lock()));
-        tokio::time::advance(plan::A_CREATE_MAY_LAND_FOR).await;
-        reconcile(at, ctx).await.unwrap();
-        assert_eq!(writes(&log.lock()), [status("7", "DONE", "job-pod".into())]);
-    }
-
-    /// Issue 26, fault 4: the RUNNING write landed but its reply was lost; this process sent
-    /// no create, so the next reconcile creates the pod instead of waiting for one.
-    #[tokio::test]
-    async fn a_running_write_whose_reply_was_lost_is_followed_by_the_create() {
-        let landed: Arc<parking_lot::Mutex<Option<Value>>> = Default::default();
-        let stored = landed.clone();
-        let (ctx, log) = scripted_context(move |sent, _| match () {
-            _ if sent.is(&Method::PATCH, STATUS) && stored.lock().is_none() => {
-                if let Answer::Reply(_, at) = patched(sent) {
-                    *stored.lock() = Some(at);
-                }
-                Answer::Lost
-            }
-            _ if sent.is(&Method::PATCH, STATUS) => patched(sent),
-            _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, sent.body.clone()),
-            _ => Answer::status(404, "NotFound"),
-        });
-        assert!(reconcile(Arc::new(due_at()), ctx.clone()).await.is_err());
-        let running: At = serde_json::from_value(landed.lock().clone().unwrap()).unwrap();
-        reconcile(Arc::new(running), ctx).await.unwrap();
-        let writes = writes(&log.lock());
-        assert!(
-            writes.contains(&vec!["create".into(), "job-pod".into()]),
-            "{writes:#?}"
-        );
-    }
-}
+mod tests;

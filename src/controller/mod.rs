@@ -33,7 +33,6 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::{debug, info, warn};
 
 use crate::api::PodSetStatus;
-use crate::at_creates::AtCreates;
 use crate::cache::PodCache;
 use crate::clock::Clock;
 use crate::error::Error;
@@ -62,15 +61,13 @@ pub struct Settings {
     pub clock: Clock,
 }
 
-/// What lives as long as the process: what the controllers share with the probe and metrics
-/// endpoints, and what one leadership term knows that the next needs.
+/// What the controllers share with the probe and metrics endpoints.
 #[derive(Clone, Default)]
 pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// Empty until the controllers fill it.
     pub pods: Arc<PodCache>,
     pub health: Arc<Health>,
-    pub at_creates: Arc<AtCreates>,
 }
 
 /// Shared by every reconcile.
@@ -82,7 +79,6 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
     pub podset_statuses: StatusWrites<PodSetStatus>,
-    pub at_creates: Arc<AtCreates>,
     pub resync: Duration,
     pub clock: Clock,
 }
@@ -93,7 +89,6 @@ impl Context {
         self.expectations.forget(uid);
         self.backoff.reset(uid);
         self.podset_statuses.forget(uid);
-        self.at_creates.forget(&crate::uid::Uid::from(uid));
     }
 }
 
@@ -120,7 +115,6 @@ pub async fn run(
         metrics,
         pods,
         health,
-        at_creates,
     } = shared;
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -135,7 +129,6 @@ pub async fn run(
         metrics,
         backoff: Backoff::default(),
         podset_statuses: StatusWrites::default(),
-        at_creates,
         resync: settings.resync,
         clock: settings.clock.clone(),
     });

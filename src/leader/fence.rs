@@ -136,12 +136,6 @@ fn ticks(at: Instant) -> u64 {
     (at.saturating_duration_since(base()).as_nanos() as u64).max(1)
 }
 
-tokio::task_local! {
-    /// Raised when a write of the task that scoped it passes the fence towards the server:
-    /// from then on it may land, whatever becomes of its future (see `at_creates`).
-    pub static DEPARTED: Arc<AtomicBool>;
-}
-
 /// The error of a write the fence refused.
 #[derive(Debug, thiserror::Error)]
 #[error(
@@ -200,7 +194,6 @@ where
             };
             fence.admit()?;
             let mut in_flight = fence.let_through();
-            let _ = DEPARTED.try_with(|departed| departed.store(true, Ordering::SeqCst));
             let answer = response.await;
             in_flight.answered = true;
             answer.map_err(Into::into)

@@ -1,6 +1,17 @@
 //! What an At needs, decided without I/O: when its schedule is due, the next step of its
 //! PENDING -> RUNNING -> DONE life, the status to report, the events telling that story, and
 //! the pod that runs the command.
+//!
+//! The command runs at most once, and a crash or a lost reply never loses it:
+//! 1. RUNNING is recorded (under the At's resourceVersion) before any pod is created;
+//! 2. the pod is created gated ([`GATE`]): no node may run it yet;
+//! 3. its UID is recorded in the At (`status.podUID`, reason Started), under the At's
+//!    resourceVersion again;
+//! 4. only then is that pod, and only that UID, released.
+//!
+//! So a RUNNING At with no pod recorded has never had a pod run: its pod is created (again),
+//! and a create that finds one (409) takes it. A recorded pod that is gone ends the At as
+//! [`REASON_POD_VANISHED`], and no pod is ever created for it again.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,7 +19,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use jiff::civil::DateTime;
 use jiff::tz::TimeZone;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSchedulingGate, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -78,15 +89,24 @@ pub fn pod_name(at: &At) -> String {
     format!("{}-pod", at.name_any())
 }
 
+/// The scheduling gate an At's pod is created with, and released from once the At has
+/// recorded it.
+pub const GATE: &str = "cnat.programming-kubernetes.info/recorded";
+
 /// What an At needs next.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Step {
     /// Not due yet: record this (PENDING) status and wake after the duration.
     Wait(AtStatus, Duration),
-    /// Due: create the pod, then record [`progress`] with it.
+    /// Due: record [`starting`], then create the pod.
     Start,
-    /// RUNNING, yet the cache shows no pod (it can lag a create): read the pod live, then
-    /// record [`confirmed`].
+    /// RUNNING with no pod recorded, and none in the cache: no pod of this At ever ran.
+    /// Create it (gated); one already there (409) is taken.
+    Create,
+    /// Record this status, which names the pod, then release the pod from its gate.
+    Release(AtStatus),
+    /// RUNNING with its pod recorded, yet the cache shows none (it can lag, or the pod left
+    /// the operator's watch): read it live, then act on [`confirmed`].
     Confirm,
     /// Record this status; nothing else happens until the At or its pod changes.
     Record(AtStatus),
@@ -104,9 +124,14 @@ pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
             conditions: after_start_conditions(at, &previous, None, now),
             ..previous
         }),
-        // A pod of ours exists, so the command started, whatever phase a lagging read shows.
-        (_, Some(pod)) => Step::Record(progress(at, pod, now)),
-        (Some(AtPhase::Running), None) => Step::Confirm,
+        // A pod of ours exists, whatever phase a lagging read of the At shows.
+        (_, Some(pod)) => seen(at, pod, now),
+        (Some(AtPhase::Running), None)
+            if previous.pod_uid.is_some() || legacy_started(&previous) =>
+        {
+            Step::Confirm
+        }
+        (Some(AtPhase::Running), None) => Step::Create,
         (None | Some(AtPhase::Pending), None) => match parse_schedule(&at.spec.schedule) {
             Err(message) => Step::Record(blocked(at, REASON_INVALID_SCHEDULE, message, now)),
             Ok(due) => match until_due(due, now) {
@@ -117,11 +142,36 @@ pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
     }
 }
 
+/// What to do about `pod`, a pod this At controls: the pod it recorded; one to record and
+/// release (created gated, so it never ran); or, ungated yet never recorded (created by an
+/// operator from before the gate), one that may have run, recorded as it is.
+pub fn seen(at: &At, pod: &CachedPod, now: Timestamp) -> Step {
+    let recorded = at.status.as_ref().and_then(|s| s.pod_uid.as_deref());
+    match recorded {
+        Some(uid) if uid != pod.uid.to_string() => Step::Record(vanished(at, now)),
+        _ if pod.gated => Step::Release(progress(at, pod, now)),
+        _ => Step::Record(progress(at, pod, now)),
+    }
+}
+
+/// What a live read of a RUNNING At's recorded pod settles: `live` is the pod of the At's
+/// name if it exists and this At controls it.
+pub fn confirmed(at: &At, live: Option<&CachedPod>, now: Timestamp) -> Step {
+    match live {
+        Some(pod) => seen(at, pod, now),
+        None => Step::Record(vanished(at, now)),
+    }
+}
+
+/// A status written by an operator from before the gate: RUNNING, Started, no UID. Its pod
+/// was created ungated and may have run.
+fn legacy_started(status: &AtStatus) -> bool {
+    conditions::find(&status.conditions, CONDITION_COMPLETED)
+        .is_some_and(|c| c.reason == REASON_STARTED)
+}
+
 /// The status written before the pod is created: RUNNING, naming the pod. Written first, under
-/// the At's resourceVersion, it is what makes the command run at most once: a create whose
-/// status write was lost would otherwise leave a PENDING At, and if its pod then disappeared,
-/// the next reconcile would run the command again. A RUNNING At whose pod never shows ends as
-/// [`REASON_POD_VANISHED`].
+/// the At's resourceVersion: no pod of an At that a stale copy shows PENDING is ever made.
 pub fn starting(at: &At, now: Timestamp) -> AtStatus {
     let previous = at.status.clone().unwrap_or_default();
     let name = pod_name(at);
@@ -139,6 +189,7 @@ pub fn starting(at: &At, now: Timestamp) -> AtStatus {
     AtStatus {
         phase: Some(AtPhase::Running),
         pod_name: Some(name),
+        pod_uid: None,
         start_time: Some(Time(now)),
         completion_time: None,
         succeeded: None,
@@ -146,7 +197,8 @@ pub fn starting(at: &At, now: Timestamp) -> AtStatus {
     }
 }
 
-/// The status for our pod: RUNNING while it runs, DONE once it Succeeded or Failed.
+/// The status for our pod, which it records: RUNNING while it runs (or waits to be
+/// released), DONE once it Succeeded or Failed.
 pub fn progress(at: &At, pod: &CachedPod, now: Timestamp) -> AtStatus {
     let previous = at.status.clone().unwrap_or_default();
     let generation = at.meta().generation;
@@ -171,6 +223,7 @@ pub fn progress(at: &At, pod: &CachedPod, now: Timestamp) -> AtStatus {
             AtPhase::Running
         }),
         pod_name: Some(pod.name.to_string()),
+        pod_uid: Some(pod.uid.to_string()),
         start_time: previous
             .start_time
             .clone()
@@ -182,51 +235,9 @@ pub fn progress(at: &At, pod: &CachedPod, now: Timestamp) -> AtStatus {
     }
 }
 
-/// How long after its create was sent the pod may still land, when that create's outcome is
-/// unknown (its reply was lost, or the process that sent it is gone): kube-apiserver works on
-/// a request it received for up to its `--request-timeout`, 60 s by default; the rest is
-/// margin for a slow etcd.
-pub const A_CREATE_MAY_LAND_FOR: Duration = Duration::from_secs(90);
-
-/// What the process deciding knows of the creates of an At's pod, for an At recorded
-/// RUNNING whose pod it cannot see (see `at_creates`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Creates {
-    /// It recorded RUNNING itself and sent no create: none can land.
-    NotSent,
-    /// A create may have been sent; the window in which it may land has run this long.
-    MayLand { waited: Duration },
-}
-
-/// What a live read of a RUNNING At's pod settles.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Confirmed {
-    /// The At's status from now on.
-    Status(AtStatus),
-    /// No pod, and none was sent: create it now (RUNNING is recorded already).
-    Create,
-    /// No pod yet, but its create may still land: look again then.
-    LookAgainIn(Duration),
-}
-
-/// What a live read settled that the cache could not: `live` is the pod if it exists and this
-/// At controls it. Without one, the pod is created if no create was sent; else the At ends
-/// PodVanished, but not while a create whose outcome is unknown may still land: the command
-/// may yet run, and the pod give its real outcome.
-pub fn confirmed(at: &At, live: Option<&CachedPod>, creates: Creates, now: Timestamp) -> Confirmed {
-    if let Some(pod) = live {
-        return Confirmed::Status(progress(at, pod, now));
-    }
-    let waited = match creates {
-        Creates::NotSent => return Confirmed::Create,
-        Creates::MayLand { waited } => waited,
-    };
-    if let Some(left) = A_CREATE_MAY_LAND_FOR
-        .checked_sub(waited)
-        .filter(|left| !left.is_zero())
-    {
-        return Confirmed::LookAgainIn(left);
-    }
+/// DONE as not run: the recorded pod is gone before its end was seen. It may have run, so it
+/// is not run again.
+fn vanished(at: &At, now: Timestamp) -> AtStatus {
     let previous = at.status.clone().unwrap_or_default();
     let name = previous.pod_name.clone().unwrap_or_else(|| pod_name(at));
     let completed = conditions::condition(
@@ -236,20 +247,20 @@ pub fn confirmed(at: &At, live: Option<&CachedPod>, creates: Creates, now: Times
             status: true,
             reason: REASON_POD_VANISHED,
             message: format!(
-                "pod {name} is gone before it finished: it was deleted, or its create was lost (an operator restart or a lost reply); the command is not run again, so that it never runs twice"
+                "pod {name} is gone before its end was seen (it was deleted); the command is not run again, so that it never runs twice"
             ),
         },
         at.meta().generation,
         now,
     );
-    Confirmed::Status(AtStatus {
+    AtStatus {
         phase: Some(AtPhase::Done),
         pod_name: Some(name),
         completion_time: Some(Time(now)),
         succeeded: Some(false),
         conditions: after_start_conditions(at, &previous, Some(completed), now),
         ..previous
-    })
+    }
 }
 
 /// The status of a due At whose pod could not be created: still PENDING, with why.
@@ -377,7 +388,8 @@ pub fn notes(old: Option<&AtStatus>, new: &AtStatus) -> Vec<Note> {
 }
 
 /// The pod that runs the command once: `sh -c`, so shell syntax works, and
-/// `restartPolicy: Never`, so a failing command ends as Failed instead of restarting.
+/// `restartPolicy: Never`, so a failing command ends as Failed instead of restarting. Gated
+/// ([`GATE`]): no node runs it until the At has recorded it and released it.
 pub fn pod_for(at: &At) -> Pod {
     let labels = BTreeMap::from([
         ("app".to_string(), at.name_any()),
@@ -392,6 +404,7 @@ pub fn pod_for(at: &At) -> Pod {
             ..Default::default()
         },
         spec: Some(PodSpec {
+            scheduling_gates: Some(vec![PodSchedulingGate { name: GATE.into() }]),
             restart_policy: Some("Never".into()),
             automount_service_account_token: Some(false),
             security_context: Some(super::restricted_pod_security_context()),

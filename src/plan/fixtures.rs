@@ -22,6 +22,7 @@ pub fn pod(name: &str) -> CachedPod {
         ready_since: at(100),
         node_name: Some("node".into()),
         terminating: false,
+        gated: false,
         created: at(50),
         deletion_cost: 0,
         restarts: 0,

@@ -49,3 +49,10 @@ pub fn managed(o: &Value) -> bool {
 pub fn generation(o: &Value) -> i64 {
     o["metadata"]["generation"].as_i64().unwrap_or(0)
 }
+
+/// A pod held back by a scheduling gate: no node starts it.
+pub fn gated(o: &Value) -> bool {
+    o["spec"]["schedulingGates"]
+        .as_array()
+        .is_some_and(|g| !g.is_empty())
+}

@@ -36,6 +36,7 @@ fn pod(phase: Phase) -> CachedPod {
         ready_since: None,
         node_name: None,
         terminating: false,
+        gated: false,
         created: Some(ts("2019-04-12T10:12:01Z").into()),
         deletion_cost: 0,
         restarts: 0,
@@ -267,19 +268,17 @@ fn a_pod_of_ours_counts_as_started_even_if_the_phase_lags() {
 }
 
 #[test]
-fn missing_pod_while_running_is_confirmed_then_done_as_vanished() {
+fn a_recorded_pod_missing_is_confirmed_then_done_as_vanished() {
     let running = progress(&at_with(None), &pod(Phase::Running), ts(SCHEDULE));
+    assert_eq!(running.pod_uid.as_deref(), Some("pod-uid"), "recorded");
     let at = at_with(Some(running.clone()));
     assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Confirm);
     assert_eq!(
-        confirmed(&at, Some(&pod(Phase::Running)), waited(0), ts(SCHEDULE)),
-        Confirmed::Status(running.clone()),
+        confirmed(&at, Some(&pod(Phase::Running)), ts(SCHEDULE)),
+        Step::Record(running.clone()),
         "only the cache lagged"
     );
-    let Confirmed::Status(gone) = confirmed(&at, None, waited(600), ts("2019-04-12T10:20:00Z"))
-    else {
-        panic!("the pod was seen: its create landed, so its absence is final");
-    };
+    let gone = record(confirmed(&at, None, ts("2019-04-12T10:20:00Z")));
     assert_eq!(
         (gone.phase, gone.succeeded),
         (Some(AtPhase::Done), Some(false))
@@ -291,6 +290,13 @@ fn missing_pod_while_running_is_confirmed_then_done_as_vanished() {
         ("True", REASON_POD_VANISHED)
     );
     assert_eq!(notes(Some(&running), &gone)[0].type_, EventType::Warning);
+    // Another pod with the name is not the recorded one: gone all the same.
+    let mut other = pod(Phase::Running);
+    other.uid = "other-uid".into();
+    assert_eq!(
+        record(confirmed(&at, Some(&other), ts("2019-04-12T10:20:00Z"))),
+        gone
+    );
     // DONE is final: no pod, no rerun.
     assert_eq!(
         decide(
@@ -302,53 +308,60 @@ fn missing_pod_while_running_is_confirmed_then_done_as_vanished() {
     );
 }
 
-/// The window in which a create may land has run `seconds`.
-fn waited(seconds: u64) -> Creates {
-    Creates::MayLand {
-        waited: Duration::from_secs(seconds),
-    }
-}
-
-/// RUNNING recorded, the create's outcome unknown: no verdict while it may still land; a pod
-/// that does appear gives the real outcome; none by then is PodVanished. The window is what
-/// the deciding process counted, whatever the times in the status say.
+/// Issue 26, faults 3 and 4: RUNNING recorded, no pod recorded: no pod of this At ever ran
+/// (each is created gated), so whatever became of earlier creates (a lost reply, a crash, a
+/// create the server refused) the pod is created, at once, on any host's clock.
 #[test]
-fn a_create_that_may_still_land_is_waited_for() {
-    let starting = starting(&at_with(None), ts(SCHEDULE));
-    let at = at_with(Some(starting));
-    let soon = ts("2019-04-12T10:12:30Z");
-    assert_eq!(
-        confirmed(&at, None, waited(30), soon),
-        Confirmed::LookAgainIn(A_CREATE_MAY_LAND_FOR - Duration::from_secs(30))
-    );
-    let landed = confirmed(&at, Some(&pod(Phase::Succeeded)), waited(30), soon);
-    assert!(
-        matches!(landed, Confirmed::Status(ref s) if s.succeeded == Some(true)),
-        "{landed:?}"
-    );
-    let an_hour_later = ts("2019-04-12T11:12:00Z");
-    assert_eq!(
-        confirmed(&at, None, waited(30), an_hour_later),
-        Confirmed::LookAgainIn(A_CREATE_MAY_LAND_FOR - Duration::from_secs(30)),
-        "the wall clocks' difference is no time waited"
-    );
-    let Confirmed::Status(gone) = confirmed(&at, None, waited(90), soon) else {
-        panic!("still waiting after the create could no longer land");
-    };
-    assert_eq!(
-        condition(&gone, CONDITION_COMPLETED),
-        ("True", REASON_POD_VANISHED)
-    );
-}
-
-/// Issue 26, fault 4: RUNNING recorded by this process, which sent no create: no create can
-/// land, and none is waited for: the pod is created now.
-#[test]
-fn a_create_never_sent_is_sent_not_waited_for() {
+fn running_without_a_recorded_pod_creates_it() {
     let at = at_with(Some(starting(&at_with(None), ts(SCHEDULE))));
+    assert_eq!(at.status.as_ref().unwrap().pod_uid, None);
+    assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Create);
     assert_eq!(
-        confirmed(&at, None, Creates::NotSent, ts(SCHEDULE)),
-        Confirmed::Create
+        decide(&at, None, ts("2030-01-01T00:00:00Z")),
+        Step::Create,
+        "no window to wait out"
+    );
+}
+
+/// A pod created gated is recorded, then released; once recorded it is released again if a
+/// release was lost, and never another pod.
+#[test]
+fn a_gated_pod_is_recorded_then_released() {
+    let at = at_with(Some(starting(&at_with(None), ts(SCHEDULE))));
+    let mut gated = pod(Phase::Pending);
+    gated.gated = true;
+    let Step::Release(recorded) = decide(&at, Some(&gated), ts(SCHEDULE)) else {
+        panic!("a gated pod is released once recorded");
+    };
+    assert_eq!(recorded.pod_uid.as_deref(), Some("pod-uid"));
+    assert_eq!(
+        condition(&recorded, CONDITION_COMPLETED),
+        ("False", REASON_STARTED)
+    );
+    let at = at_with(Some(recorded.clone()));
+    assert_eq!(
+        decide(&at, Some(&gated), ts(SCHEDULE)),
+        Step::Release(recorded.clone()),
+        "the release did not land: again"
+    );
+    let mut another = gated.clone();
+    another.uid = "another-uid".into();
+    assert!(
+        matches!(decide(&at, Some(&another), ts(SCHEDULE)), Step::Record(s) if s.phase == Some(AtPhase::Done)),
+        "only the recorded pod is ever released"
+    );
+}
+
+/// An operator from before the gate recorded Started with no UID: its pod was created
+/// ungated and may have run. Found, it is recorded as it is; gone, it is not run again.
+#[test]
+fn a_pod_from_before_the_gate_is_taken_as_it_is() {
+    let mut legacy = progress(&at_with(None), &pod(Phase::Running), ts(SCHEDULE));
+    legacy.pod_uid = None;
+    let at = at_with(Some(legacy));
+    assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Confirm);
+    assert!(
+        matches!(decide(&at, Some(&pod(Phase::Running)), ts(SCHEDULE)), Step::Record(s) if s.pod_uid.is_some())
     );
 }
 

@@ -1,0 +1,317 @@
+//! The At reconcile's tests: the exact requests it sends, against a scripted API.
+
+use super::*;
+use crate::api::AtSpec;
+use crate::controller::fixtures::{Answer, Sent, scripted_context};
+use crate::plan::at::REASON_STARTED;
+use http::Method;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use serde_json::Value;
+
+/// Every field of a full status is in the patch of an empty one, as a null.
+#[test]
+fn an_exact_patch_names_every_status_field() {
+    let full = AtStatus {
+        phase: Some(AtPhase::Done),
+        pod_name: Some("p".into()),
+        pod_uid: Some("u".into()),
+        start_time: Some(Time(Timestamp::UNIX_EPOCH)),
+        completion_time: Some(Time(Timestamp::UNIX_EPOCH)),
+        succeeded: Some(true),
+        conditions: vec![Condition {
+            type_: "Completed".into(),
+            status: "False".into(),
+            reason: REASON_STARTED.into(),
+            message: "m".into(),
+            observed_generation: None,
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        }],
+    };
+    let keys = |v: serde_json::Value| {
+        let mut keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        keys
+    };
+    let empty = exact(&AtStatus::default());
+    assert!(empty.as_object().unwrap().values().all(|v| v.is_null()));
+    assert_eq!(keys(exact(&full)), keys(empty));
+    assert_eq!(exact(&full), serde_json::to_value(&full).unwrap());
+}
+
+const STATUS: &str = "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/ns/ats/job/status";
+const PODS: &str = "/api/v1/namespaces/ns/pods";
+const POD: &str = "/api/v1/namespaces/ns/pods/job-pod";
+
+/// At `ns/job`, due long ago and never reconciled, read at resourceVersion 7.
+fn due_at() -> At {
+    let mut at = At::new(
+        "job",
+        AtSpec {
+            schedule: "2020-01-01T00:00:00Z".into(),
+            command: "echo hi".into(),
+        },
+    );
+    at.metadata.namespace = Some("ns".into());
+    at.metadata.uid = Some("at-uid".into());
+    at.metadata.resource_version = Some("7".into());
+    at
+}
+
+/// The At as the API server returns it after a status patch: the patch applied, at
+/// resourceVersion 8.
+fn patched(sent: &Sent) -> Answer {
+    let mut status = sent.body["status"].clone();
+    if let Some(fields) = status.as_object_mut() {
+        fields.retain(|_, v| !v.is_null());
+    }
+    let mut at = serde_json::to_value(due_at()).unwrap();
+    at["status"] = status;
+    at["metadata"]["resourceVersion"] = "8".into();
+    Answer::Reply(200, at)
+}
+
+/// The pod a create sent, as the API server returns it: with its UID.
+fn created(sent: &Sent) -> Value {
+    let mut pod = sent.body.clone();
+    pod["metadata"]["uid"] = "pod-uid".into();
+    pod
+}
+
+/// Status patches succeed, pods are answered by `pods`.
+fn script(
+    pods: impl Fn(&Sent) -> Answer + Send + Sync + 'static,
+) -> impl Fn(&Sent, &[Sent]) -> Answer + Send + Sync + 'static {
+    move |sent, _| match () {
+        _ if sent.is(&Method::PATCH, STATUS) => patched(sent),
+        _ if sent.is(&Method::POST, PODS) => pods(sent),
+        _ => Answer::status(404, "NotFound"),
+    }
+}
+
+/// The status patches and pod creates, in order: ("status", rv, phase, podName) or
+/// ("create", name).
+fn writes(log: &[Sent]) -> Vec<Vec<Value>> {
+    log.iter()
+        .filter_map(|s| {
+            if s.is(&Method::PATCH, STATUS) {
+                let (meta, status) = (&s.body["metadata"], &s.body["status"]);
+                let fields = [
+                    &meta["resourceVersion"],
+                    &status["phase"],
+                    &status["podName"],
+                ];
+                Some([vec!["status".into()], fields.map(Value::clone).to_vec()].concat())
+            } else if s.is(&Method::POST, PODS) {
+                Some(vec!["create".into(), s.body["metadata"]["name"].clone()])
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+fn status(rv: &str, phase: &str, pod: Value) -> Vec<Value> {
+    vec!["status".into(), rv.into(), phase.into(), pod]
+}
+
+async fn reconcile_due(
+    pods: impl Fn(&Sent) -> Answer + Send + Sync + 'static,
+) -> (Result<Action>, Vec<Vec<Value>>) {
+    let (ctx, log) = scripted_context(script(pods));
+    let result = reconcile(Arc::new(due_at()), ctx).await;
+    let writes = writes(&log.lock());
+    (result, writes)
+}
+
+/// RUNNING and the pod's name are recorded, under the resourceVersion read, before the
+/// pod is created: a lost status write can no longer leave a PENDING At with a pod.
+#[tokio::test]
+async fn a_due_at_is_recorded_running_before_its_pod_is_created() {
+    let (result, writes) = reconcile_due(|sent| Answer::Reply(201, sent.body.clone())).await;
+    result.unwrap();
+    assert_eq!(
+        writes[..2],
+        [
+            status("7", "RUNNING", "job-pod".into()),
+            vec!["create".into(), "job-pod".into()],
+        ],
+        "{writes:#?}"
+    );
+    assert!(
+        writes[2..].iter().all(|w| w[0] == "status" && w[1] == "8"),
+        "{writes:#?}"
+    );
+}
+
+/// A stale copy (the At changed since it was read: here someone made it DONE) is refused
+/// its RUNNING: no pod.
+#[tokio::test]
+async fn a_stale_at_creates_no_pod() {
+    let (ctx, log) = scripted_context(|sent, _| match sent.method {
+        Method::PATCH => Answer::status(409, "Conflict"),
+        Method::GET if sent.is(&Method::GET, STATUS) => {
+            let mut done = serde_json::to_value(due_at()).unwrap();
+            done["status"] = serde_json::json!({"phase": "DONE"});
+            Answer::Reply(200, done)
+        }
+        _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, sent.body.clone()),
+        _ => Answer::status(404, "NotFound"),
+    });
+    reconcile(Arc::new(due_at()), ctx).await.unwrap();
+    let writes = writes(&log.lock());
+    assert_eq!(writes, [status("7", "RUNNING", "job-pod".into())]);
+}
+
+/// A create whose reply was lost may have made the pod: the At stays RUNNING (the pod
+/// shows, or it ends PodVanished), and the command is never started a second time.
+#[tokio::test]
+async fn a_create_whose_reply_was_lost_keeps_the_at_running() {
+    let (result, writes) = reconcile_due(|_| Answer::Lost).await;
+    assert!(result.is_err());
+    assert_eq!(
+        writes,
+        [
+            status("7", "RUNNING", "job-pod".into()),
+            vec!["create".into(), "job-pod".into()],
+        ]
+    );
+}
+
+/// A create the API server refused made nothing: the At goes back to PENDING, and the
+/// patch removes the pod name RUNNING recorded.
+#[tokio::test]
+async fn a_refused_create_puts_the_at_back_to_pending() {
+    let (result, writes) = reconcile_due(|_| Answer::status(403, "Forbidden")).await;
+    result.unwrap();
+    assert_eq!(
+        writes,
+        [
+            status("7", "RUNNING", "job-pod".into()),
+            vec!["create".into(), "job-pod".into()],
+            status("8", "PENDING", Value::Null),
+        ]
+    );
+}
+
+const AT: &str = "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/ns/ats/job";
+
+/// Issue 19, item 9: the client re-sent a RUNNING write that had landed (a 504 on the
+/// first send), and the re-send met a 409: our own write, not a stale copy. A read of the
+/// At settles it, and the pod is created.
+#[tokio::test]
+async fn a_conflict_with_our_own_running_write_still_creates_the_pod() {
+    let landed: Arc<parking_lot::Mutex<Option<Value>>> = Default::default();
+    let stored = landed.clone();
+    let (ctx, log) = scripted_context(move |sent, _| match () {
+        _ if sent.is(&Method::PATCH, STATUS) => {
+            if let Answer::Reply(_, at) = patched(sent) {
+                *stored.lock() = Some(at);
+            }
+            Answer::status(409, "Conflict")
+        }
+        _ if sent.is(&Method::GET, STATUS) || sent.is(&Method::GET, AT) => {
+            Answer::Reply(200, stored.lock().clone().unwrap())
+        }
+        _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, sent.body.clone()),
+        _ => Answer::status(404, "NotFound"),
+    });
+    reconcile(Arc::new(due_at()), ctx).await.unwrap();
+    let writes = writes(&log.lock());
+    assert!(
+        writes.contains(&vec!["create".into(), "job-pod".into()]),
+        "{writes:#?}"
+    );
+}
+
+/// An At recorded RUNNING with `status`, reconciled with no pod anywhere: the status writes
+/// and pod creates it caused.
+async fn reconcile_running_without_pod(status: AtStatus) -> Vec<Vec<Value>> {
+    let mut at = due_at();
+    at.status = Some(status);
+    let (ctx, log) = scripted_context(|sent, _| match () {
+        _ if sent.is(&Method::PATCH, STATUS) => patched(sent),
+        _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, created(sent)),
+        _ if sent.is(&Method::PATCH, POD) => Answer::Reply(200, sent.body.clone()),
+        _ => Answer::status(404, "NotFound"),
+    });
+    reconcile(Arc::new(at), ctx).await.unwrap();
+    writes(&log.lock())
+}
+
+/// Issue 19, item 8, and issue 26, faults 3 and 4: RUNNING with no pod recorded means no
+/// pod of this At ever ran (each is created gated), however old the RUNNING and whoever
+/// wrote it: the pod is created at once, with no window to wait out. A recorded pod that
+/// is gone ends the At at once, and is not run again.
+#[tokio::test]
+async fn a_running_at_creates_its_pod_unless_one_was_recorded() {
+    let an_hour_ago = Timestamp::now() - jiff::SignedDuration::from_hours(1);
+    let writes = reconcile_running_without_pod(plan::starting(&due_at(), an_hour_ago)).await;
+    assert_eq!(
+        writes[0],
+        vec![Value::from("create"), "job-pod".into()],
+        "{writes:#?}"
+    );
+    let mut recorded = plan::starting(&due_at(), an_hour_ago);
+    recorded.pod_uid = Some("gone-uid".into());
+    let writes = reconcile_running_without_pod(recorded).await;
+    assert_eq!(writes, [status("7", "DONE", "job-pod".into())]);
+}
+
+/// The pod is created gated, its UID recorded in the At, and only then released, with the
+/// UID as a precondition: no other pod of the name is ever released.
+#[tokio::test]
+async fn the_pod_is_recorded_before_it_is_released() {
+    let (ctx, log) = scripted_context(|sent, _| match () {
+        _ if sent.is(&Method::PATCH, STATUS) => patched(sent),
+        _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, created(sent)),
+        _ if sent.is(&Method::PATCH, POD) => Answer::Reply(200, sent.body.clone()),
+        _ => Answer::status(404, "NotFound"),
+    });
+    reconcile(Arc::new(due_at()), ctx).await.unwrap();
+    let log = log.lock();
+    let create = log.iter().find(|s| s.is(&Method::POST, PODS)).unwrap();
+    assert_eq!(
+        create.body["spec"]["schedulingGates"][0]["name"],
+        plan::GATE,
+        "created gated"
+    );
+    let record = log
+        .iter()
+        .position(|s| s.is(&Method::PATCH, STATUS) && s.body["status"]["podUID"] == "pod-uid")
+        .expect("the pod's UID recorded");
+    let release = log
+        .iter()
+        .position(|s| s.is(&Method::PATCH, POD))
+        .expect("the pod released");
+    assert!(record < release, "released before it was recorded");
+    let patch = &log[release].body;
+    assert_eq!(patch["metadata"]["uid"], "pod-uid");
+    assert_eq!(patch["spec"]["schedulingGates"], Value::Null);
+}
+
+/// Issue 26, fault 4: the RUNNING write landed but its reply was lost; this process sent
+/// no create, so the next reconcile creates the pod instead of waiting for one.
+#[tokio::test]
+async fn a_running_write_whose_reply_was_lost_is_followed_by_the_create() {
+    let landed: Arc<parking_lot::Mutex<Option<Value>>> = Default::default();
+    let stored = landed.clone();
+    let (ctx, log) = scripted_context(move |sent, _| match () {
+        _ if sent.is(&Method::PATCH, STATUS) && stored.lock().is_none() => {
+            if let Answer::Reply(_, at) = patched(sent) {
+                *stored.lock() = Some(at);
+            }
+            Answer::Lost
+        }
+        _ if sent.is(&Method::PATCH, STATUS) => patched(sent),
+        _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, sent.body.clone()),
+        _ => Answer::status(404, "NotFound"),
+    });
+    assert!(reconcile(Arc::new(due_at()), ctx.clone()).await.is_err());
+    let running: At = serde_json::from_value(landed.lock().clone().unwrap()).unwrap();
+    reconcile(Arc::new(running), ctx).await.unwrap();
+    let writes = writes(&log.lock());
+    assert!(
+        writes.contains(&vec!["create".into(), "job-pod".into()]),
+        "{writes:#?}"
+    );
+}
