@@ -1,5 +1,9 @@
 //! `podset-sim`: runs the simulation over many seeds (`make sim SEEDS=N`), or replays one with
 //! its trace (`make sim SEED=S`).
+//!
+//! Each seed runs in a process of its own: some libraries keep process-wide state that a run
+//! draws on (hashbrown's default hasher counts its hashers in a global), so a seed run after
+//! others in one process could take another path than the same seed replayed alone.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -31,10 +35,21 @@ struct Cli {
     /// Write every failing seed and what it broke to this file, a line each.
     #[arg(long)]
     failures: Option<std::path::PathBuf>,
+    /// Run this one seed and print its report as JSON (how a search runs each seed).
+    #[arg(long, hide = true)]
+    child: Option<u64>,
 }
 
 fn main() {
     let cli = Cli::parse();
+    if let Some(seed) = cli.child {
+        let report = run::run(seed, &Options::default());
+        println!(
+            "{}",
+            serde_json::to_string(&report).expect("a report serializes")
+        );
+        return;
+    }
     let ok = match cli.seed {
         Some(seed) => replay(seed),
         None => search(&cli),
@@ -78,8 +93,7 @@ fn search(cli: &Cli) -> bool {
                     if i >= total {
                         return;
                     }
-                    let mut report = run::run(start + i, &Options::default());
-                    report.trace.clear();
+                    let report = in_a_process(start + i);
                     if tx.send(report).is_err() {
                         return;
                     }
@@ -113,6 +127,29 @@ fn search(cli: &Cli) -> bool {
 }
 
 /// A bar redrawn in place on a terminal; a line every tenth of the way in a log.
+/// Runs `seed` in a child process of this binary (`--child`).
+fn in_a_process(seed: u64) -> Report {
+    let failed = |why: String| Report {
+        seed,
+        violations: vec![why],
+        ..Report::default()
+    };
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return failed(format!("finding this binary: {e}")),
+    };
+    let output = std::process::Command::new(exe)
+        .args(["--child", &seed.to_string()])
+        .stderr(std::process::Stdio::inherit())
+        .output();
+    match output {
+        Ok(out) if out.status.success() => serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| failed(format!("reading the seed's report: {e}"))),
+        Ok(out) => failed(format!("the seed's process ended with {}", out.status)),
+        Err(e) => failed(format!("starting the seed's process: {e}")),
+    }
+}
+
 fn progress(reports: &[Report], total: u64, elapsed: Duration) {
     use std::io::IsTerminal;
     let done = reports.len() as u64;

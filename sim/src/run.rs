@@ -35,7 +35,7 @@ pub struct Options {
     pub faults: Option<Vec<Fault>>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Report {
     pub seed: u64,
     pub violations: Vec<String>,
