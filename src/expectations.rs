@@ -303,79 +303,6 @@ impl Drop for Unanswered<'_> {
     }
 }
 
-/// Status writes whose watch event has not arrived yet. The pod events that a scale-up
-/// causes reach the controller before the event of its own status write, so the next
-/// reconcile holds the old copy and would send the same status again (an expensive no-op for
-/// the API server: a custom resource's patch is decoded, merged and validated in full).
-#[derive(Debug)]
-pub struct StatusWrites<S> {
-    by_uid: Mutex<HashMap<String, StatusWrite<S>>>,
-}
-
-#[derive(Debug)]
-struct StatusWrite<S> {
-    /// The resourceVersion of the copy the status was written over.
-    over: String,
-    status: S,
-    at: Instant,
-}
-
-impl<S> Default for StatusWrites<S> {
-    fn default() -> Self {
-        Self {
-            by_uid: Mutex::default(),
-        }
-    }
-}
-
-impl<S> StatusWrites<S> {
-    /// Long enough for any watch to deliver a write; afterwards the store is trusted.
-    const KEEP: Duration = Duration::from_secs(60);
-
-    /// The status this instance wrote over the copy (at resourceVersion `seen`) that a
-    /// reconcile holds: fresher than that copy's own.
-    pub fn written_over(&self, uid: &str, seen: &str, now: Instant) -> Option<S>
-    where
-        S: Clone,
-    {
-        let by_uid = self.by_uid.lock();
-        by_uid
-            .get(uid)
-            .filter(|w| w.over == seen && now.duration_since(w.at) < Self::KEEP)
-            .map(|w| w.status.clone())
-    }
-
-    /// Drops the record of a deleted object.
-    pub fn forget(&self, uid: &str) {
-        self.by_uid.lock().remove(uid);
-    }
-
-    /// The watch showed the object at `resource_version`: a record written over another
-    /// version can serve no reconcile any more (they hold this copy or a newer one). Dropped at
-    /// once rather than after [`Self::KEEP`], or 10,000 PodSets scaling at once would hold
-    /// 10,000 statuses for a minute.
-    pub fn observed(&self, uid: &str, resource_version: &str) {
-        let mut by_uid = self.by_uid.lock();
-        if by_uid.get(uid).is_some_and(|w| w.over != resource_version) {
-            by_uid.remove(uid);
-        }
-    }
-
-    /// Records a status written over the copy at resourceVersion `over`.
-    pub fn record(&self, uid: &str, over: &str, status: S, now: Instant) {
-        let mut by_uid = self.by_uid.lock();
-        by_uid.retain(|_, w| now.duration_since(w.at) < Self::KEEP);
-        by_uid.insert(
-            uid.to_string(),
-            StatusWrite {
-                over: over.to_string(),
-                status,
-                at: now,
-            },
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,34 +310,6 @@ mod tests {
 
     fn uid(s: &str) -> Uid {
         Uid::from(s)
-    }
-
-    #[test]
-    fn a_status_written_over_a_stale_copy_is_not_written_again() {
-        let w = StatusWrites::default();
-        let t0 = Instant::now();
-        w.record("o", "10", 3, t0);
-        // The store still holds version 10: status 3 is already on its way.
-        assert_eq!(w.written_over("o", "10", t0), Some(3));
-        // A copy that moved on, another object, or an old record: the store is right.
-        assert_eq!(w.written_over("o", "11", t0), None);
-        assert_eq!(w.written_over("p", "10", t0), None);
-        assert_eq!(
-            w.written_over("o", "10", t0 + Duration::from_secs(61)),
-            None
-        );
-        // Old records are dropped as new ones come.
-        w.record("p", "1", 1, t0 + Duration::from_secs(61));
-        assert_eq!(w.by_uid.lock().len(), 1);
-        // And as soon as the watch shows another version of the object.
-        w.observed("p", "1");
-        assert_eq!(
-            w.written_over("p", "1", t0),
-            Some(1),
-            "still the version it was over"
-        );
-        w.observed("p", "2");
-        assert!(w.by_uid.lock().is_empty());
     }
 
     fn touched(owner: &str, pod: &str, change: Change) -> Touched {

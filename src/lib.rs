@@ -19,5 +19,6 @@ pub mod metrics;
 pub mod operator;
 pub mod plan;
 pub mod rbac;
+pub mod status_writes;
 pub mod telemetry;
 pub mod uid;

@@ -13,7 +13,8 @@ use tower::BoxError;
 use super::{Backoff, Context};
 use crate::api::PodSet;
 use crate::events::Recorder;
-use crate::expectations::{Expectations, StatusWrites};
+use crate::expectations::Expectations;
+use crate::status_writes::StatusWrites;
 
 /// A Context whose API answers nothing (for tests that never call it).
 pub fn context() -> Arc<Context> {

@@ -37,9 +37,10 @@ use crate::cache::PodCache;
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::events::{Note, Recorder};
-use crate::expectations::{Expectations, StatusWrites};
+use crate::expectations::Expectations;
 use crate::health::Health;
 use crate::metrics::Metrics;
+use crate::status_writes::StatusWrites;
 
 /// How long a starting instance watches before it acts (see `run`).
 pub const STARTUP_GRACE: Duration = Duration::from_secs(2);

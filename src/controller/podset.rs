@@ -365,7 +365,10 @@ async fn report(
         message,
     })
 }
-/// Writes the status only when it differs from what the PodSet shows.
+/// Writes the status only when it differs from what the PodSet shows, over the freshest
+/// version known (the store's copy, or the one this instance's last write made): a write held
+/// up on its way, or another writer's (a deposed leader's), meets a conflict instead of
+/// overwriting a newer status.
 async fn write_status(
     ps: &PodSet,
     pods: &[Arc<CachedPod>],
@@ -380,22 +383,35 @@ async fn write_status(
     let written = ctx
         .podset_statuses
         .written_over(&uid, &seen, Instant::now());
-    let current = written.as_ref().or(ps.status.as_ref());
+    let (current, over) = match &written {
+        Some(w) => (Some(&w.status), w.version.as_str()),
+        None => (ps.status.as_ref(), seen.as_str()),
+    };
     let status = plan::status(ps, current, pods, outcome, ctx.clock.now());
     if current == Some(&status) {
         return Ok(());
     }
     let api: Api<PodSet> = Api::namespaced(ctx.client.clone(), &ps.namespace().unwrap_or_default());
-    let patch = serde_json::json!({ "status": status });
-    api.patch_status(
-        &ps.name_any(),
-        &status_patch_params(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(Error::StatusWrite)?;
+    let patch = serde_json::json!({
+        "metadata": { "resourceVersion": over },
+        "status": status,
+    });
+    let patched = match api
+        .patch_status(
+            &ps.name_any(),
+            &status_patch_params(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(patched) => patched,
+        // A newer version is on its way to the watch, and wakes the next reconcile.
+        Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
+        Err(e) => return Err(Error::StatusWrite(e)),
+    };
+    let version = patched.resource_version().unwrap_or_default();
     ctx.podset_statuses
-        .record(&uid, &seen, status, Instant::now());
+        .record(&uid, &seen, &version, status, Instant::now());
     Ok(())
 }
 

@@ -1,0 +1,133 @@
+//! The status writes of this instance whose watch events have not arrived yet.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+/// Status writes whose watch event has not arrived yet. The pod events that a scale-up
+/// causes reach the controller before the event of its own status write, so the next
+/// reconcile holds the old copy and would send the same status again (an expensive no-op for
+/// the API server: a custom resource's patch is decoded, merged and validated in full).
+#[derive(Debug)]
+pub struct StatusWrites<S> {
+    by_uid: Mutex<HashMap<String, StatusWrite<S>>>,
+}
+
+#[derive(Debug)]
+struct StatusWrite<S> {
+    /// The resourceVersion of the copy the status was written over.
+    over: String,
+    /// The object's resourceVersion after the write: the next write goes over it.
+    written: String,
+    status: S,
+    at: Instant,
+}
+
+/// The status this instance wrote over a copy, and the version that write made.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Written<S> {
+    pub status: S,
+    pub version: String,
+}
+
+impl<S> Default for StatusWrites<S> {
+    fn default() -> Self {
+        Self {
+            by_uid: Mutex::default(),
+        }
+    }
+}
+
+impl<S> StatusWrites<S> {
+    /// Long enough for any watch to deliver a write; afterwards the store is trusted.
+    const KEEP: Duration = Duration::from_secs(60);
+
+    /// The status this instance wrote over the copy (at resourceVersion `seen`) that a
+    /// reconcile holds, fresher than that copy's own, and the version it made.
+    pub fn written_over(&self, uid: &str, seen: &str, now: Instant) -> Option<Written<S>>
+    where
+        S: Clone,
+    {
+        let by_uid = self.by_uid.lock();
+        by_uid
+            .get(uid)
+            .filter(|w| w.over == seen && now.duration_since(w.at) < Self::KEEP)
+            .map(|w| Written {
+                status: w.status.clone(),
+                version: w.written.clone(),
+            })
+    }
+
+    /// Drops the record of a deleted object.
+    pub fn forget(&self, uid: &str) {
+        self.by_uid.lock().remove(uid);
+    }
+
+    /// The watch showed the object at `resource_version`: a record written over another
+    /// version can serve no reconcile any more (they hold this copy or a newer one). Dropped at
+    /// once rather than after [`Self::KEEP`], or 10,000 PodSets scaling at once would hold
+    /// 10,000 statuses for a minute.
+    pub fn observed(&self, uid: &str, resource_version: &str) {
+        let mut by_uid = self.by_uid.lock();
+        if by_uid.get(uid).is_some_and(|w| w.over != resource_version) {
+            by_uid.remove(uid);
+        }
+    }
+
+    /// Records a status written over the copy at resourceVersion `over`, which made version
+    /// `written`.
+    pub fn record(&self, uid: &str, over: &str, written: &str, status: S, now: Instant) {
+        let mut by_uid = self.by_uid.lock();
+        by_uid.retain(|_, w| now.duration_since(w.at) < Self::KEEP);
+        by_uid.insert(
+            uid.to_string(),
+            StatusWrite {
+                over: over.to_string(),
+                written: written.to_string(),
+                status,
+                at: now,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_written_over_a_stale_copy_is_not_written_again() {
+        let w = StatusWrites::default();
+        let t0 = Instant::now();
+        w.record("o", "10", "11", 3, t0);
+        // The store still holds version 10: status 3 is already on its way.
+        assert_eq!(
+            w.written_over("o", "10", t0),
+            Some(Written {
+                status: 3,
+                version: "11".into()
+            })
+        );
+        // A copy that moved on, another object, or an old record: the store is right.
+        assert_eq!(w.written_over("o", "11", t0), None);
+        assert_eq!(w.written_over("p", "10", t0), None);
+        assert_eq!(
+            w.written_over("o", "10", t0 + Duration::from_secs(61)),
+            None
+        );
+        // Old records are dropped as new ones come.
+        w.record("p", "1", "2", 1, t0 + Duration::from_secs(61));
+        assert_eq!(w.by_uid.lock().len(), 1);
+        // And as soon as the watch shows another version of the object.
+        w.observed("p", "1");
+        assert_eq!(
+            w.written_over("p", "1", t0).map(|w| w.status),
+            Some(1),
+            "still the version it was over"
+        );
+        w.observed("p", "2");
+        assert!(w.by_uid.lock().is_empty());
+    }
+}
