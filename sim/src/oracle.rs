@@ -13,8 +13,8 @@
 //!   failure only from a run that ended so; `PodVanished` only for a recorded pod that is gone
 //!   (a command that never ran is never given up on); and no run starts or ends after a
 //!   `PodVanished` verdict.
-//! - **Leadership**: no operator write leaves a replica whose fence is closed, or while the
-//!   Lease names another holder; and the writes of an older leadership term land after a
+//! - **Leadership**: no operator write leaves a replica whose fence is closed, or while
+//!   another live replica's fence is open (two leaders at once); and the writes of an older leadership term land after a
 //!   newer term's only if the server held them longer than leader election separates two
 //!   terms (a third of the lease, the time a holder stops acting before it could expire, plus
 //!   the new leader's start-up grace): no client can recall a request the server sits on.
@@ -29,6 +29,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use podset_operator::controller::STARTUP_GRACE;
+use podset_operator::leader::Fence;
 
 use crate::model::objects::{self, controller};
 use crate::model::resource::Kind;
@@ -77,13 +78,17 @@ pub struct Oracle {
     /// against the creates after them.
     excused: HashSet<Key>,
     ats: HashMap<String, AtRecord>,
-    /// Per identity: the leadership term it last began (terms count every change of holder).
-    terms: HashMap<String, u64>,
+    /// Per identity: the leadership terms it began, and when (terms count every change of
+    /// holder).
+    terms: HashMap<String, Vec<(Instant, u64)>>,
     term: u64,
     holder: Option<String>,
     /// The newest term whose write landed.
     newest_written: u64,
-    identities: HashMap<usize, String>,
+    /// The identity each incarnation holds the Lease under.
+    identities: HashMap<Actor, String>,
+    /// The fence of each live incarnation.
+    fences: HashMap<Actor, Fence>,
     /// How long after an old term's last write a new term may write (see the module docs).
     pub takeover_margin: Duration,
     /// Operator writes that landed (pods, PodSets, Ats), but for one that corrects another
@@ -103,31 +108,39 @@ impl Oracle {
         self.violations.push(what);
     }
 
-    /// Replica `id` writes the Lease as `identity` from now on.
-    pub fn identify(&mut self, id: usize, identity: &str) {
-        self.identities.insert(id, identity.to_string());
+    /// Incarnation `actor` writes the Lease as `identity`, and its controllers' writes
+    /// through `fence`.
+    pub fn identify(&mut self, actor: Actor, identity: &str, fence: Fence) {
+        self.identities.insert(actor, identity.to_string());
+        self.fences.insert(actor, fence);
+    }
+
+    /// Incarnation `actor` is gone: its fence no longer lets anything out.
+    pub fn gone(&mut self, actor: Actor) {
+        self.fences.remove(&actor);
     }
 
     /// A write of replica `actor` leaves it: it may land, or not. `fenced` is whether it went
     /// through the controllers' fence, and whether that was open.
-    pub fn departs(&mut self, actor: Actor, fenced: Option<bool>, what: &str, store: &Store) {
-        let Actor::Replica { id, .. } = actor else {
+    pub fn departs(&mut self, actor: Actor, fenced: Option<bool>, what: &str) {
+        if !matches!(actor, Actor::Replica { .. }) {
             return;
-        };
+        }
         if fenced == Some(false) {
             self.violate(format!(
                 "{actor} sent {what} while its fence was closed: a write after its leadership lapsed"
             ));
         }
-        let holder = store
-            .objects(Kind::Lease, None)
-            .find_map(|l| l["spec"]["holderIdentity"].as_str().map(String::from))
-            .filter(|h| !h.is_empty());
-        let me = self.identities.get(&id);
-        if fenced.is_some() && holder.is_some() && holder.as_ref() != me {
+        if fenced != Some(true) {
+            return;
+        }
+        let other = self
+            .fences
+            .iter()
+            .find(|(other, fence)| **other != actor && fence.is_open());
+        if let Some((other, _)) = other {
             self.violate(format!(
-                "{actor} sent {what} while the Lease named {}: two leaders at once",
-                holder.unwrap_or_default()
+                "{actor} sent {what} while the fence of {other} was open too: two leaders at once"
             ));
         }
     }
@@ -147,13 +160,13 @@ impl Oracle {
             Kind::PodSet => self.podset_changed(change, actor, now),
             Kind::Pod => self.pod_changed(change, actor, held, store, now),
             Kind::At => self.at_changed(change, actor, store),
-            Kind::Lease => self.lease_changed(change),
+            Kind::Lease => self.lease_changed(change, now),
             Kind::Event => {}
         }
-        if let Actor::Replica { id, .. } = actor
+        if matches!(actor, Actor::Replica { .. })
             && matches!(change.key.kind, Kind::Pod | Kind::PodSet | Kind::At)
         {
-            self.term_order(id, change, held);
+            self.term_order(actor, change, held, now);
             let previous = match change.key.kind {
                 Kind::Pod => None,
                 _ => self.last_writer.insert(change.key.clone(), actor),
@@ -239,10 +252,12 @@ impl Oracle {
             names.insert(change.key.name.clone());
         }
         match kind.as_str() {
-            "PodSet"
-                if created && matches!(actor, Actor::Replica { .. }) && held < STARTUP_GRACE =>
-            {
-                self.podset_create_landed(change, &owner, store, now)
+            "PodSet" if created && matches!(actor, Actor::Replica { .. }) => {
+                if held < STARTUP_GRACE {
+                    self.podset_create_landed(change, &owner, store, now)
+                } else {
+                    self.excused.insert(change.key.clone());
+                }
             }
             "At" => self.at_pod_changed(change, &owner, store),
             _ => {}
@@ -379,7 +394,7 @@ impl Oracle {
         }
     }
 
-    fn lease_changed(&mut self, change: &Change) {
+    fn lease_changed(&mut self, change: &Change, now: Instant) {
         let holder = change
             .new
             .as_ref()
@@ -389,19 +404,30 @@ impl Oracle {
         if holder.is_some() && holder != self.holder {
             self.term += 1;
             let h = holder.clone().unwrap_or_default();
-            self.terms.insert(h, self.term);
+            self.terms.entry(h).or_default().push((now, self.term));
         }
         self.holder = holder;
     }
 
     /// Writes of an older leadership term do not land after a newer term's, unless the server
-    /// held them past the takeover margin.
-    fn term_order(&mut self, id: usize, change: &Change, held: Duration) {
-        let identity = self.identities.get(&id).cloned().unwrap_or_default();
-        let term = self.terms.get(&identity).copied().unwrap_or(0);
+    /// held them past the takeover margin. A write belongs to the term its writer's identity
+    /// held when it reached the server.
+    fn term_order(&mut self, actor: Actor, change: &Change, held: Duration, now: Instant) {
+        let identity = self.identities.get(&actor).cloned().unwrap_or_default();
+        let arrived = now - held;
+        let terms = self
+            .terms
+            .get(&identity)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let term = terms
+            .iter()
+            .rev()
+            .find(|(began, _)| *began <= arrived)
+            .map_or(0, |(_, term)| *term);
         if term < self.newest_written && held < self.takeover_margin {
             self.violate(format!(
-                "replica {id} wrote {:?} {}/{} in leadership term {term} (held {held:?} at the server), after a write of term {}: two leaders' writes interleaved",
+                "{actor} wrote {:?} {}/{} in leadership term {term} (held {held:?} at the server), after a write of term {}: two leaders' writes interleaved",
                 change.key.kind, change.key.namespace, change.key.name, self.newest_written
             ));
         }

@@ -12,7 +12,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -38,6 +38,8 @@ pub const LEASE_NAME: &str = "podset-operator-leader";
 #[derive(Default)]
 pub struct Gate {
     frozen: AtomicBool,
+    /// How many times it was frozen.
+    freezes: AtomicU32,
     thawed: Notify,
     wakers: Mutex<Vec<Waker>>,
 }
@@ -45,6 +47,7 @@ pub struct Gate {
 impl Gate {
     pub fn freeze(&self) {
         self.frozen.store(true, Ordering::SeqCst);
+        self.freezes.fetch_add(1, Ordering::SeqCst);
     }
 
     pub fn thaw(&self) {
@@ -113,6 +116,8 @@ struct State {
     alive: bool,
     /// What the current incarnation shares with its probes.
     shared: Shared,
+    /// The current incarnation's fence: open while it leads.
+    fence: Fence,
 }
 
 pub struct Replica {
@@ -122,6 +127,8 @@ pub struct Replica {
     /// Seconds the replica's wall clock is ahead of the true time.
     clock_offset: Arc<AtomicI64>,
     state: Mutex<State>,
+    /// Woken each time an incarnation ends.
+    ended: Notify,
 }
 
 impl Replica {
@@ -137,7 +144,9 @@ impl Replica {
                 running: None,
                 alive: false,
                 shared: Shared::default(),
+                fence: Fence::closed(),
             }),
+            ended: Notify::new(),
         })
     }
 
@@ -157,6 +166,12 @@ impl Replica {
     /// The name this replica holds the Lease under.
     pub fn identity(&self) -> String {
         self.state.lock().identity.clone()
+    }
+
+    /// Whether the current incarnation leads: it runs, and its fence is open.
+    pub fn leads(&self) -> bool {
+        let state = self.state.lock();
+        state.running.is_some() && state.fence.is_open()
     }
 
     /// Whether the current incarnation reports ready (`/readyz`).
@@ -190,9 +205,13 @@ impl Replica {
             state.identity = format!("replica-{}-{}", self.id, state.incarnation);
         }
         let actor = self.actor_of(&state);
-        sim.with(|w| w.oracle.identify(self.id, &state.identity));
         sim.trace(|| format!("{actor} starts as {}", state.identity));
         let operator = self.operator(sim, actor, &state.identity);
+        state.fence = operator.fence.clone();
+        sim.with(|w| {
+            w.oracle
+                .identify(actor, &state.identity, state.fence.clone())
+        });
         state.shared = operator.shared.clone();
         let shutdown = CancellationToken::new();
         let span = tracing::info_span!("replica", r = %actor);
@@ -206,6 +225,8 @@ impl Replica {
             if let Err(e) = result {
                 sim.violate(format!("{actor} stopped with an error: {e:#}"));
             }
+            sim.trace(|| format!("{actor} stopped"));
+            sim.with(|w| w.oracle.gone(actor));
             replica.stopped(actor);
         });
         state.running = Some(Running { task, shutdown });
@@ -264,6 +285,7 @@ impl Replica {
             state.running = None;
             state.alive = false;
         }
+        self.ended.notify_waiters();
     }
 
     /// Kills the process: nothing it holds in memory survives, nothing more leaves it.
@@ -275,7 +297,9 @@ impl Replica {
         state.alive = false;
         running.task.abort();
         let actor = self.actor_of(&state);
+        sim.with(|w| w.oracle.gone(actor));
         sim.trace(|| format!("{actor} crashes"));
+        self.ended.notify_waiters();
     }
 
     /// Crashes `actor` (if it is still the live incarnation), and starts it again a little
@@ -293,28 +317,52 @@ impl Replica {
         });
     }
 
-    /// SIGTERM: the replica stops as it would in a rolling upgrade, and is waited for.
+    /// SIGTERM: the replica stops as it would in a rolling upgrade, and is waited for. It
+    /// stays the running incarnation until it has stopped: nothing restarts it meanwhile, and
+    /// a crash kills it.
+    ///
+    /// The README's promise: in-flight reconciles get the shutdown timeout, the Lease's
+    /// release its renew deadline, and then the process exits; not doing so while it ran is
+    /// a violation. The kubelet kills it at 30 s.
     pub async fn terminate(&self, sim: &Sim) {
-        let (mut task, actor) = {
-            let mut state = self.state.lock();
-            let Some(running) = state.running.take() else {
+        const GRACE: Duration = Duration::from_secs(30);
+        let renew_deadline = self.settings.lease.unwrap_or_default() * 2 / 3;
+        let promised = self.settings.shutdown_timeout + renew_deadline + Duration::from_secs(1);
+        let actor = {
+            let state = self.state.lock();
+            let Some(running) = &state.running else {
                 return;
             };
             running.shutdown.cancel();
-            (running.task, self.actor_of(&state))
+            self.actor_of(&state)
         };
         sim.trace(|| format!("{actor} is asked to stop"));
-        // A process that does not stop in time is killed, as the kubelet kills it.
-        if tokio::time::timeout(Duration::from_secs(30), &mut task)
-            .await
-            .is_err()
-        {
-            task.abort();
-            sim.trace(|| format!("{actor} did not stop in 30 s and was killed"));
+        let freezes = self.gate.freezes.load(Ordering::SeqCst);
+        let ended = async {
+            loop {
+                let ended = self.ended.notified();
+                tokio::pin!(ended);
+                ended.as_mut().enable();
+                if !self.is_alive(actor) {
+                    return;
+                }
+                ended.await;
+            }
+        };
+        tokio::pin!(ended);
+        if tokio::time::timeout(promised, &mut ended).await.is_ok() {
+            return;
         }
-        let mut state = self.state.lock();
-        if self.actor_of(&state) == actor {
-            state.alive = false;
+        let why = format!("{actor} did not stop within {promised:?} of SIGTERM");
+        // A process paused meanwhile could not stop; one that ran should have.
+        match self.gate.freezes.load(Ordering::SeqCst) == freezes {
+            true => sim.violate(why),
+            false => sim.trace(|| format!("{why} (it was frozen meanwhile)")),
+        }
+        let grace = GRACE.saturating_sub(promised);
+        if tokio::time::timeout(grace, ended).await.is_err() {
+            sim.trace(|| format!("{actor} is killed at the end of its grace period"));
+            self.crash(sim);
         }
     }
 

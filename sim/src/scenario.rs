@@ -13,7 +13,7 @@ use crate::model::objects;
 use crate::model::resource::Kind;
 use crate::model::store::{Key, Store};
 use crate::oracle::Actor;
-use crate::replica::{LEASE_NAME, LEASE_NAMESPACE, Replica, ReplicaSettings};
+use crate::replica::{LEASE_NAMESPACE, Replica, ReplicaSettings};
 use crate::run::{self, Report};
 use crate::trace;
 use crate::workload::{self, Action, NAMESPACES};
@@ -91,22 +91,9 @@ impl Scene {
         run::converge(&self.sim, within).await
     }
 
-    /// The replica whose identity the Lease names.
+    /// The replica that leads (its fence open).
     pub fn leader(&self) -> Option<Arc<Replica>> {
-        let holder = self.sim.with(|w| {
-            let key = Key {
-                kind: Kind::Lease,
-                namespace: LEASE_NAMESPACE.into(),
-                name: LEASE_NAME.into(),
-            };
-            w.store
-                .get(&key)
-                .and_then(|l| l["spec"]["holderIdentity"].as_str().map(String::from))
-        })?;
-        self.replicas
-            .iter()
-            .find(|r| r.identity() == holder)
-            .cloned()
+        self.replicas.iter().find(|r| r.leads()).cloned()
     }
 
     /// The object `name` of `kind` in `namespace`, as stored.

@@ -134,7 +134,7 @@ impl Transport {
         let fenced = self.fence.as_ref().map(Fence::is_open);
         let what = format!("{method} {path}");
         self.sim
-            .with(|w| w.oracle.departs(self.actor, fenced, &what, &w.store));
+            .with(|w| w.oracle.departs(self.actor, fenced, &what));
     }
 
     fn trace(&self, method: &http::Method, path: &str, query: &str, answer: &Answer) {

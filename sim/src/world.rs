@@ -114,8 +114,12 @@ impl Sim {
                         _ => "deleted",
                     };
                     let k = &change.key;
+                    let held = match held.is_zero() {
+                        true => String::new(),
+                        false => format!(" (held {held:?} by the server)"),
+                    };
                     format!(
-                        "{actor} {what} {:?} {}/{} rv={}",
+                        "{actor} {what} {:?} {}/{} rv={}{held}",
                         k.kind, k.namespace, k.name, change.rv
                     )
                 });
