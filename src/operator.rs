@@ -110,6 +110,8 @@ impl Operator {
             leader.release().await;
             match result {
                 Some(result) => return result,
+                // Asked to stop meanwhile: the term ending changes nothing about that.
+                None if shutdown.is_cancelled() => return Ok(()),
                 None => warn!("stepped down; back to waiting for the lease with fresh caches"),
             }
         }

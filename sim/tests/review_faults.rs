@@ -8,7 +8,7 @@ use http::Method;
 use podset_sim::faults::{After, Before, Connect, RequestPlan, Rule};
 use podset_sim::model::resource::Kind;
 use podset_sim::model::store::{Key, Store};
-use podset_sim::replica::LEASE_NAMESPACE;
+use podset_sim::replica::{LEASE_NAME, LEASE_NAMESPACE};
 use podset_sim::scenario::{Scene, Setup, assert_ok, play};
 use podset_sim::workload::{Action, NAMESPACES};
 
@@ -280,6 +280,120 @@ fn a_deleted_lease_is_not_taken_while_its_holder_may_still_act() {
     assert_ok(&report);
 }
 
+/// Fault 7 again, found by the search (seed 72781): a standby saw no Lease, and a lease
+/// duration later saw none again, and took it at once; in between another replica had
+/// created it and led, and a person deleted it under that leader, which acted on until its
+/// renew deadline. Absence seen twice is not absence throughout.
+#[test]
+fn a_lease_that_came_and_went_between_two_reads_is_not_taken_at_once() {
+    let report = play(72, Setup::default(), |scene| async move {
+        let hang = RequestPlan {
+            before: Before::Hang,
+            ..RequestPlan::default()
+        };
+        let held = |s| RequestPlan {
+            before: Before::Hold(secs(s)),
+            ..RequestPlan::default()
+        };
+        // Replica 1 never hears of the Lease from its watch; its next read of it is carried
+        // out late; the leader's own attempt to write it again lands later still.
+        scene.rule(rule(Some(1), Method::GET, "/leases?", hang, 1000));
+        scene.sleep(secs(1)).await;
+        scene.rule(rule(Some(1), Method::GET, "/leases/", held(8), 1));
+        let l = leader(&scene).await?;
+        if l != 0 {
+            return Err(format!("replica {l} led first; the script needs replica 0"));
+        }
+        scene.user(Action::CreatePodSet {
+            ns: "ns-a",
+            name: "web".into(),
+            replicas: 2,
+        });
+        scene.sleep(secs(1)).await;
+        scene.rule(rule(Some(0), Method::POST, "/leases", held(4), 1));
+        scene.user(Action::DeleteLease);
+        for replicas in [4, 1, 3, 2, 5, 1, 4, 2, 3, 1, 5, 2] {
+            scene.sleep(Duration::from_millis(400)).await;
+            scene.user(Action::Scale {
+                ns: "ns-a",
+                name: "web".into(),
+                replicas,
+            });
+        }
+        scene.converged(secs(120)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
+
+/// Found by the search (seed 108046): a standby created a deleted Lease, the reply was lost,
+/// and its next read showed the Lease naming it: it led at once, as if renewing, while the
+/// paused leader whose Lease was deleted could still act.
+#[test]
+fn a_lease_created_under_a_lost_reply_is_waited_out_too() {
+    let report = play(15, Setup::default(), |scene| async move {
+        let l = leader(&scene).await?;
+        let standby = 1 - l;
+        let lost = RequestPlan {
+            after: After::Lost,
+            ..RequestPlan::default()
+        };
+        scene.rule(rule(Some(standby), Method::POST, "/leases", lost, 1));
+        scene.replicas[l].gate.freeze();
+        scene.user(Action::DeleteLease);
+        scene.sleep(secs(4)).await;
+        scene.user(Action::CreatePodSet {
+            ns: "ns-a",
+            name: "web".into(),
+            replicas: 2,
+        });
+        scene.sleep(secs(2)).await;
+        scene.replicas[l].gate.thaw();
+        scene.converged(secs(120)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
+
+/// A replica that created a deleted Lease and is asked to stop while it waits must not
+/// release it: that hands it over at once, while the holder it was deleted under may still
+/// act. (Found by the search, seed 200423, in a first version of the wait.)
+#[test]
+fn a_creator_asked_to_stop_while_it_waits_does_not_hand_the_lease_over() {
+    let setup = Setup {
+        replicas: 3,
+        ..Setup::default()
+    };
+    let report = play(16, setup, |scene| async move {
+        let l = leader(&scene).await?;
+        scene.replicas[l].gate.freeze();
+        scene.user(Action::DeleteLease);
+        scene.sleep(secs(1)).await;
+        let holder = scene.get(Kind::Lease, LEASE_NAMESPACE, LEASE_NAME);
+        let holder = holder
+            .as_ref()
+            .and_then(|l| l["spec"]["holderIdentity"].as_str());
+        let Some(creator) = scene
+            .replicas
+            .iter()
+            .find(|r| Some(r.identity().as_str()) == holder)
+        else {
+            return Err(format!("no replica created the Lease again: {holder:?}"));
+        };
+        scene.user(Action::CreatePodSet {
+            ns: "ns-a",
+            name: "web".into(),
+            replicas: 2,
+        });
+        creator.terminate(&scene.sim).await;
+        scene.sleep(secs(3)).await;
+        scene.replicas[l].gate.thaw();
+        scene.converged(secs(120)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
+
 /// Fault 8: on SIGTERM the Lease was released right after in-flight reconciles were dropped,
 /// while their writes could still be on their way: the successor acted before they landed.
 #[test]
@@ -305,6 +419,58 @@ fn a_stopping_leader_does_not_hand_over_while_its_writes_may_land() {
         });
         scene.sleep(Duration::from_millis(100)).await;
         scene.replicas[l].terminate(&scene.sim).await;
+        scene.converged(secs(120)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
+
+/// Found by the search (seed 107199): a leader asked to stop whose term lapsed while its
+/// reconciles drained went back to waiting for the Lease, and hung there until killed.
+#[test]
+fn a_leader_asked_to_stop_stops_though_its_term_lapses_meanwhile() {
+    let setup = Setup {
+        settings: podset_sim::replica::ReplicaSettings {
+            shutdown_timeout: secs(15),
+            ..Setup::default().settings
+        },
+        ..Setup::default()
+    };
+    let report = play(13, setup, |scene| async move {
+        let l = leader(&scene).await?;
+        let hang = RequestPlan {
+            before: Before::Hang,
+            ..RequestPlan::default()
+        };
+        scene.rule(rule(Some(l), Method::PUT, "/leases/", hang.clone(), 100));
+        scene.rule(rule(Some(l), Method::POST, "/pods", hang, 100));
+        scene.user(Action::CreatePodSet {
+            ns: "ns-a",
+            name: "web".into(),
+            replicas: 3,
+        });
+        scene.sleep(secs(1)).await;
+        scene.replicas[l].terminate(&scene.sim).await;
+        scene.converged(secs(120)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
+
+/// Found by the search (seed 100096): a standby whose read of the Lease hung ignored SIGTERM
+/// until it was killed.
+#[test]
+fn a_standby_asked_to_stop_stops_though_its_lease_read_hangs() {
+    let report = play(14, Setup::default(), |scene| async move {
+        let l = leader(&scene).await?;
+        let standby = 1 - l;
+        let hang = RequestPlan {
+            before: Before::Hang,
+            ..RequestPlan::default()
+        };
+        scene.rule(rule(Some(standby), Method::GET, "/leases/", hang, 100));
+        scene.sleep(secs(10)).await;
+        scene.replicas[standby].terminate(&scene.sim).await;
         scene.converged(secs(120)).await;
         Ok(())
     });

@@ -4,10 +4,11 @@
 //! - every write goes over the `resourceVersion` last read (create, renew, takeover, release),
 //!   so a release never wipes another holder and two instances never both win;
 //! - a standby times the lease from when it observed the record change ([`record::Observed`]);
-//! - a missing Lease is written again by its holder as soon as it notices, and created by a
-//!   standby only a lease duration after it saw it missing (a Lease deleted under a live
-//!   holder is no free lease: the holder acts until its renew deadline);
-//! - a failed request is retried, by leader and standby alike: nothing here ends the process;
+//! - a missing Lease is created at once by whoever finds it missing, but its creator leads
+//!   only a lease duration later, renewing it meanwhile: a missing Lease cannot say who held
+//!   it last, and a holder whose Lease a person deleted acts on, unaware, until its renew
+//!   deadline. A leader that finds its Lease gone steps down and creates it the same way;
+////! - a failed request is retried, by leader and standby alike: nothing here ends the process;
 //! - the leader acts only while its [`Fence`] is open: until the renew deadline after the last
 //!   renewal that landed (counted from when that renewal was sent), and never after it saw
 //!   another holder.
@@ -50,8 +51,8 @@ pub struct LeaderElection {
     fence: Fence,
     clock: Clock,
     observed: Mutex<Option<Observed>>,
-    /// When this instance first saw that there is no Lease, while there is none.
-    absent_since: Mutex<Option<Instant>>,
+    /// When a create of the Lease was sent whose answer never came: it may have landed.
+    unanswered_create: Mutex<Option<Instant>>,
     /// A standby is ready unless it can never lead as things are ([`needs_a_person`]).
     health: Arc<Health>,
     /// When that was last logged, while it lasts.
@@ -65,6 +66,17 @@ enum Holder {
     Nobody,
     Unknown,
 }
+
+/// A write that made this instance the Lease's holder.
+enum Claim {
+    /// Over a record it observed, sent at that instant: it leads at once.
+    Taken(Instant),
+    /// There was none: it leads a lease duration after it created the Lease, at `lead_at`.
+    Created { sent: Instant, lead_at: Instant },
+}
+
+/// Why a holder stops holding, when no renewal landed in time.
+const LAPSED: &str = "no renewal of the leader lease landed within the renew deadline";
 
 /// How a write of the Lease ended.
 enum Wrote {
@@ -102,7 +114,7 @@ impl LeaderElection {
             fence,
             clock,
             observed: Mutex::new(None),
-            absent_since: Mutex::new(None),
+            unanswered_create: Mutex::new(None),
             health,
             blocked_since_logged: Mutex::new(None),
         }
@@ -114,14 +126,35 @@ impl LeaderElection {
         let changes = self.changes();
         let mut changes = std::pin::pin!(changes);
         loop {
-            let attempt = self.try_acquire().await;
+            // A read or write that hangs must not hold up a shutdown.
+            let attempt = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return false,
+                attempt = self.try_acquire() => attempt,
+            };
             self.report_blocked(attempt.as_ref().err());
             let next = match attempt {
-                Ok(true) => {
-                    self.fence.begin_term();
-                    return true;
+                Ok(Some(Claim::Taken(sent))) => {
+                    return self.lead(sent + self.timing.renew_deadline);
                 }
-                Ok(false) => self.wait_until(),
+                Ok(Some(Claim::Created { sent, lead_at })) => {
+                    info!(lease = %self.name, wait = ?self.timing.lease, "created the leader lease; leading once a lease duration has passed, by when any holder it had has stopped");
+                    let deadline = sent + self.timing.renew_deadline;
+                    let waited = tokio::select! {
+                        biased;
+                        // Not released: that would hand over before the wait is out. It expires.
+                        _ = shutdown.cancelled() => return false,
+                        waited = self.renewing(deadline, Some(lead_at)) => waited,
+                    };
+                    match waited {
+                        Ok(deadline) => return self.lead(deadline),
+                        Err(why) => {
+                            info!(lease = %self.name, "{why}; waiting for the lease again");
+                            Instant::now() + jittered(self.timing.retry_period)
+                        }
+                    }
+                }
+                Ok(None) => self.wait_until(),
                 Err(e) => {
                     if needs_a_person(&e, &self.namespace).is_none() {
                         warn!(error = %e, lease = %self.name, "reading or writing the leader lease failed; retrying");
@@ -162,36 +195,66 @@ impl LeaderElection {
         }
     }
 
+    /// The term begins: writes may leave until `deadline`.
+    fn lead(&self, deadline: Instant) -> bool {
+        self.fence.open_until(deadline);
+        self.fence.begin_term();
+        true
+    }
+
     /// Keeps renewing the lease; returns when leadership may have lapsed: no renewal landed
-    /// within the renew deadline (a hung connection, a failing API server), or another holder
-    /// wrote the Lease. The fence is closed by then.
+    /// within the renew deadline (a hung connection, a failing API server), or the Lease
+    /// names another holder or is gone. The fence is closed by then.
     pub async fn hold(&self) {
+        let why = match self.fence.deadline() {
+            Some(deadline) => self.renewing(deadline, None).await.err(),
+            None => None,
+        };
+        self.step_down(why.unwrap_or(LAPSED));
+    }
+
+    /// Renews the Lease every third of it, starting from the renewal whose renew deadline is
+    /// `deadline`: for good while leading (`until` is `None`; each renewal that lands opens
+    /// the fence further), or until `until` after creating it, with the fence closed. Then,
+    /// the renew deadline of the last renewal that landed. Stops early, saying why, when none
+    /// landed within the renew deadline, or the Lease names another holder or is gone.
+    async fn renewing(
+        &self,
+        mut deadline: Instant,
+        until: Option<Instant>,
+    ) -> Result<Instant, &'static str> {
+        const LOST: &str = "the leader lease names another holder or was deleted";
         let changes = self.changes();
         let mut changes = std::pin::pin!(changes);
-        let mut next = Instant::now() + self.timing.renew_every;
+        let mut next = deadline - self.timing.renew_deadline + self.timing.renew_every;
         loop {
-            let Some(deadline) = self.fence.deadline().filter(|d| *d > Instant::now()) else {
-                return self
-                    .step_down("no renewal of the leader lease landed within the renew deadline");
-            };
+            let now = Instant::now();
+            if deadline <= now {
+                return Err(LAPSED);
+            }
+            if until.is_some_and(|until| until <= now) {
+                return Ok(deadline);
+            }
             tokio::select! {
                 biased;
                 _ = sleep_until(next) => match timeout(deadline - Instant::now(), self.renew()).await {
-                    Ok(Ok(Wrote::Landed(sent))) => next = sent + self.timing.renew_every,
-                    Ok(Ok(Wrote::Lost)) => return self.step_down("the leader lease names another holder"),
+                    Ok(Ok(Wrote::Landed(sent))) => {
+                        deadline = sent + self.timing.renew_deadline;
+                        if until.is_none() {
+                            self.fence.open_until(deadline);
+                        }
+                        next = sent + self.timing.renew_every;
+                    }
+                    Ok(Ok(Wrote::Lost)) => return Err(LOST),
                     Ok(Err(e)) => {
                         warn!(error = %e, "renewing the leader lease failed; retrying until the renew deadline");
                         next = Instant::now() + jittered(self.timing.retry_period);
                     }
                     Err(_) => {}
                 },
-                _ = sleep_until(deadline) => {
-                    return self.step_down("no renewal of the leader lease landed within the renew deadline");
-                }
+                _ = sleep_until(until.unwrap_or(deadline).min(deadline)) => {}
                 Some(()) = changes.next() => match self.holder_now().await {
-                    Holder::Other => return self.step_down("the leader lease names another holder"),
-                    // Deleted: write it again at once, as a renewal.
-                    Holder::Nobody => next = Instant::now(),
+                    Holder::Other | Holder::Nobody => return Err(LOST),
                     Holder::Me | Holder::Unknown => {}
                 },
             }
@@ -231,21 +294,19 @@ impl LeaderElection {
         }
     }
 
-    /// Reads the Lease and acts on it as [`record::decide`] says; `true` if this instance now
-    /// holds it.
-    async fn try_acquire(&self) -> kube::Result<bool> {
+    /// Reads the Lease and acts on it as [`record::decide`] says: how this instance now holds
+    /// it, if it does.
+    async fn try_acquire(&self) -> kube::Result<Option<Claim>> {
         let observed = self.read().await?;
-        let now = Instant::now();
-        let absent_since = *self.absent_since.lock();
+        let maybe_created = self.unanswered_create.lock().take();
         let decision = record::decide(
             observed.as_ref(),
-            absent_since,
             &self.identity,
             self.timing.lease,
-            now,
+            Instant::now(),
         );
         if let Decision::WaitUntil(_) = decision {
-            return Ok(false);
+            return Ok(None);
         }
         let claim = record::claim(
             observed.as_ref().map(|o| &o.spec),
@@ -253,28 +314,42 @@ impl LeaderElection {
             self.timing.lease,
             self.clock.now(),
         );
-        Ok(matches!(
-            self.write(observed.as_ref(), claim).await?,
-            Wrote::Landed(_)
-        ))
+        let lease = self.timing.lease;
+        Ok(match self.write(observed.as_ref(), claim).await? {
+            Wrote::Landed(sent) if observed.is_none() => Some(Claim::Created {
+                sent,
+                lead_at: sent + lease,
+            }),
+            // The record naming this instance may be its own create, whose answer was lost.
+            Wrote::Landed(sent) => Some(match maybe_created {
+                Some(created) if decision == Decision::Renew => Claim::Created {
+                    sent,
+                    lead_at: created + lease,
+                },
+                _ => Claim::Taken(sent),
+            }),
+            Wrote::Lost => None,
+        })
     }
 
     /// One renewal, over the version last read; a conflict is read again, and renewed again
     /// only if the Lease still names this instance (someone changed something else). A
-    /// deleted Lease is created again.
+    /// deleted Lease is lost: whoever creates it again waits a lease duration.
     async fn renew(&self) -> kube::Result<Wrote> {
         loop {
-            let mine = self.observed.lock().clone();
-            if mine.as_ref().is_some_and(|m| m.holder() != self.identity) {
+            let Some(mine) = self.observed.lock().clone() else {
+                return Ok(Wrote::Lost);
+            };
+            if mine.holder() != self.identity {
                 return Ok(Wrote::Lost);
             }
             let claim = record::claim(
-                mine.as_ref().map(|m| &m.spec),
+                Some(&mine.spec),
                 &self.identity,
                 self.timing.lease,
                 self.clock.now(),
             );
-            match self.write(mine.as_ref(), claim).await? {
+            match self.write(Some(&mine), claim).await? {
                 Wrote::Landed(sent) => return Ok(Wrote::Landed(sent)),
                 Wrote::Lost => {
                     self.read().await?;
@@ -305,7 +380,6 @@ impl LeaderElection {
         let now = Instant::now();
         match record::decide(
             self.observed.lock().as_ref(),
-            *self.absent_since.lock(),
             &self.identity,
             self.timing.lease,
             now,
@@ -322,11 +396,6 @@ impl LeaderElection {
     }
 
     fn observe(&self, lease: Option<Lease>, now: Instant) -> Option<Observed> {
-        let mut absent_since = self.absent_since.lock();
-        *absent_since = match lease {
-            Some(_) => None,
-            None => absent_since.or(Some(now)),
-        };
         let mut observed = self.observed.lock();
         *observed = lease.map(|l| {
             let version = l.metadata.resource_version.unwrap_or_default();
@@ -336,13 +405,12 @@ impl LeaderElection {
     }
 
     /// Creates the Lease (nothing observed) or replaces it over the observed version. A write
-    /// that lands opens the fence until the renew deadline after it was sent.
+    /// that lands says when it was sent: its renew deadline runs from then.
     async fn write(
         &self,
         over: Option<&Observed>,
         spec: k8s_openapi::api::coordination::v1::LeaseSpec,
     ) -> kube::Result<Wrote> {
-        let holds = spec.holder_identity.as_deref() == Some(self.identity.as_str());
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
@@ -359,9 +427,6 @@ impl LeaderElection {
         };
         match written {
             Ok(lease) => {
-                if holds {
-                    self.fence.open_until(sent + self.timing.renew_deadline);
-                }
                 self.observe(Some(lease), Instant::now());
                 Ok(Wrote::Landed(sent))
             }
@@ -369,7 +434,12 @@ impl LeaderElection {
             Err(kube::Error::Api(s)) if s.code == 409 || (s.code == 404 && over.is_some()) => {
                 Ok(Wrote::Lost)
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                if over.is_none() {
+                    *self.unanswered_create.lock() = Some(sent);
+                }
+                Err(e)
+            }
         }
     }
 

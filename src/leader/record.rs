@@ -48,7 +48,7 @@ impl Observed {
 /// What to do with the Lease, given what was observed of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {
-    /// There has been no Lease for a lease duration: create it, naming this instance.
+    /// There is no Lease: create it, naming this instance.
     Create,
     /// Free or expired: write it over the observed version, naming this instance.
     Take,
@@ -58,23 +58,11 @@ pub enum Decision {
     WaitUntil(Instant),
 }
 
-/// `absent_since`: when this instance first saw that there is no Lease (`observed` is
-/// `None`). A Lease deleted under a live holder is no free lease: the holder acts until its
-/// renew deadline, and writes it again as soon as it notices. So a missing Lease is timed
-/// like an expired one, from this instance's own observation of its absence (a new
-/// install's first leader waits one lease duration).
-pub fn decide(
-    observed: Option<&Observed>,
-    absent_since: Option<Instant>,
-    me: &str,
-    duration: Duration,
-    now: Instant,
-) -> Decision {
+/// A missing Lease is created at once; its creator leads only a lease duration later (see
+/// `LeaderElection::acquire`).
+pub fn decide(observed: Option<&Observed>, me: &str, duration: Duration, now: Instant) -> Decision {
     let Some(observed) = observed else {
-        return match absent_since.map(|since| since + duration) {
-            Some(expiry) if expiry > now => Decision::WaitUntil(expiry),
-            _ => Decision::Create,
-        };
+        return Decision::Create;
     };
     match observed.holder() {
         holder if holder == me => Decision::Renew,
@@ -180,16 +168,16 @@ mod tests {
         let an_hour_ago = Timestamp::now() - jiff::SignedDuration::from_hours(1);
         let seen = observed(spec("other", an_hour_ago), now);
         assert_eq!(
-            decide(Some(&seen), None, "me", LEASE, now),
+            decide(Some(&seen), "me", LEASE, now),
             Decision::WaitUntil(now + LEASE)
         );
         let later = now + LEASE - Duration::from_millis(1);
         assert_eq!(
-            decide(Some(&seen), None, "me", LEASE, later),
+            decide(Some(&seen), "me", LEASE, later),
             Decision::WaitUntil(now + LEASE)
         );
         assert_eq!(
-            decide(Some(&seen), None, "me", LEASE, now + LEASE),
+            decide(Some(&seen), "me", LEASE, now + LEASE),
             Decision::Take
         );
     }
@@ -204,7 +192,7 @@ mod tests {
         let again = Observed::seen(Some(&first), record.clone(), "8".into(), t0 + LEASE);
         assert_eq!(again.at, t0);
         assert_eq!(
-            decide(Some(&again), None, "me", LEASE, t0 + LEASE),
+            decide(Some(&again), "me", LEASE, t0 + LEASE),
             Decision::Take
         );
         let renewed = LeaseSpec {
@@ -221,29 +209,11 @@ mod tests {
     #[test]
     fn a_missing_lease_is_created_a_free_one_taken_and_ours_renewed() {
         let now = Instant::now();
-        assert_eq!(
-            decide(None, Some(now - LEASE), "me", LEASE, now),
-            Decision::Create
-        );
+        assert_eq!(decide(None, "me", LEASE, now), Decision::Create);
         let free = observed(spec("", Timestamp::now()), now);
-        assert_eq!(decide(Some(&free), None, "me", LEASE, now), Decision::Take);
+        assert_eq!(decide(Some(&free), "me", LEASE, now), Decision::Take);
         let ours = observed(spec("me", Timestamp::now()), now);
-        assert_eq!(decide(Some(&ours), None, "me", LEASE, now), Decision::Renew);
-    }
-
-    /// Issue 26, fault 7: a Lease just deleted may have a live holder, acting until its renew
-    /// deadline: it is created only a lease duration after its absence was first seen.
-    #[test]
-    fn a_missing_lease_is_timed_from_when_its_absence_was_seen() {
-        let now = Instant::now();
-        assert_eq!(
-            decide(None, Some(now), "me", LEASE, now),
-            Decision::WaitUntil(now + LEASE)
-        );
-        assert_eq!(
-            decide(None, Some(now), "me", LEASE, now + LEASE),
-            Decision::Create
-        );
+        assert_eq!(decide(Some(&ours), "me", LEASE, now), Decision::Renew);
     }
 
     #[test]

@@ -159,19 +159,33 @@ async fn acquire_within(election: &LeaderElection, within: Duration) -> bool {
         .unwrap_or(false)
 }
 
-#[tokio::test]
-async fn a_missing_lease_is_created_and_the_fence_opens() {
+fn puts(state: &Shared) -> usize {
+    let s = state.lock();
+    s.seen.iter().filter(|(m, _)| *m == Method::PUT).count()
+}
+
+/// Issue 26, fault 7: a missing Lease cannot say who held it last; its creator keeps it
+/// renewed, with its fence closed, for a lease duration, and only then leads.
+#[tokio::test(start_paused = true)]
+async fn a_missing_lease_is_created_and_led_a_lease_duration_later() {
     let state = Shared::default();
     let me = election(&state, "me");
     assert!(!me.fence.is_open());
-    assert!(acquire_within(&me, Duration::from_secs(5)).await);
+    let began = Instant::now();
+    assert!(acquire_within(&me, LEASE * 2).await);
+    assert!(began.elapsed() >= LEASE, "led after {:?}", began.elapsed());
     assert_eq!(state.lock().holder().as_deref(), Some("me"));
+    assert!(
+        puts(&state) >= 2,
+        "renewed while waiting: {:?}",
+        state.lock().seen
+    );
     assert!(me.fence.is_open());
 }
 
 /// Issue 19, item 6: a standby whose reads fail (an API server restarting, a leader's release
 /// under way) keeps trying and takes the lease once it can.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_standby_whose_reads_fail_keeps_trying_and_takes_the_lease() {
     let state = Shared::default();
     state.lock().fail = 3;
@@ -182,7 +196,7 @@ async fn a_standby_whose_reads_fail_keeps_trying_and_takes_the_lease() {
 
 /// Issue 19, item 5: the holder's renewTime says an hour ago (its clock, or a record written
 /// long ago): a standby still waits a whole lease from when it first saw the record.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_standby_times_the_lease_from_its_own_observation() {
     let state = Shared::default();
     let an_hour_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
@@ -198,33 +212,40 @@ async fn a_standby_times_the_lease_from_its_own_observation() {
     assert_eq!(state.lock().holder().as_deref(), Some("me"));
 }
 
-/// Issue 19, item 3: a Lease deleted under a leader is written again by it; under a standby,
-/// created by it once the holder's lease has run out as observed.
-#[tokio::test]
-async fn a_deleted_lease_is_created_again() {
+/// Issue 19, item 3, and issue 26, fault 7: a leader whose Lease was deleted steps down at
+/// its next renewal, and creates it again like anyone else; a standby creates a deleted
+/// Lease at once, and leads a lease duration later.
+#[tokio::test(start_paused = true)]
+async fn a_deleted_lease_is_created_again_and_led_a_lease_duration_later() {
     let state = Shared::default();
     let leader = election(&state, "me");
-    assert!(acquire_within(&leader, Duration::from_secs(5)).await);
+    assert!(acquire_within(&leader, LEASE * 2).await);
     state.lock().lease = None;
     let held = tokio::time::timeout(LEASE, leader.hold());
-    assert!(held.await.is_err(), "the leader stepped down");
+    assert!(held.await.is_ok(), "the leader did not step down");
+    assert!(!leader.fence.is_open());
+    assert!(acquire_within(&leader, LEASE * 2).await);
     assert_eq!(state.lock().holder().as_deref(), Some("me"));
 
     let standby = election(&state, "standby");
-    let waiting = tokio::spawn(async move { acquire_within(&standby, LEASE * 3).await });
+    let waiting = tokio::spawn(async move {
+        let deleted = Instant::now() + Duration::from_millis(300);
+        acquire_within(&standby, LEASE * 3).await && Instant::now() >= deleted + LEASE
+    });
     tokio::time::sleep(Duration::from_millis(300)).await;
     state.lock().lease = None;
-    assert!(waiting.await.unwrap());
+    assert!(waiting.await.unwrap(), "the standby led too soon or never");
     assert_eq!(state.lock().holder().as_deref(), Some("standby"));
 }
 
 /// Issue 19, item 4: a leader that learns of another holder only when its renewal is refused
 /// steps down, closes its fence, and its release leaves the other holder in place.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_leader_never_overwrites_another_holder() {
     let state = Shared::default();
     let me = election(&state, "me");
-    assert!(acquire_within(&me, Duration::from_secs(5)).await);
+    assert!(acquire_within(&me, LEASE * 2).await);
+    let before = puts(&state);
     state
         .lock()
         .write(holding("usurper", jiff::Timestamp::now()));
@@ -233,33 +254,21 @@ async fn a_leader_never_overwrites_another_holder() {
     assert!(!me.fence.is_open());
     me.release().await;
     assert_eq!(state.lock().holder().as_deref(), Some("usurper"));
-    let writes_as_me = state
-        .lock()
-        .seen
-        .iter()
-        .filter(|(m, h)| *m == Method::PUT && h.as_deref() != Some("usurper"))
-        .count();
     // The renewal that met the 409 only: no write after it.
-    assert!(writes_as_me <= 2, "{:?}", state.lock().seen);
+    assert!(puts(&state) - before <= 1, "{:?}", state.lock().seen);
 }
 
 /// The leader renews every third of the lease, over the version it last wrote, and a
 /// renewal that cannot land closes the fence by the renew deadline.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn renewals_come_every_third_of_the_lease_and_the_fence_closes_without_them() {
     let state = Shared::default();
     let me = election(&state, "me");
-    assert!(acquire_within(&me, Duration::from_secs(5)).await);
-    let puts = |s: &Shared| {
-        s.lock()
-            .seen
-            .iter()
-            .filter(|(m, _)| *m == Method::PUT)
-            .count()
-    };
+    assert!(acquire_within(&me, LEASE * 2).await);
+    let before = puts(&state);
     let held = tokio::time::timeout(LEASE * 2, me.hold()).await;
     assert!(held.is_err(), "stepped down while renewals landed");
-    let renewals = puts(&state);
+    let renewals = puts(&state) - before;
     assert!(
         (5..=7).contains(&renewals),
         "{renewals} renewals in two leases"
