@@ -60,6 +60,14 @@ impl<S> StatusWrites<S> {
             })
     }
 
+    /// Whether this instance's status write made the object's version `resource_version`.
+    pub fn wrote(&self, uid: &str, resource_version: &str) -> bool {
+        let by_uid = self.by_uid.lock();
+        by_uid
+            .get(uid)
+            .is_some_and(|w| w.written == resource_version)
+    }
+
     /// Drops the record of a deleted object.
     pub fn forget(&self, uid: &str) {
         self.by_uid.lock().remove(uid);

@@ -33,6 +33,12 @@ pub enum Action {
         ns: &'static str,
         name: String,
     },
+    /// A person writes a wrong status over the PodSet's (`kubectl patch --subresource
+    /// status`): it names a pod that does not exist.
+    WriteStatus {
+        ns: &'static str,
+        name: String,
+    },
     /// Deletes one pod of the PodSet, the `pick`-th of them.
     DeletePod {
         ns: &'static str,
@@ -88,6 +94,10 @@ pub fn plan(rng: &mut fastrand::Rng, span: Duration) -> Vec<(Duration, Action)> 
         for _ in 0..rng.usize(0..=2) {
             let (ns, podset, pick) = (*ns, name.clone(), rng.usize(..8));
             plan.push((at(rng, 0.2, 0.9), Action::DeletePod { ns, podset, pick }));
+        }
+        if rng.f64() < 0.1 {
+            let (ns, name) = (*ns, name.clone());
+            plan.push((at(rng, 0.2, 0.9), Action::WriteStatus { ns, name }));
         }
         if rng.f64() < 0.1 {
             plan.push((
@@ -183,6 +193,12 @@ fn perform_on(w: &mut World, action: &Action, now: jiff::Timestamp) {
             let patch = json!({"spec": {"replicas": replicas}});
             store
                 .merge_patch(&key(Kind::PodSet, ns, name), &patch, None)
+                .map(drop)
+        }
+        Action::WriteStatus { ns, name } => {
+            let patch = json!({"status": {"podNames": ["not-a-pod"], "availableReplicas": 1}});
+            store
+                .merge_patch(&key(Kind::PodSet, ns, name), &patch, Some("status"))
                 .map(drop)
         }
         Action::DeletePodSet { ns, name } => store

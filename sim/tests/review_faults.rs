@@ -394,6 +394,33 @@ fn a_creator_asked_to_stop_while_it_waits_does_not_hand_the_lease_over() {
     assert_ok(&report);
 }
 
+/// Found by the search (seed 209364): a status write of the leader's, held by the server
+/// past its answer's timeout, landed after the leader had reconciled again, with nothing
+/// else changing: the PodSet showed the old status until the five-minute resync, since only
+/// a new generation woke its reconcile. The same for a person's write to `/status`. The
+/// ReplicaSet controller reconciles on every update; ours on every one but its own.
+#[test]
+fn a_status_written_by_another_is_put_right_at_once() {
+    let report = play(17, Setup::default(), |scene| async move {
+        leader(&scene).await?;
+        scene.user(Action::CreatePodSet {
+            ns: "ns-a",
+            name: "web".into(),
+            replicas: 2,
+        });
+        scene.converged(secs(30)).await;
+        // Its pods started and ready: nothing else wakes its reconcile.
+        scene.sleep(secs(10)).await;
+        scene.user(Action::WriteStatus {
+            ns: "ns-a",
+            name: "web".into(),
+        });
+        scene.converged(secs(10)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
+
 /// Fault 8: on SIGTERM the Lease was released right after in-flight reconciles were dropped,
 /// while their writes could still be on their way: the successor acted before they landed.
 #[test]

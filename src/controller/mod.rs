@@ -11,6 +11,7 @@ mod backoff;
 pub(crate) mod fixtures;
 pub mod podset;
 mod routing;
+mod wakes;
 
 pub use backoff::Backoff;
 use routing::{Router, primary, watch_pods};
@@ -244,12 +245,14 @@ impl Launch<'_> {
     ) -> tokio::sync::watch::Receiver<bool>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + kube::core::object::HasStatus
             + Clone
             + DeserializeOwned
             + std::fmt::Debug
             + Send
             + Sync
             + 'static,
+        K::Status: serde::Serialize,
         Fut: Future<Output = crate::error::Result<Action>> + Send + 'static,
     {
         let (reader, writer) = reflector::store();

@@ -7,17 +7,21 @@ use tokio::time::Instant;
 use futures::StreamExt;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use k8s_openapi::api::core::v1::Pod;
+use kube::core::object::HasStatus;
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tracing::warn;
 
+use serde::Serialize;
+
+use super::wakes::Wakes;
 use super::{Context, Settings, scoped};
 use crate::api::{At, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet};
 use crate::cache::Touched;
 
-/// The primary objects, triggering only on spec (generation) changes; `synced` turns true
-/// once the first full list is in the store. A deleted object's records (backoff,
+/// The primary objects, triggering on what [`Wakes`] says (a new generation, a status not
+/// ours); `synced` turns true once the first full list is in the store. A deleted object's records (backoff,
 /// expectations, status memo) go with it: nothing would ever reconcile it to reset them.
 /// The store keeps no field that no reconcile reads and that can be large: managed fields,
 /// and `kubectl apply`'s copy of the whole object (a PodSet's template a second time).
@@ -28,23 +32,42 @@ pub(super) fn primary<K>(
     ctx: Arc<Context>,
 ) -> impl futures::Stream<Item = watcher::Result<K>> + Send
 where
-    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    K: Resource<DynamicType = ()> + HasStatus + Clone + std::fmt::Debug + Send + Sync + 'static,
+    K::Status: Serialize,
 {
+    let mut wakes = Wakes::default();
     events
         .modify(slim)
         .reflect(writer)
-        .inspect(move |event| match event {
-            Ok(watcher::Event::InitDone) => drop(synced.send_replace(true)),
-            Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
-                let (uid, version) = (obj.uid(), obj.resource_version());
-                let (uid, version) = (uid.unwrap_or_default(), version.unwrap_or_default());
-                ctx.podset_statuses.observed(&uid, &version);
-            }
-            Ok(watcher::Event::Delete(obj)) => ctx.forget(&obj.uid().unwrap_or_default()),
-            _ => {}
+        .filter_map(move |event| {
+            let woken = match event {
+                Ok(watcher::Event::Init) => {
+                    wakes.relist_begins();
+                    None
+                }
+                Ok(watcher::Event::InitDone) => {
+                    wakes.relist_done();
+                    synced.send_replace(true);
+                    None
+                }
+                Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
+                    let uid = obj.uid().unwrap_or_default();
+                    let version = obj.resource_version().unwrap_or_default();
+                    let ours = ctx.podset_statuses.wrote(&uid, &version);
+                    ctx.podset_statuses.observed(&uid, &version);
+                    let generation = obj.meta().generation;
+                    wakes.wakes(&uid, generation, &obj, ours).then_some(Ok(obj))
+                }
+                Ok(watcher::Event::Delete(obj)) => {
+                    let uid = obj.uid().unwrap_or_default();
+                    wakes.forget(&uid);
+                    ctx.forget(&uid);
+                    None
+                }
+                Err(e) => Some(Err(e)),
+            };
+            futures::future::ready(woken)
         })
-        .applied_objects()
-        .predicate_filter(predicates::generation, Default::default())
 }
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";

@@ -1,0 +1,111 @@
+//! Which watch events of a controller's own objects wake its reconcile: a new generation (the
+//! spec changed), or a status this instance did not write (a person's `kubectl patch
+//! --subresource status`, or a write of a deposed term that the server held and carried out
+//! late). The ReplicaSet controller reconciles on every update; ours skip only their own
+//! status writes, which would wake a reconcile that finds nothing to do.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use kube::core::object::HasStatus;
+use serde::Serialize;
+
+/// What was last seen of each object: its generation and a hash of its status.
+#[derive(Default)]
+pub struct Wakes {
+    seen: HashMap<String, (Option<i64>, u64)>,
+    /// The objects a relist under way has shown; the others are gone once it ends.
+    relisted: Option<HashSet<String>>,
+}
+
+impl Wakes {
+    /// Whether this version of the object wakes its reconcile; `ours`: this instance wrote
+    /// this version's status.
+    pub fn wakes<K>(&mut self, uid: &str, generation: Option<i64>, obj: &K, ours: bool) -> bool
+    where
+        K: HasStatus,
+        K::Status: Serialize,
+    {
+        let now = (generation, status_hash(obj));
+        if let Some(relisted) = self.relisted.as_mut() {
+            relisted.insert(uid.to_string());
+        }
+        match self.seen.insert(uid.to_string(), now) {
+            None => true,
+            Some((before, _)) if before != now.0 => true,
+            Some((_, status)) => status != now.1 && !ours,
+        }
+    }
+
+    /// A relist begins: objects it does not show were deleted meanwhile, unseen.
+    pub fn relist_begins(&mut self) {
+        self.relisted = Some(HashSet::new());
+    }
+
+    pub fn relist_done(&mut self) {
+        if let Some(relisted) = self.relisted.take() {
+            self.seen.retain(|uid, _| relisted.contains(uid));
+        }
+    }
+
+    pub fn forget(&mut self, uid: &str) {
+        self.seen.remove(uid);
+    }
+}
+
+/// A stable hash (the same in every process and run) of the object's status.
+fn status_hash<K>(obj: &K) -> u64
+where
+    K: HasStatus,
+    K::Status: Serialize,
+{
+    let mut hasher = DefaultHasher::new();
+    serde_json::to_vec(&obj.status())
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{PodSet, PodSetSpec, PodSetStatus};
+
+    fn podset(available: i32) -> PodSet {
+        let spec = PodSetSpec {
+            replicas: 2,
+            template: None,
+        };
+        let mut p = PodSet::new("web", spec);
+        p.status = Some(PodSetStatus {
+            available_replicas: available,
+            ..Default::default()
+        });
+        p
+    }
+
+    #[test]
+    fn a_new_generation_or_anothers_status_wakes_our_own_status_does_not() {
+        let mut w = Wakes::default();
+        assert!(w.wakes("u", Some(1), &podset(0), false), "first sight");
+        assert!(!w.wakes("u", Some(1), &podset(0), false), "nothing changed");
+        assert!(!w.wakes("u", Some(1), &podset(2), true), "our own status");
+        assert!(
+            w.wakes("u", Some(1), &podset(1), false),
+            "someone else's status"
+        );
+        assert!(w.wakes("u", Some(2), &podset(1), true), "a new generation");
+    }
+
+    #[test]
+    fn a_relist_forgets_objects_deleted_unseen() {
+        let mut w = Wakes::default();
+        w.wakes("gone", Some(1), &podset(0), false);
+        w.wakes("kept", Some(1), &podset(0), false);
+        w.relist_begins();
+        assert!(!w.wakes("kept", Some(1), &podset(0), false));
+        w.relist_done();
+        assert_eq!(w.seen.len(), 1);
+        assert!(w.wakes("gone", Some(1), &podset(0), false), "seen anew");
+    }
+}
