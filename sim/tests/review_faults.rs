@@ -421,6 +421,41 @@ fn a_status_written_by_another_is_put_right_at_once() {
     assert_ok(&report);
 }
 
+/// Found by the search (seed 3301): a delete answered with a 500 may have been carried out;
+/// sent again, it was refused before it left (connection refused), and that refusal was
+/// taken as settling it: the PodSet waited five minutes (the expectations' TTL) for a watch
+/// event of a delete that never happened.
+#[test]
+fn a_delete_whose_resend_was_refused_is_looked_up_not_waited_out() {
+    let report = play(18, Setup::default(), |scene| async move {
+        let l = leader(&scene).await?;
+        scene.user(Action::CreatePodSet {
+            ns: "ns-a",
+            name: "web".into(),
+            replicas: 3,
+        });
+        scene.converged(secs(30)).await;
+        let failed = RequestPlan {
+            before: Before::Status(500, "InternalError"),
+            ..RequestPlan::default()
+        };
+        let refused = RequestPlan {
+            connect: Connect::Refused,
+            ..RequestPlan::default()
+        };
+        scene.rule(rule(Some(l), Method::DELETE, "/pods/", failed, 1));
+        scene.rule(rule(Some(l), Method::DELETE, "/pods/", refused, 1));
+        scene.user(Action::Scale {
+            ns: "ns-a",
+            name: "web".into(),
+            replicas: 2,
+        });
+        scene.converged(secs(30)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
+
 /// Fault 8: on SIGTERM the Lease was released right after in-flight reconciles were dropped,
 /// while their writes could still be on their way: the successor acted before they landed.
 #[test]

@@ -212,7 +212,7 @@ async fn settle(ps: &PodSet, ctx: &Context) -> Outcome {
             unsettled
                 .deletes
                 .iter()
-                .map(|(pod_uid, n)| delete(&api, n, pod_uid))
+                .map(|(pod_uid, n)| resend_delete(&api, n, pod_uid))
         ),
     );
     let (mut created, mut create_error) = (Vec::new(), None);
@@ -227,20 +227,17 @@ async fn settle(ps: &PodSet, ctx: &Context) -> Outcome {
         create_error = create_error.or(e);
     }
     let (mut deleted, mut delete_error) = (Vec::new(), None);
-    for ((pod_uid, name), result) in unsettled.deletes.into_iter().zip(deletes) {
+    for ((pod_uid, name), (terminating, e)) in unsettled.deletes.into_iter().zip(deletes) {
         let now = Instant::now();
-        match result {
-            Deleted::Unknown(e) => delete_error = delete_error.or(Some(e)),
-            Deleted::Gone => ctx.expectations.delete_done(&uid, &pod_uid, now),
-            // The first send may have been carried out: the watch or the TTL will tell.
-            Deleted::Refused(e) => {
-                ctx.expectations.delete_settled(&uid, &pod_uid, now);
-                delete_error = delete_error.or(Some(e));
-            }
-            Deleted::Sent => {
-                ctx.expectations.delete_settled(&uid, &pod_uid, now);
-                deleted.push(name);
-            }
+        match terminating {
+            Some(true) => ctx.expectations.delete_settled(&uid, &pod_uid, now),
+            Some(false) => ctx.expectations.delete_done(&uid, &pod_uid, now),
+            None => {}
+        }
+        match e {
+            Some(e) => delete_error = delete_error.or(Some(e)),
+            None if terminating == Some(true) => deleted.push(name),
+            None => {}
         }
     }
     let failed_create = report(ps, ctx, Verb::Create, &created, create_error).await;
@@ -299,6 +296,29 @@ async fn resend_create(
         Created::Unknown(e) => (None, Some(e)),
         Created::Refused(e) => match api.get_opt(name).await {
             Ok(found) => (Some(found.is_some()), Some(e)),
+            Err(_) => (None, Some(e)),
+        },
+    }
+}
+
+/// A delete whose first answer was lost, sent again: whether the pod is now terminating (the
+/// watch will show it gone), or nothing of it is pending (`false`: gone, or never deleted);
+/// `None` while that is unknown. A refusal says nothing of the first send, so the pod is
+/// looked up, as a refused create's is.
+async fn resend_delete(
+    api: &Api<Pod>,
+    name: &str,
+    uid: &Uid,
+) -> (Option<bool>, Option<kube::Error>) {
+    match delete(api, name, uid).await {
+        Deleted::Sent => (Some(true), None),
+        Deleted::Gone => (Some(false), None),
+        Deleted::Unknown(e) => (None, Some(e)),
+        Deleted::Refused(e) => match api.get_opt(name).await {
+            Ok(Some(pod)) if pod.metadata.uid.as_deref().is_some_and(|u| uid == u) => {
+                (Some(pod.metadata.deletion_timestamp.is_some()), Some(e))
+            }
+            Ok(_) => (Some(false), Some(e)),
             Err(_) => (None, Some(e)),
         },
     }
