@@ -28,8 +28,6 @@ use std::time::Duration;
 use futures::future::{BoxFuture, Either};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper_timeout::TimeoutConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use kube::client::{Body, ClientBuilder, ConfigExt};
 use tokio::sync::Semaphore;
@@ -40,10 +38,13 @@ use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt as _};
 use crate::leader::fence::{Fence, FenceLayer};
 use crate::metrics::Metrics;
 
+mod connection;
 mod deadline;
 mod gated;
 mod outcome;
 mod warnings;
+pub use connection::READ_IDLE_TIMEOUT;
+use connection::{tcp_connector, with_timeouts};
 pub use deadline::REQUEST_TIMEOUT;
 pub use outcome::{NotSent, may_have_acted};
 pub use warnings::LOGGED_AS as WARNING_LOGGED_AS;
@@ -110,17 +111,6 @@ where
         .build()
 }
 
-/// How long a connection may deliver no byte before it counts as dead, whatever it carries:
-/// a watch gets a bookmark from the API server about every minute even when nothing changes
-/// (`allowWatchBookmarks`), so only a dead path stays silent longer. kube leaves it unset, and
-/// a watch or request on a connection that hangs (no reset) then waits forever.
-pub const READ_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
-const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
-const KEEPALIVE_RETRIES: u32 = 3;
-
 /// `podset-operator/<version> (<instance>)`.
 pub fn user_agent(instance: &str) -> String {
     format!("podset-operator/{} ({instance})", env!("CARGO_PKG_VERSION"))
@@ -143,14 +133,14 @@ fn http_stack(
 > {
     let https = config.rustls_https_connector_with_connector(tcp_connector())?;
     let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
-    let reads = client.build(with_timeouts(https.clone(), &config));
+    let reads = client.build(with_timeouts(https.clone()));
     let writes = match fence {
         Some(fence) => {
             let gated = gated::GatedConnector {
                 inner: https,
                 fence,
             };
-            tower::util::Either::Left(client.build(with_timeouts(gated, &config)))
+            tower::util::Either::Left(client.build(with_timeouts(gated)))
         }
         None => tower::util::Either::Right(reads.clone()),
     };
@@ -163,32 +153,6 @@ fn http_stack(
             writes: writes.map_err(BoxError::from),
         });
     Ok(service)
-}
-
-fn tcp_connector() -> HttpConnector {
-    let mut tcp = HttpConnector::new();
-    tcp.enforce_http(false);
-    tcp.set_nodelay(true);
-    // A peer that vanished without a reset (its host died behind a load balancer) is found
-    // by the kernel's probes of an idle connection.
-    tcp.set_keepalive(Some(KEEPALIVE_IDLE));
-    tcp.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
-    tcp.set_keepalive_retries(Some(KEEPALIVE_RETRIES));
-    tcp
-}
-
-fn with_timeouts<C>(connector: C, config: &kube::Config) -> TimeoutConnector<C>
-where
-    C: Service<http::Uri> + Send,
-    C::Response: hyper::rt::Read + hyper::rt::Write + Send + Unpin,
-    C::Future: Send + 'static,
-    C::Error: Into<BoxError>,
-{
-    let mut connector = TimeoutConnector::new(connector);
-    connector.set_connect_timeout(config.connect_timeout.or(Some(CONNECT_TIMEOUT)));
-    connector.set_read_timeout(config.read_timeout.or(Some(READ_IDLE_TIMEOUT)));
-    connector.set_write_timeout(config.write_timeout.or(Some(WRITE_TIMEOUT)));
-    connector
 }
 
 /// Sends reads (and watches) on one client, writes on another.
