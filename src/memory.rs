@@ -26,3 +26,43 @@ pub fn release() {
         libc::malloc_trim(0);
     }
 }
+
+/// [`release`], off the async workers when called on the runtime: a sweep of a heap at its
+/// peak (after a relist) takes milliseconds, holding the allocator's lock, and would stall
+/// every task on that worker meanwhile.
+pub fn release_soon() {
+    drop(off_the_workers(release));
+}
+
+fn off_the_workers(f: fn()) -> Option<tokio::task::JoinHandle<()>> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => Some(runtime.spawn_blocking(f)),
+        Err(_) => {
+            f();
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::thread::ThreadId;
+
+    use super::*;
+
+    static RAN_ON: Mutex<Option<ThreadId>> = Mutex::new(None);
+
+    fn record() {
+        *RAN_ON.lock().unwrap() = Some(std::thread::current().id());
+    }
+
+    /// Issue 26, fault 10: the pod cache's relist trimmed the heap on the async task that
+    /// applied it.
+    #[tokio::test]
+    async fn a_release_from_the_runtime_runs_on_a_blocking_thread() {
+        off_the_workers(record).expect("spawned").await.unwrap();
+        let ran_on = RAN_ON.lock().unwrap().expect("ran");
+        assert_ne!(ran_on, std::thread::current().id());
+    }
+}

@@ -106,6 +106,16 @@ impl PodCache {
         self.len() == 0
     }
 
+    /// The term that filled the cache is over: a standby manages no pods, and counts none.
+    pub fn clear(&self) {
+        self.unready();
+        *self.relist.lock() = None;
+        let old = std::mem::take(&mut *self.index.write());
+        drop(old);
+        intern::purge();
+        crate::memory::release_soon();
+    }
+
     /// A new watch starts (a new leadership term): what the cache holds may be stale until
     /// that watch's first full list, and [`Self::wait_ready`] waits for it again.
     pub fn unready(&self) {
@@ -145,7 +155,7 @@ impl PodCache {
                 let touched = diff(&old, &self.index.read());
                 drop(old);
                 intern::purge();
-                crate::memory::release();
+                crate::memory::release_soon();
                 self.ready.send_replace(true);
                 touched
             }
