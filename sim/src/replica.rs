@@ -174,6 +174,11 @@ impl Replica {
         state.running.is_some() && state.fence.is_open()
     }
 
+    /// How many pods the current incarnation's cache holds (its `managed_pods` metric).
+    pub fn cached_pods(&self) -> usize {
+        self.state.lock().shared.pods.len()
+    }
+
     /// Whether the current incarnation reports ready (`/readyz`).
     pub fn ready(&self) -> bool {
         self.state.lock().shared.health.is_ready()

@@ -456,6 +456,38 @@ fn a_delete_whose_resend_was_refused_is_looked_up_not_waited_out() {
     assert_ok(&report);
 }
 
+/// Issue 26 (smaller): a leader that stepped down kept its pod cache, and its
+/// `managed_pods` metric went on counting pods it no longer manages, from a cache no longer
+/// watched.
+#[test]
+fn a_replica_that_stepped_down_counts_no_pods() {
+    let report = play(19, Setup::default(), |scene| async move {
+        let l = leader(&scene).await?;
+        scene.user(Action::CreatePodSet {
+            ns: "ns-a",
+            name: "web".into(),
+            replicas: 3,
+        });
+        scene.converged(secs(30)).await;
+        let former = &scene.replicas[l];
+        if former.cached_pods() != 3 {
+            return Err(format!("the leader caches {} pods", former.cached_pods()));
+        }
+        former.gate.freeze();
+        scene.sleep(secs(30)).await;
+        former.gate.thaw();
+        scene.sleep(secs(5)).await;
+        if former.leads() {
+            return Err("the frozen leader still leads".into());
+        }
+        match former.cached_pods() {
+            0 => Ok(()),
+            n => Err(format!("a standby counts {n} pods")),
+        }
+    });
+    assert_ok(&report);
+}
+
 /// Fault 8: on SIGTERM the Lease was released right after in-flight reconciles were dropped,
 /// while their writes could still be on their way: the successor acted before they landed.
 #[test]

@@ -94,6 +94,16 @@ impl Context {
     }
 }
 
+/// Empties the pod cache when a term's controllers stop, or are dropped (a leader stepping
+/// down): what it held is no longer watched, nor managed.
+struct Emptied(Arc<PodCache>);
+
+impl Drop for Emptied {
+    fn drop(&mut self) {
+        self.0.clear();
+    }
+}
+
 pub fn scoped<K>(client: Client, namespace: Option<&str>) -> Api<K>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
@@ -135,6 +145,7 @@ pub async fn run(
         clock: settings.clock.clone(),
     });
     ctx.pods.unready();
+    let _emptied = Emptied(ctx.pods.clone());
     let (router, queues) = Router::new(&settings);
     // Aborted when `run` ends or is dropped (a leader stepping down): never left behind.
     let _pod_watch = {
