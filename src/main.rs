@@ -118,8 +118,10 @@ struct RunArgs {
     #[arg(long, env = "LEADER_ELECTION_NAMESPACE")]
     leader_election_namespace: Option<String>,
 
-    /// Lease duration in seconds: how soon a standby takes over from a leader that died.
-    #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15)]
+    /// Lease duration in seconds (2 to 3600): how soon a standby takes over from a leader
+    /// that died, and how long a new Lease's creator waits before it leads.
+    #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15,
+        value_parser = clap::value_parser!(u64).range(2..=3600))]
     lease_duration_seconds: u64,
 
     /// How long, after SIGTERM, in-flight reconciles may take before the process exits.
@@ -281,4 +283,27 @@ async fn cancel_on_signal(token: CancellationToken) {
     }
     info!("shutdown signal received");
     token.cancel();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(["podset-operator", "run"].iter().chain(args))
+    }
+
+    /// Issue 26: an unbounded lease duration wrapped in the Lease's i32 field, and twice it
+    /// could overflow.
+    #[test]
+    fn a_lease_duration_outside_2_to_3600_seconds_is_refused() {
+        for bad in ["0", "1", "3601", "18446744073709551615"] {
+            let flag = format!("--lease-duration-seconds={bad}");
+            assert!(run(&[&flag]).is_err(), "{bad} accepted");
+        }
+        for good in ["2", "15", "3600"] {
+            let flag = format!("--lease-duration-seconds={good}");
+            assert!(run(&[&flag]).is_ok(), "{good} refused");
+        }
+    }
 }
