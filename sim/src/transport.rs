@@ -18,6 +18,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use kube::client::Body;
 use podset_operator::client::NotSent;
+use podset_operator::client::READ_IDLE_TIMEOUT;
 use podset_operator::leader::Fence;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
@@ -35,9 +36,6 @@ pub type Reply = Response<UnsyncBoxBody<Bytes, BoxError>>;
 
 /// One way across the network and back, for a request that met no fault.
 const LATENCY: Duration = Duration::from_millis(2);
-/// As the operator's connections: a stream silent this long is dead (a watch gets bookmarks
-/// more often).
-const READ_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
 
 #[derive(Clone)]
 pub struct Transport {
