@@ -29,6 +29,11 @@ IMG ?= podset-operator:0.1.0
 HELM_VENV := $(CURDIR)/.local/helm-venv
 HELM_SDK_VERSION := 0.2.2
 CARGO ?= cargo
+# `make test` runs these seeds of the simulation: the same on every run, so a red one replays.
+SIM_SEEDS ?= 10000
+SIM_START ?= 0
+# `make sim`: SEEDS seeds from a fresh random start (START=S to choose), or SEED=S replayed.
+SEEDS ?= 1000
 comma := ,
 # $(call say,message): make splits call arguments at commas, so say joins them back.
 say = @printf '\033[1m[make %s]\033[0m %s\n' "$@" "$(1)$(if $(2),$(comma)$(2))$(if $(3),$(comma)$(3))$(if $(4),$(comma)$(4))"
@@ -60,6 +65,8 @@ test: deps helm-sdk ## Build everything and run every test (unit, end to end on 
 	$(call say,checking formatting and lints)
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(call say,the deterministic simulation: $(SIM_SEEDS) seeds from $(SIM_START)$(comma) each a run of 1-3 replicas under seeded faults$(comma) invariants at every step (make sim to search new seeds))
+	target/debug/podset-sim --seeds $(SIM_SEEDS) --start $(SIM_START) --threads $${TEST_THREADS:-2}
 	$(call say,building the operator's image offline: static binary (hack/build-static.sh) + buildah; the in-cluster tests run it)
 	@bash hack/build-image.sh
 	@bash hack/check-static.sh
@@ -77,6 +84,16 @@ test: deps helm-sdk ## Build everything and run every test (unit, end to end on 
 	$(call say,benchmark harness smoke run: tiny sizes, checks the harness and its invariants, not speed)
 	target/debug/podset-bench --smoke --operator target/debug/podset-operator --csv target/bench/smoke.csv
 	@bash hack/check-no-leftovers.sh
+
+.PHONY: sim
+sim: deps ## The deterministic simulation: SEEDS=N seeds from a fresh random start (or START=S), or SEED=S replayed with its trace
+	$(call say,cargo build -p podset-sim)
+	$(CARGO) build -p podset-sim --bin podset-sim
+	@if [ -n "$(SEED)" ]; then \
+	  target/debug/podset-sim --seed $(SEED); \
+	else \
+	  target/debug/podset-sim --seeds $(SEEDS) $(if $(START),--start $(START)); \
+	fi
 
 .PHONY: bench
 bench: kubernetes ## Benchmarks vs the ReplicaSet controller and the API floor (release build; ~30 min)

@@ -126,7 +126,6 @@ fn search(cli: &Cli) -> bool {
     reports.iter().all(|r| !r.failed())
 }
 
-/// A bar redrawn in place on a terminal; a line every tenth of the way in a log.
 /// Runs `seed` in a child process of this binary (`--child`).
 fn in_a_process(seed: u64) -> Report {
     let failed = |why: String| Report {
@@ -150,6 +149,7 @@ fn in_a_process(seed: u64) -> Report {
     }
 }
 
+/// A bar redrawn in place on a terminal; a line every tenth of the way in a log.
 fn progress(reports: &[Report], total: u64, elapsed: Duration) {
     use std::io::IsTerminal;
     let done = reports.len() as u64;
