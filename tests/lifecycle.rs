@@ -234,7 +234,9 @@ async fn a_leader_whose_lease_is_taken_stops_acting_at_once() -> Result<()> {
     let usurped = std::time::Instant::now();
     // Seen through its Lease watch: until then the leader cannot know, and may act.
     poll(PROMPTLY, "the leader seeing the usurper", || async {
-        Ok(leader.log().contains("names another holder; stepping down"))
+        Ok(leader
+            .log()
+            .contains("names another holder or was deleted; stepping down"))
     })
     .await?;
     println!("the leader saw the usurper within {:?}", usurped.elapsed());

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use common::{
     Operator, PROMPTLY, TestNs, cluster_without_nodes, leader_args, lease_holder, podset, poll,
-    seeded_rng,
+    seeded_rng, wait_for_holder,
 };
 use futures::future::try_join_all;
 use jiff::Timestamp;
@@ -124,10 +124,7 @@ impl Leaders {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let proxy = FaultProxy::start(ns.cluster.api_addr()).await?;
         let proxied = ns.start_operator_through(&proxy, &args).await?;
-        poll(PROMPTLY, "the proxied operator leading", || async {
-            Ok(lease_holder(&ns).await? == proxied.instance)
-        })
-        .await?;
+        wait_for_holder(&ns, &[&proxied]).await?;
         let standby = ns.start_operator(&args).await?;
         Ok(Self {
             ns,

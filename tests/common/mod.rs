@@ -410,6 +410,12 @@ impl Operator {
         std::fs::read_to_string(&self.process.log).unwrap_or_default()
     }
 
+    /// Whether its log says it leads: its last term began and has not ended.
+    pub fn leads(&self) -> bool {
+        let log = self.log();
+        log.rfind("became the leader") > log.rfind("; stepping down")
+    }
+
     /// The JSON lines of its log (`--log-format=json`), each parsed.
     pub fn log_lines(&self) -> Vec<serde_json::Value> {
         self.log()
@@ -609,13 +615,14 @@ pub fn leader_args(ns: &TestNs, lease_seconds: u64) -> Vec<String> {
     ]
 }
 
-/// Waits until one of `candidates` holds the [`LEASE`] in `ns`; its name.
+/// Waits until one of `candidates` holds the [`LEASE`] in `ns` and leads: the one that created
+/// the Lease leads only a lease duration later. Its name.
 pub async fn wait_for_holder(ns: &TestNs, candidates: &[&Operator]) -> Result<String> {
     poll_some(PROMPTLY, "a leader", || async {
         let holder = lease_holder(ns).await?;
         Ok(candidates
             .iter()
-            .any(|o| o.instance == holder)
+            .any(|o| o.instance == holder && o.leads())
             .then_some(holder))
     })
     .await
