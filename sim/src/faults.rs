@@ -100,6 +100,8 @@ pub struct RequestPlan {
     pub after: After,
     /// Extra time before the answer is read.
     pub slow_reply: Duration,
+    /// For a watch: what happens to its stream (drawn at random when `None`).
+    pub watch: Option<WatchPlan>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -120,7 +120,7 @@ impl Transport {
         sleep(LATENCY + plan.slow_reply).await;
         self.alive().await;
         match plan.after {
-            After::Reply => Ok(self.reply(answer)),
+            After::Reply => Ok(self.reply(answer, plan.watch)),
             After::Lost => Err(reset()),
             After::Hang => hang(watch).await,
             After::Timeout => Ok(json_reply(504, &status(504, "Timeout"))),
@@ -150,11 +150,11 @@ impl Transport {
         });
     }
 
-    fn reply(&self, answer: Answer) -> Reply {
+    fn reply(&self, answer: Answer, watch: Option<WatchPlan>) -> Reply {
         match answer {
             Answer::Reply(code, body) => json_reply(code, &body),
             Answer::Watch(events, timeout) => {
-                let plan = self.sim.with(|w| w.faults.plan_watch());
+                let plan = watch.unwrap_or_else(|| self.sim.with(|w| w.faults.plan_watch()));
                 let body = watch_body(events, plan, timeout, self.replica.clone());
                 Response::builder()
                     .status(200)

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use http::Method;
-use podset_sim::faults::{After, Before, Connect, RequestPlan, Rule};
+use podset_sim::faults::{After, Before, Connect, RequestPlan, Rule, WatchPlan};
 use podset_sim::model::resource::Kind;
 use podset_sim::model::store::{Key, Store};
 use podset_sim::replica::{LEASE_NAME, LEASE_NAMESPACE};
@@ -484,6 +484,52 @@ fn a_replica_that_stepped_down_counts_no_pods() {
             0 => Ok(()),
             n => Err(format!("a standby counts {n} pods")),
         }
+    });
+    assert_ok(&report);
+}
+
+/// Found by the search (seed 306401): a create was carried out but its answer never came;
+/// the watch showed the pod, a person deleted it, and the PodSet made a replacement. When the
+/// create timed out, it was taken as unsettled and sent again under its name, which made the
+/// deleted pod anew: one pod over the spec.
+#[test]
+fn a_create_timed_out_after_its_pod_was_seen_is_not_sent_again() {
+    let report = play(20, Setup::default(), |scene| async move {
+        // The leader's pod watch (from about 15 s) goes quiet from 45 s to 75 s.
+        let stalled = RequestPlan {
+            watch: Some(WatchPlan {
+                stall: Some((secs(30), secs(30))),
+                cut: None,
+            }),
+            ..RequestPlan::default()
+        };
+        scene.rule(rule(
+            None,
+            Method::GET,
+            "/api/v1/pods?&watch=true",
+            stalled,
+            1,
+        ));
+        let l = leader(&scene).await?;
+        let hang = RequestPlan {
+            after: After::Hang,
+            ..RequestPlan::default()
+        };
+        scene.rule(rule(Some(l), Method::POST, "/pods", hang, 1));
+        scene.user(Action::CreatePodSet {
+            ns: "ns-a",
+            name: "web".into(),
+            replicas: 1,
+        });
+        scene.sleep(secs(5)).await;
+        scene.user(Action::DeletePod {
+            ns: "ns-a",
+            podset: "web".into(),
+            pick: 0,
+        });
+        scene.sleep(secs(40)).await;
+        scene.converged(secs(30)).await;
+        Ok(())
     });
     assert_ok(&report);
 }

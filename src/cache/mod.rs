@@ -14,6 +14,7 @@ pub use pod::{CachedPod, Ended, Owner, Phase, Stamp};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use compact_str::CompactString;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::Event;
 use tokio::sync::watch;
@@ -41,6 +42,7 @@ pub struct Touched {
     pub owner: Owner,
     pub namespace: Arc<str>,
     pub pod_uid: Uid,
+    pub pod_name: CompactString,
     pub change: Change,
 }
 
@@ -198,6 +200,7 @@ fn changes(previous: Option<&CachedPod>, current: Option<&CachedPod>) -> Vec<Tou
             owner,
             namespace: pod.namespace.clone(),
             pod_uid: pod.uid.clone(),
+            pod_name: pod.name.clone(),
             change,
         })
     };

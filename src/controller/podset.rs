@@ -18,7 +18,7 @@ use crate::api::PodSet;
 use crate::cache::CachedPod;
 use crate::client;
 use crate::error::{Error, Result};
-use crate::expectations::{Readiness, Unanswered, Unsettled};
+use crate::expectations::{Readiness, Unanswered};
 use crate::jitter::jittered;
 use crate::plan::name;
 use crate::plan::podset::{self as plan, Failure, Outcome, Plan};
@@ -49,7 +49,7 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
         // Being deleted: the garbage collector removes the pods; creating more would race it.
         _ if deleting => Outcome::NotActed,
         Readiness::Satisfied => manage(ps, &pods, ctx).await,
-        Readiness::Waiting(_) => settle(ps, ctx).await,
+        Readiness::Waiting(_) => settle::settle(ps, ctx).await,
     };
     // While our own creates or deletes are still on their way to the watch, a status would
     // describe a moment already over: it is written once the watch has shown them all (one
@@ -118,8 +118,9 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
             .map(|_| name::random(prefix(&template)))
             .collect();
         let namespace = ps.namespace().unwrap_or_default();
+        let expected = names.iter().map(String::as_str);
         ctx.expectations
-            .expect_creates(&uid, &namespace, batch, Instant::now());
+            .expect_creates(&uid, &namespace, expected, Instant::now());
         let results = join_all(names.iter().map(|n| async {
             let unanswered = Unanswered::create(&ctx.expectations, &uid, n);
             let result = create(&api, &template, n).await;
@@ -130,14 +131,14 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
         for (name, result) in names.into_iter().zip(results) {
             let now = Instant::now();
             match result {
-                Created::Made => created.push(name),
+                Created::Made(_) => created.push(name),
                 Created::Unknown(e) => {
                     ctx.expectations.create_unsettled(&uid, &name, now);
                     error.get_or_insert(e);
                 }
                 // Refused, or the name was taken (a one in 14 million chance): no pod of ours.
                 Created::Refused(e) | Created::Exists(e) => {
-                    ctx.expectations.creates_failed(&uid, 1, now);
+                    ctx.expectations.create_failed(&uid, &name, now);
                     error.get_or_insert(e);
                 }
             }
@@ -192,62 +193,6 @@ async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> 
     report(ps, ctx, Verb::Delete, &deleted, error).await
 }
 
-/// Sends again the creates and deletes whose replies were lost, until the API server's
-/// answers say whether each happened: the owner is acted on again only then.
-async fn settle(ps: &PodSet, ctx: &Context) -> Outcome {
-    let uid = ps.uid().unwrap_or_default();
-    let unsettled = ctx.expectations.unsettled(&uid, Instant::now());
-    if unsettled == Unsettled::default() {
-        return Outcome::NotActed;
-    }
-    let (api, template) = (pods_api(ps, ctx), plan::pod_for(ps));
-    let (creates, deletes) = futures::join!(
-        join_all(
-            unsettled
-                .creates
-                .iter()
-                .map(|n| resend_create(&api, &template, n))
-        ),
-        join_all(
-            unsettled
-                .deletes
-                .iter()
-                .map(|(pod_uid, n)| resend_delete(&api, n, pod_uid))
-        ),
-    );
-    let (mut created, mut create_error) = (Vec::new(), None);
-    for (name, (landed, e)) in unsettled.creates.into_iter().zip(creates) {
-        if let Some(landed) = landed {
-            ctx.expectations
-                .create_settled(&uid, &name, landed, Instant::now());
-            if landed {
-                created.push(name);
-            }
-        }
-        create_error = create_error.or(e);
-    }
-    let (mut deleted, mut delete_error) = (Vec::new(), None);
-    for ((pod_uid, name), (terminating, e)) in unsettled.deletes.into_iter().zip(deletes) {
-        let now = Instant::now();
-        match terminating {
-            Some(true) => ctx.expectations.delete_settled(&uid, &pod_uid, now),
-            Some(false) => ctx.expectations.delete_done(&uid, &pod_uid, now),
-            None => {}
-        }
-        match e {
-            Some(e) => delete_error = delete_error.or(Some(e)),
-            None if terminating == Some(true) => deleted.push(name),
-            None => {}
-        }
-    }
-    let failed_create = report(ps, ctx, Verb::Create, &created, create_error).await;
-    let failed_delete = report(ps, ctx, Verb::Delete, &deleted, delete_error).await;
-    match failed_create.or(failed_delete) {
-        Some(f) => Outcome::Failed(f),
-        None => Outcome::Succeeded,
-    }
-}
-
 fn pods_api(ps: &PodSet, ctx: &Context) -> Api<Pod> {
     Api::namespaced(ctx.client.clone(), &ps.namespace().unwrap_or_default())
 }
@@ -262,7 +207,8 @@ fn prefix(template: &Pod) -> &str {
 
 /// What the API server answered to a create.
 enum Created {
-    Made,
+    /// This pod.
+    Made(Uid),
     /// 409 AlreadyExists: a pod has the name.
     Exists(kube::Error),
     /// Turned away before anything was stored.
@@ -275,52 +221,12 @@ async fn create(api: &Api<Pod>, template: &Pod, name: &str) -> Created {
     let mut pod = template.clone();
     pod.metadata.name = Some(name.to_string());
     match client::create(api, &pod).await {
-        Ok(_) => Created::Made,
+        Ok(pod) => Created::Made(Uid::from(pod.uid().unwrap_or_default().as_str())),
         Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
             Created::Exists(kube::Error::Api(s))
         }
         Err(e) if client::may_have_acted(&e) => Created::Unknown(e),
         Err(e) => Created::Refused(e),
-    }
-}
-
-/// A create sent again: whether the pod landed, once known, and the error to report. A
-/// refusal now does not say the first send made nothing, so a read decides.
-async fn resend_create(
-    api: &Api<Pod>,
-    template: &Pod,
-    name: &str,
-) -> (Option<bool>, Option<kube::Error>) {
-    match create(api, template, name).await {
-        Created::Made | Created::Exists(_) => (Some(true), None),
-        Created::Unknown(e) => (None, Some(e)),
-        Created::Refused(e) => match api.get_opt(name).await {
-            Ok(found) => (Some(found.is_some()), Some(e)),
-            Err(_) => (None, Some(e)),
-        },
-    }
-}
-
-/// A delete whose first answer was lost, sent again: whether the pod is now terminating (the
-/// watch will show it gone), or nothing of it is pending (`false`: gone, or never deleted);
-/// `None` while that is unknown. A refusal says nothing of the first send, so the pod is
-/// looked up, as a refused create's is.
-async fn resend_delete(
-    api: &Api<Pod>,
-    name: &str,
-    uid: &Uid,
-) -> (Option<bool>, Option<kube::Error>) {
-    match delete(api, name, uid).await {
-        Deleted::Sent => (Some(true), None),
-        Deleted::Gone => (Some(false), None),
-        Deleted::Unknown(e) => (None, Some(e)),
-        Deleted::Refused(e) => match api.get_opt(name).await {
-            Ok(Some(pod)) if pod.metadata.uid.as_deref().is_some_and(|u| uid == u) => {
-                (Some(pod.metadata.deletion_timestamp.is_some()), Some(e))
-            }
-            Ok(_) => (Some(false), Some(e)),
-            Err(_) => (None, Some(e)),
-        },
     }
 }
 
@@ -435,5 +341,6 @@ async fn write_status(
     Ok(())
 }
 
+mod settle;
 #[cfg(test)]
 mod tests;

@@ -169,6 +169,7 @@ mod tests {
             },
             namespace: "ns".into(),
             pod_uid: "p".into(),
+            pod_name: "p".into(),
             change: crate::cache::Change::Updated,
         }
     }
@@ -222,7 +223,7 @@ mod tests {
         let ps = podset();
         ctx.backoff.next("ps-uid");
         ctx.expectations
-            .expect_creates("ps-uid", "ns", 1, Instant::now());
+            .expect_creates("ps-uid", "ns", ["web-pod1"], Instant::now());
         let events = futures::stream::iter([
             Ok(watcher::Event::Init),
             Ok(watcher::Event::InitApply(ps.clone())),

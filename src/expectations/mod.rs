@@ -3,15 +3,19 @@
 //! the watch has shown all of it. This is what keeps a lagging cache from causing a second
 //! round of creates for pods already made.
 //!
-//! Creations are counted (a created pod's UID is unknown until the API answers, and the
-//! watch may show the pod first); deletions are tracked by pod UID. Expectations older than
-//! [`EXPECTATIONS_TTL`] count as met, so a lost observation delays an owner, never stalls it.
+//! Creations are tracked by the name the operator gave the pod (its UID is unknown until the
+//! API answers, and the watch may show the pod first); deletions by pod UID. Expectations
+//! older than [`EXPECTATIONS_TTL`] count as met, so a lost observation delays an owner,
+//! never stalls it.
 //!
 //! A create or delete whose reply was lost is *unsettled*: it may or may not have happened. It
 //! stays expected and is sent again (creates name their pod, so a second send cannot make a
 //! second pod) until the API server's answer says which; only then may the owner be acted
 //! on again. Waiting out the TTL instead would stall every owner caught by an API server
-//! restart for five minutes.
+//! restart for five minutes. A create whose pod the watch already showed is settled: it is
+//! never sent again (its pod may have been deleted since, and replaced). While a create is
+//! sent again, a pod of its name the watch shows may be the first send's, deleted since, or
+//! this one's: only the answer, which names the pod, says which meets it.
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -22,6 +26,9 @@ use tokio::time::Instant;
 use crate::cache::{Change, Touched};
 use crate::uid::Uid;
 
+mod unanswered;
+pub use unanswered::Unanswered;
+
 /// As the ReplicaSet controller's `ExpectationsTimeout`.
 pub const EXPECTATIONS_TTL: Duration = Duration::from_secs(5 * 60);
 
@@ -30,10 +37,9 @@ struct Pending {
     /// The owner's namespace: only its pods can meet its expectations (an ownerReference
     /// that crosses namespaces is invalid, and anyone may write one).
     namespace: Option<Arc<str>>,
-    creates: usize,
+    /// By the pod's name.
+    creates: HashMap<String, Create>,
     deletes: HashSet<Uid>,
-    /// Pod names of creates whose outcome is unknown; counted in `creates`.
-    unsettled_creates: HashSet<String>,
     /// Pod UIDs (and names) of deletes whose outcome is unknown; also in `deletes`.
     unsettled_deletes: HashMap<Uid, String>,
     /// Set once, when the record is made: neither more actions nor observations move it, so
@@ -45,24 +51,45 @@ impl Pending {
     fn new(now: Instant) -> Self {
         Self {
             namespace: None,
-            creates: 0,
+            creates: HashMap::new(),
             deletes: HashSet::new(),
-            unsettled_creates: HashSet::new(),
             unsettled_deletes: HashMap::new(),
             expires: now + EXPECTATIONS_TTL,
         }
     }
 
     fn met(&self) -> bool {
-        self.creates == 0
-            && self.deletes.is_empty()
-            && self.unsettled_creates.is_empty()
-            && self.unsettled_deletes.is_empty()
+        self.creates.is_empty() && self.deletes.is_empty() && self.unsettled_deletes.is_empty()
     }
 
     fn expired(&self, now: Instant) -> bool {
         self.expires <= now
     }
+}
+
+/// Where a create expected to show in the watch stands.
+#[derive(Debug, Clone, PartialEq)]
+enum Create {
+    /// Sent: any pod of its name that the watch shows meets it.
+    Sent,
+    /// Its answer was lost: to be sent again. Any pod of its name the watch shows meets it
+    /// (the send landed).
+    Unsettled,
+    /// Sent again, unanswered yet: the pods of its name the watch showed meanwhile.
+    Resending(Vec<Uid>),
+    /// Its pod is this one: only it meets it.
+    Made(Uid),
+}
+
+/// What a create sent again says of the pod of its name.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resent {
+    /// The pod of the name is this one (made now, or found there).
+    Pod(Uid),
+    /// There is none, and none will come of either send.
+    NoPod,
+    /// No answer again.
+    Unknown,
 }
 
 /// Creates (pod names) and deletes (pod UID, name) to send again.
@@ -109,17 +136,25 @@ impl Expectations {
         r
     }
 
-    /// Records `n` creates about to be sent for the owner in `namespace`.
-    pub fn expect_creates(&self, owner_uid: &str, namespace: &str, n: usize, now: Instant) {
+    /// Records the creates of pods of these names, about to be sent for the owner in
+    /// `namespace`.
+    pub fn expect_creates<'a>(
+        &self,
+        owner_uid: &str,
+        namespace: &str,
+        names: impl IntoIterator<Item = &'a str>,
+        now: Instant,
+    ) {
         self.with(owner_uid, now, |p| {
             p.namespace = Some(namespace.into());
-            p.creates += n;
+            let sent = names.into_iter().map(|n| (n.to_string(), Create::Sent));
+            p.creates.extend(sent);
         });
     }
 
-    /// Lowers the creates expected, for creates that failed (the watch will never show them).
-    pub fn creates_failed(&self, owner_uid: &str, n: usize, now: Instant) {
-        self.with(owner_uid, now, |p| p.creates = p.creates.saturating_sub(n));
+    /// A create that failed: the watch will never show its pod.
+    pub fn create_failed(&self, owner_uid: &str, name: &str, now: Instant) {
+        self.with(owner_uid, now, |p| p.creates.remove(name));
     }
 
     /// Records deletes about to be sent for the owner in `namespace`.
@@ -145,19 +180,40 @@ impl Expectations {
         });
     }
 
-    /// A create of pod `name` whose reply was lost: still expected, and to be sent again.
+    /// A create of pod `name` whose reply was lost: still expected, and to be sent again,
+    /// unless the watch showed its pod already (it landed; nothing is pending).
     pub fn create_unsettled(&self, owner_uid: &str, name: &str, now: Instant) {
         self.with(owner_uid, now, |p| {
-            p.unsettled_creates.insert(name.to_string())
+            if let Some(create) = p.creates.get_mut(name) {
+                *create = Create::Unsettled;
+            }
         });
     }
 
-    /// A create sent again was answered: the pod exists (`landed`: the watch will show it), or
-    /// it never will.
-    pub fn create_settled(&self, owner_uid: &str, name: &str, landed: bool, now: Instant) {
+    /// The create of pod `name` is about to be sent again.
+    pub fn create_resending(&self, owner_uid: &str, name: &str, now: Instant) {
         self.with(owner_uid, now, |p| {
-            if p.unsettled_creates.remove(name) && !landed {
-                p.creates = p.creates.saturating_sub(1);
+            if let Some(create) = p.creates.get_mut(name) {
+                *create = Create::Resending(Vec::new());
+            }
+        });
+    }
+
+    /// What the create of pod `name`, sent again, says.
+    pub fn create_resent(&self, owner_uid: &str, name: &str, resent: Resent, now: Instant) {
+        self.with(owner_uid, now, |p| {
+            let Some(create) = p.creates.get_mut(name) else {
+                return;
+            };
+            match (resent, &*create) {
+                (Resent::Pod(uid), Create::Resending(seen)) if seen.contains(&uid) => {
+                    p.creates.remove(name);
+                }
+                (Resent::Pod(uid), _) => *create = Create::Made(uid),
+                (Resent::NoPod, _) => {
+                    p.creates.remove(name);
+                }
+                (Resent::Unknown, _) => *create = Create::Unsettled,
             }
         });
     }
@@ -184,8 +240,9 @@ impl Expectations {
         else {
             return Unsettled::default();
         };
+        let creates = p.creates.iter().filter(|(_, c)| **c == Create::Unsettled);
         let mut unsettled = Unsettled {
-            creates: p.unsettled_creates.iter().cloned().collect(),
+            creates: creates.map(|(name, _)| name.clone()).collect(),
             deletes: p.unsettled_deletes.clone().into_iter().collect(),
         };
         unsettled.creates.sort();
@@ -208,7 +265,7 @@ impl Expectations {
             return;
         }
         match touched.change {
-            Change::Added => p.creates = p.creates.saturating_sub(1),
+            Change::Added => observe_create(&mut p.creates, touched),
             Change::Removed => {
                 p.deletes.remove(&touched.pod_uid);
                 p.unsettled_deletes.remove(&touched.pod_uid);
@@ -241,286 +298,20 @@ impl Expectations {
     }
 }
 
-/// A create or delete sent under an expectation whose answer has not been recorded yet. If
-/// it is dropped unanswered (its reconcile cut off at its deadline, or stopped), it may have
-/// been carried out or not: it is recorded as unsettled, to be sent again, rather than left
-/// expected until the TTL.
-pub struct Unanswered<'a> {
-    expectations: &'a Expectations,
-    owner_uid: &'a str,
-    pending: Option<Write>,
-}
-
-enum Write {
-    Create(String),
-    Delete(Uid, String),
-}
-
-impl<'a> Unanswered<'a> {
-    pub fn create(expectations: &'a Expectations, owner_uid: &'a str, name: &str) -> Self {
-        let pending = Some(Write::Create(name.to_string()));
-        Self {
-            expectations,
-            owner_uid,
-            pending,
-        }
+/// The watch shows a pod of the owner's: it meets the create of its name, if that expects
+/// any pod of the name or this one.
+fn observe_create(creates: &mut HashMap<String, Create>, touched: &Touched) {
+    let Some(create) = creates.get_mut(touched.pod_name.as_str()) else {
+        return;
+    };
+    match create {
+        Create::Sent | Create::Unsettled => {}
+        Create::Made(uid) if *uid == touched.pod_uid => {}
+        Create::Made(_) => return,
+        Create::Resending(seen) => return seen.push(touched.pod_uid.clone()),
     }
-
-    pub fn delete(
-        expectations: &'a Expectations,
-        owner_uid: &'a str,
-        pod: &Uid,
-        name: &str,
-    ) -> Self {
-        let pending = Some(Write::Delete(pod.clone(), name.to_string()));
-        Self {
-            expectations,
-            owner_uid,
-            pending,
-        }
-    }
-
-    /// The answer came: the caller records it.
-    pub fn answered(mut self) {
-        self.pending = None;
-    }
-}
-
-impl Drop for Unanswered<'_> {
-    fn drop(&mut self) {
-        let now = Instant::now();
-        match self.pending.take() {
-            Some(Write::Create(name)) => {
-                self.expectations
-                    .create_unsettled(self.owner_uid, &name, now)
-            }
-            Some(Write::Delete(pod, name)) => {
-                self.expectations
-                    .delete_unsettled(self.owner_uid, &pod, &name, now)
-            }
-            None => {}
-        }
-    }
+    creates.remove(touched.pod_name.as_str());
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cache::Owner;
-
-    fn uid(s: &str) -> Uid {
-        Uid::from(s)
-    }
-
-    fn touched(owner: &str, pod: &str, change: Change) -> Touched {
-        Touched {
-            owner: Owner {
-                kind: "PodSet".into(),
-                name: "x".into(),
-                uid: owner.into(),
-            },
-            namespace: "ns".into(),
-            pod_uid: pod.into(),
-            change,
-        }
-    }
-
-    #[test]
-    fn creates_are_met_when_the_watch_shows_them() {
-        let e = Expectations::default();
-        let t0 = Instant::now();
-        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
-        e.expect_creates("o", "ns", 2, t0);
-        assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)));
-        e.observe(&touched("o", "p1", Change::Added), t0);
-        e.observe(&touched("o", "p1", Change::Updated), t0);
-        assert!(
-            matches!(e.readiness("o", t0), Readiness::Waiting(_)),
-            "one of two seen"
-        );
-        e.observe(&touched("other", "q", Change::Added), t0);
-        assert!(
-            matches!(e.readiness("o", t0), Readiness::Waiting(_)),
-            "another owner's pod"
-        );
-        e.observe(&touched("o", "p2", Change::Added), t0);
-        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
-    }
-
-    #[test]
-    fn failed_creates_lower_the_count() {
-        let e = Expectations::default();
-        let t0 = Instant::now();
-        e.expect_creates("o", "ns", 4, t0);
-        e.creates_failed("o", 3, t0);
-        e.observe(&touched("o", "p1", Change::Added), t0);
-        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
-    }
-
-    #[test]
-    fn an_unsettled_create_is_expected_until_an_answer_says_whether_it_landed() {
-        let e = Expectations::default();
-        let t0 = Instant::now();
-        e.expect_creates("o", "ns", 2, t0);
-        e.create_unsettled("o", "web-podb", t0);
-        e.observe(&touched("o", "p1", Change::Added), t0);
-        e.observe(&touched("o", "p2", Change::Added), t0);
-        assert!(
-            matches!(e.readiness("o", t0), Readiness::Waiting(_)),
-            "two pods seen, yet one of them need not be web-podb: it may still land"
-        );
-        assert_eq!(e.unsettled("o", t0).creates, ["web-podb"]);
-        e.create_settled("o", "web-podb", true, t0);
-        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
-
-        // Settled as never made: no pod to wait for.
-        e.expect_creates("o", "ns", 1, t0);
-        e.create_unsettled("o", "web-podc", t0);
-        e.create_settled("o", "web-podc", false, t0);
-        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
-        assert_eq!(e.unsettled("o", t0), Unsettled::default());
-    }
-
-    #[test]
-    fn an_unsettled_delete_is_settled_by_an_answer_or_the_watch() {
-        let e = Expectations::default();
-        let t0 = Instant::now();
-        e.expect_deletes("o", "ns", &[uid("a"), uid("b")], t0);
-        e.delete_unsettled("o", &uid("a"), "web-poda", t0);
-        e.delete_unsettled("o", &uid("b"), "web-podb", t0);
-        assert_eq!(
-            e.unsettled("o", t0).deletes,
-            [
-                ("a".into(), "web-poda".into()),
-                ("b".into(), "web-podb".into())
-            ]
-        );
-        e.observe(&touched("o", "a", Change::Removed), t0);
-        e.delete_settled("o", &uid("b"), t0);
-        assert!(
-            matches!(e.readiness("o", t0), Readiness::Waiting(_)),
-            "b's delete answered, but the watch has not shown it"
-        );
-        assert_eq!(e.unsettled("o", t0), Unsettled::default());
-        e.delete_done("o", &uid("b"), t0);
-        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
-        assert_eq!(
-            e.unsettled("o", t0 + EXPECTATIONS_TTL),
-            Unsettled::default()
-        );
-    }
-
-    /// A panic in one reconcile while it holds the lock must not fail every later one.
-    #[test]
-    fn a_panic_under_the_lock_does_not_poison_the_records() {
-        let e = Expectations::default();
-        let t0 = Instant::now();
-        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            e.with("o", t0, |_| panic!("a bug in one reconcile"))
-        }));
-        assert!(panicked.is_err());
-        e.expect_creates("o", "ns", 1, t0);
-        assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)));
-    }
-
-    /// Issue 26, fault 5: a reconcile cut off at its deadline drops its creates and deletes
-    /// unanswered; each is left to be sent again, not expected until the TTL.
-    #[test]
-    fn a_write_dropped_unanswered_is_unsettled() {
-        let e = Expectations::default();
-        let t0 = Instant::now();
-        e.expect_creates("o", "ns", 2, t0);
-        e.expect_deletes("o", "ns", &[uid("a")], t0);
-        Unanswered::create(&e, "o", "web-podb").answered();
-        drop(Unanswered::create(&e, "o", "web-podc"));
-        drop(Unanswered::delete(&e, "o", &uid("a"), "web-poda"));
-        let unsettled = e.unsettled("o", t0);
-        assert_eq!(unsettled.creates, ["web-podc"]);
-        assert_eq!(unsettled.deletes, [("a".into(), "web-poda".into())]);
-    }
-
-    /// Issue 26: a pod in another namespace that names the owner as its controller (anyone
-    /// may write one) meets none of the owner's expectations.
-    #[test]
-    fn only_pods_in_the_owners_namespace_meet_its_expectations() {
-        let e = Expectations::default();
-        let t0 = Instant::now();
-        e.expect_creates("o", "ns", 1, t0);
-        let mut forged = touched("o", "f", Change::Added);
-        forged.namespace = "elsewhere".into();
-        e.observe(&forged, t0);
-        assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)));
-        e.observe(&touched("o", "p", Change::Added), t0);
-        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
-    }
-
-    #[test]
-    fn deletes_are_tracked_by_uid() {
-        let e = Expectations::default();
-        let t0 = Instant::now();
-        e.expect_deletes("o", "ns", &[uid("a"), uid("b")], t0);
-        e.observe(&touched("o", "c", Change::Removed), t0);
-        assert!(
-            matches!(e.readiness("o", t0), Readiness::Waiting(_)),
-            "not a pod we deleted"
-        );
-        e.observe(&touched("o", "a", Change::Removed), t0);
-        e.delete_done("o", &uid("b"), t0);
-        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
-    }
-
-    #[test]
-    fn an_expired_record_counts_as_nothing_and_lowering_keeps_its_expiry() {
-        let e = Expectations::default();
-        let t0 = Instant::now();
-        // Two creates whose pods the watch never showed: the record expires.
-        e.expect_creates("o", "ns", 2, t0);
-        let later = t0 + EXPECTATIONS_TTL + Duration::from_secs(1);
-        assert_eq!(e.readiness("o", later), Readiness::Satisfied);
-        // A fresh round of one create is met by one pod, not by three.
-        e.expect_creates("o", "ns", 1, later);
-        e.observe(&touched("o", "p1", Change::Added), later);
-        assert_eq!(
-            e.readiness("o", later),
-            Readiness::Satisfied,
-            "the expired creates were added to the new ones"
-        );
-        // Lowering a record does not push its expiry out.
-        e.expect_creates("q", "ns", 2, t0);
-        e.creates_failed("q", 1, t0 + Duration::from_secs(240));
-        assert_eq!(
-            e.readiness("q", t0 + EXPECTATIONS_TTL),
-            Readiness::Satisfied,
-            "a lowering restarted the five minutes"
-        );
-    }
-
-    #[test]
-    fn records_of_owners_never_seen_again_are_dropped() {
-        let e = Expectations::default();
-        let t0 = Instant::now();
-        // An owner deleted while the watch was away: nothing reads or lowers its record again.
-        e.expect_creates("gone", "ns", 1, t0);
-        e.expect_creates("o", "ns", 1, t0 + EXPECTATIONS_TTL);
-        assert_eq!(e.owners.lock().len(), 1, "an expired record kept");
-    }
-
-    #[test]
-    fn expectations_expire() {
-        let e = Expectations::default();
-        let t0 = Instant::now();
-        e.expect_creates("o", "ns", 1, t0);
-        match e.readiness("o", t0 + Duration::from_secs(60)) {
-            Readiness::Waiting(left) => {
-                assert_eq!(left, EXPECTATIONS_TTL - Duration::from_secs(60))
-            }
-            r => panic!("expected to wait, got {r:?}"),
-        }
-        assert_eq!(
-            e.readiness("o", t0 + EXPECTATIONS_TTL),
-            Readiness::Satisfied
-        );
-        e.forget("o");
-        assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
-    }
-}
+mod tests;

@@ -22,7 +22,7 @@ fn owned_pod(name: &str, uid: &str) -> Pod {
 #[test]
 fn a_pod_seen_between_the_reads_is_not_created_again() {
     let (cache, expectations, now) = (PodCache::default(), Expectations::default(), Instant::now());
-    expectations.expect_creates("ps-uid", "ns", 1, now);
+    expectations.expect_creates("ps-uid", "ns", ["web-pod1"], now);
     let pod = owned_pod("web-pod1", "p1");
     let landed = Cell::new(false);
     let land = || {
@@ -86,13 +86,16 @@ async fn reconcile_times(n: usize, ps: &PodSet, ctx: &Arc<Context>) {
 }
 
 /// The first create's reply is lost; the reconcile after sends the same pod again, under the
-/// same name, and a 409 AlreadyExists settles it as made: no second pod, and nothing more
-/// sent while the watch has yet to show it.
+/// same name, and a 409 AlreadyExists, then a read naming the pod, settle it as made: no
+/// second pod, and nothing more sent while the watch has yet to show that pod.
 #[tokio::test]
 async fn a_create_whose_reply_was_lost_is_sent_again_under_its_name_and_made_once() {
-    let (ctx, log) = scripted_context(|sent, before| match creates(before).len() {
-        0 if sent.is(&Method::POST, PODS) => Answer::Lost,
-        _ if sent.is(&Method::POST, PODS) => Answer::status(409, "AlreadyExists"),
+    let (ctx, log) = scripted_context(|sent, before| match creates(before).first() {
+        None if sent.is(&Method::POST, PODS) => Answer::Lost,
+        Some(_) if sent.is(&Method::POST, PODS) => Answer::status(409, "AlreadyExists"),
+        Some(first) if sent.is(&Method::GET, &format!("{PODS}/{first}")) => {
+            Answer::Reply(200, serde_json::to_value(owned_pod(first, "p1")).unwrap())
+        }
         _ => otherwise(sent),
     });
     reconcile_times(3, &podset(), &ctx).await;

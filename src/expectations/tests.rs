@@ -1,0 +1,282 @@
+use super::*;
+use crate::cache::Owner;
+
+fn uid(s: &str) -> Uid {
+    Uid::from(s)
+}
+
+fn touched(owner: &str, pod: &str, change: Change) -> Touched {
+    Touched {
+        owner: Owner {
+            kind: "PodSet".into(),
+            name: "x".into(),
+            uid: owner.into(),
+        },
+        namespace: "ns".into(),
+        pod_uid: pod.into(),
+        pod_name: pod.into(),
+        change,
+    }
+}
+
+#[test]
+fn creates_are_met_when_the_watch_shows_them() {
+    let e = Expectations::default();
+    let t0 = Instant::now();
+    assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+    e.expect_creates("o", "ns", ["p1", "p2"], t0);
+    assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)));
+    e.observe(&touched("o", "p1", Change::Added), t0);
+    e.observe(&touched("o", "p1", Change::Updated), t0);
+    assert!(
+        matches!(e.readiness("o", t0), Readiness::Waiting(_)),
+        "one of two seen"
+    );
+    e.observe(&touched("other", "p2", Change::Added), t0);
+    assert!(
+        matches!(e.readiness("o", t0), Readiness::Waiting(_)),
+        "another owner's pod"
+    );
+    e.observe(&touched("o", "q", Change::Added), t0);
+    assert!(
+        matches!(e.readiness("o", t0), Readiness::Waiting(_)),
+        "a pod of the owner's this instance did not create"
+    );
+    e.observe(&touched("o", "p2", Change::Added), t0);
+    assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+}
+
+#[test]
+fn failed_creates_are_not_expected() {
+    let e = Expectations::default();
+    let t0 = Instant::now();
+    e.expect_creates("o", "ns", ["p1", "p2", "p3", "p4"], t0);
+    for name in ["p2", "p3", "p4"] {
+        e.create_failed("o", name, t0);
+    }
+    e.observe(&touched("o", "p1", Change::Added), t0);
+    assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+}
+
+#[test]
+fn an_unsettled_create_is_expected_until_an_answer_says_whether_it_landed() {
+    let e = Expectations::default();
+    let t0 = Instant::now();
+    e.expect_creates("o", "ns", ["web-poda", "web-podb"], t0);
+    e.create_unsettled("o", "web-podb", t0);
+    e.observe(&touched("o", "web-poda", Change::Added), t0);
+    assert!(
+        matches!(e.readiness("o", t0), Readiness::Waiting(_)),
+        "web-podb may still land"
+    );
+    assert_eq!(e.unsettled("o", t0).creates, ["web-podb"]);
+    e.create_resending("o", "web-podb", t0);
+    e.create_resent("o", "web-podb", Resent::Pod(uid("b")), t0);
+    assert!(
+        matches!(e.readiness("o", t0), Readiness::Waiting(_)),
+        "made, but the watch has not shown it"
+    );
+    assert_eq!(e.unsettled("o", t0), Unsettled::default());
+    e.observe(&touched("o", "b", Change::Added), t0);
+    let mut made = touched("o", "b", Change::Added);
+    made.pod_name = "web-podb".into();
+    e.observe(&made, t0);
+    assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+
+    // Settled as never made: no pod to wait for.
+    e.expect_creates("o", "ns", ["web-podc"], t0);
+    e.create_unsettled("o", "web-podc", t0);
+    e.create_resending("o", "web-podc", t0);
+    e.create_resent("o", "web-podc", Resent::NoPod, t0);
+    assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+    assert_eq!(e.unsettled("o", t0), Unsettled::default());
+}
+
+/// Found by the simulation (seed 306401): the watch showed the pod of a create whose answer
+/// never came, a person deleted it and it was replaced; the create, taken as unsettled when
+/// it timed out and sent again, made the deleted pod anew: one over the spec.
+#[test]
+fn a_create_whose_pod_the_watch_showed_is_never_sent_again() {
+    let e = Expectations::default();
+    let t0 = Instant::now();
+    e.expect_creates("o", "ns", ["web-poda"], t0);
+    e.observe(&touched("o", "web-poda", Change::Added), t0);
+    e.create_unsettled("o", "web-poda", t0);
+    assert_eq!(e.unsettled("o", t0), Unsettled::default());
+    assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+}
+
+/// While a create is sent again, a pod of its name may be the first send's (deleted since)
+/// or this one's: only the one the answer names meets it, whenever the watch shows it.
+#[test]
+fn a_create_sent_again_is_met_only_by_the_pod_its_answer_names() {
+    let e = Expectations::default();
+    let t0 = Instant::now();
+    let pod = |uid: &str| {
+        let mut t = touched("o", uid, Change::Added);
+        t.pod_name = "web-poda".into();
+        t
+    };
+    e.expect_creates("o", "ns", ["web-poda"], t0);
+    e.create_unsettled("o", "web-poda", t0);
+    e.create_resending("o", "web-poda", t0);
+    e.observe(&pod("first"), t0);
+    e.create_resent("o", "web-poda", Resent::Pod(uid("second")), t0);
+    assert!(
+        matches!(e.readiness("o", t0), Readiness::Waiting(_)),
+        "the first send's pod met the second's create"
+    );
+    e.observe(&pod("second"), t0);
+    assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+
+    // Shown before the answer came.
+    e.expect_creates("o", "ns", ["web-poda"], t0);
+    e.create_unsettled("o", "web-poda", t0);
+    e.create_resending("o", "web-poda", t0);
+    e.observe(&pod("third"), t0);
+    e.create_resent("o", "web-poda", Resent::Pod(uid("third")), t0);
+    assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+}
+
+#[test]
+fn an_unsettled_delete_is_settled_by_an_answer_or_the_watch() {
+    let e = Expectations::default();
+    let t0 = Instant::now();
+    e.expect_deletes("o", "ns", &[uid("a"), uid("b")], t0);
+    e.delete_unsettled("o", &uid("a"), "web-poda", t0);
+    e.delete_unsettled("o", &uid("b"), "web-podb", t0);
+    assert_eq!(
+        e.unsettled("o", t0).deletes,
+        [
+            ("a".into(), "web-poda".into()),
+            ("b".into(), "web-podb".into())
+        ]
+    );
+    e.observe(&touched("o", "a", Change::Removed), t0);
+    e.delete_settled("o", &uid("b"), t0);
+    assert!(
+        matches!(e.readiness("o", t0), Readiness::Waiting(_)),
+        "b's delete answered, but the watch has not shown it"
+    );
+    assert_eq!(e.unsettled("o", t0), Unsettled::default());
+    e.delete_done("o", &uid("b"), t0);
+    assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+    assert_eq!(
+        e.unsettled("o", t0 + EXPECTATIONS_TTL),
+        Unsettled::default()
+    );
+}
+
+/// A panic in one reconcile while it holds the lock must not fail every later one.
+#[test]
+fn a_panic_under_the_lock_does_not_poison_the_records() {
+    let e = Expectations::default();
+    let t0 = Instant::now();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        e.with("o", t0, |_| panic!("a bug in one reconcile"))
+    }));
+    assert!(panicked.is_err());
+    e.expect_creates("o", "ns", ["p"], t0);
+    assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)));
+}
+
+/// Issue 26, fault 5: a reconcile cut off at its deadline drops its creates and deletes
+/// unanswered; each is left to be sent again, not expected until the TTL.
+#[test]
+fn a_write_dropped_unanswered_is_unsettled() {
+    let e = Expectations::default();
+    let t0 = Instant::now();
+    e.expect_creates("o", "ns", ["web-podb", "web-podc"], t0);
+    e.expect_deletes("o", "ns", &[uid("a")], t0);
+    Unanswered::create(&e, "o", "web-podb").answered();
+    drop(Unanswered::create(&e, "o", "web-podc"));
+    drop(Unanswered::delete(&e, "o", &uid("a"), "web-poda"));
+    let unsettled = e.unsettled("o", t0);
+    assert_eq!(unsettled.creates, ["web-podc"]);
+    assert_eq!(unsettled.deletes, [("a".into(), "web-poda".into())]);
+}
+
+/// Issue 26: a pod in another namespace that names the owner as its controller (anyone
+/// may write one) meets none of the owner's expectations.
+#[test]
+fn only_pods_in_the_owners_namespace_meet_its_expectations() {
+    let e = Expectations::default();
+    let t0 = Instant::now();
+    e.expect_creates("o", "ns", ["p"], t0);
+    let mut forged = touched("o", "p", Change::Added);
+    forged.namespace = "elsewhere".into();
+    e.observe(&forged, t0);
+    assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)));
+    e.observe(&touched("o", "p", Change::Added), t0);
+    assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+}
+
+#[test]
+fn deletes_are_tracked_by_uid() {
+    let e = Expectations::default();
+    let t0 = Instant::now();
+    e.expect_deletes("o", "ns", &[uid("a"), uid("b")], t0);
+    e.observe(&touched("o", "c", Change::Removed), t0);
+    assert!(
+        matches!(e.readiness("o", t0), Readiness::Waiting(_)),
+        "not a pod we deleted"
+    );
+    e.observe(&touched("o", "a", Change::Removed), t0);
+    e.delete_done("o", &uid("b"), t0);
+    assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+}
+
+#[test]
+fn an_expired_record_counts_as_nothing_and_lowering_keeps_its_expiry() {
+    let e = Expectations::default();
+    let t0 = Instant::now();
+    // Two creates whose pods the watch never showed: the record expires.
+    e.expect_creates("o", "ns", ["p1", "p2"], t0);
+    let later = t0 + EXPECTATIONS_TTL + Duration::from_secs(1);
+    assert_eq!(e.readiness("o", later), Readiness::Satisfied);
+    // A fresh round of one create is met by its pod alone.
+    e.expect_creates("o", "ns", ["p3"], later);
+    e.observe(&touched("o", "p3", Change::Added), later);
+    assert_eq!(
+        e.readiness("o", later),
+        Readiness::Satisfied,
+        "the expired creates were added to the new ones"
+    );
+    // Lowering a record does not push its expiry out.
+    e.expect_creates("q", "ns", ["p4", "p5"], t0);
+    e.create_failed("q", "p4", t0 + Duration::from_secs(240));
+    assert_eq!(
+        e.readiness("q", t0 + EXPECTATIONS_TTL),
+        Readiness::Satisfied,
+        "a lowering restarted the five minutes"
+    );
+}
+
+#[test]
+fn records_of_owners_never_seen_again_are_dropped() {
+    let e = Expectations::default();
+    let t0 = Instant::now();
+    // An owner deleted while the watch was away: nothing reads or lowers its record again.
+    e.expect_creates("gone", "ns", ["p1"], t0);
+    e.expect_creates("o", "ns", ["p2"], t0 + EXPECTATIONS_TTL);
+    assert_eq!(e.owners.lock().len(), 1, "an expired record kept");
+}
+
+#[test]
+fn expectations_expire() {
+    let e = Expectations::default();
+    let t0 = Instant::now();
+    e.expect_creates("o", "ns", ["p"], t0);
+    match e.readiness("o", t0 + Duration::from_secs(60)) {
+        Readiness::Waiting(left) => {
+            assert_eq!(left, EXPECTATIONS_TTL - Duration::from_secs(60))
+        }
+        r => panic!("expected to wait, got {r:?}"),
+    }
+    assert_eq!(
+        e.readiness("o", t0 + EXPECTATIONS_TTL),
+        Readiness::Satisfied
+    );
+    e.forget("o");
+    assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+}
