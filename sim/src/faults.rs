@@ -48,10 +48,12 @@ pub enum Fault {
     Freeze,
     /// A replica's wall clock jumps.
     ClockJump,
+    /// A deleted pod's node is lost: the pod stays Terminating for the rest of the run.
+    StuckTerminating,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 19] = [
+    pub const ALL: [Fault; 20] = [
         Fault::Refused,
         Fault::SlowConnect,
         Fault::TooManyRequests,
@@ -71,12 +73,13 @@ impl Fault {
         Fault::Terminate,
         Fault::Freeze,
         Fault::ClockJump,
+        Fault::StuckTerminating,
     ];
 
     /// The chance it fires each time it is reached, when on.
     fn rate(self) -> f64 {
         match self {
-            Fault::SlowReply => 0.10,
+            Fault::SlowReply | Fault::StuckTerminating => 0.10,
             Fault::WatchStall | Fault::WatchCut => 0.15,
             Fault::Refused | Fault::TooManyRequests | Fault::LostReply | Fault::TimeoutAfter => {
                 0.05

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::faults::Fault;
 use crate::model::objects::{self, controller};
 use crate::model::resource::Kind;
 use crate::model::store::{Change, Key, Preconditions, Store, seconds};
@@ -76,6 +77,11 @@ pub async fn react(sim: Arc<Sim>, reaction: Reaction) {
             finish(&sim, &key, &uid, exit_code(&command));
         }
         Reaction::Remove(key, uid) => {
+            if sim.with(|w| w.faults.fire(Fault::StuckTerminating)) {
+                let pod = format!("{}/{}", key.namespace, key.name);
+                sim.trace(|| format!("the node of pod {pod} is lost: it stays Terminating"));
+                return;
+            }
             tokio::time::sleep(pick(&sim, ms(100), ms(2000))).await;
             sim.act(Actor::Kubelet, |w| {
                 if current(&w.store, &key, &uid).is_some() {

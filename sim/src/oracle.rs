@@ -94,6 +94,9 @@ pub struct Oracle {
     /// Operator writes that landed (pods, PodSets, Ats), but for one that corrects another
     /// writer's (a deposed leader's late status write, put right at the next resync).
     pub own_writes: u64,
+    /// Controller writes sent, whether or not they changed anything: a write that changes
+    /// nothing commits nothing, yet an idle operator sends none.
+    pub writes_sent: u64,
     /// Who last wrote each PodSet and At.
     last_writer: HashMap<Key, Actor>,
     pub checks: u64,
@@ -134,6 +137,7 @@ impl Oracle {
         if fenced != Some(true) {
             return;
         }
+        self.writes_sent += 1;
         let other = self
             .fences
             .iter()
@@ -448,7 +452,15 @@ impl Oracle {
                 .parse::<jiff::Timestamp>()
                 .is_ok_and(|due| due <= now);
             let phase = objects::phase(at);
-            if due && phase != "DONE" {
+            // Its pod stuck Terminating on a lost node: what became of the command is unknown
+            // until the node comes back, as for a Job.
+            let stuck = store
+                .objects(Kind::Pod, Some(objects::namespace(at)))
+                .any(|p| {
+                    objects::terminating(p)
+                        && controller(p).is_some_and(|(_, _, uid)| uid == objects::uid(at))
+                });
+            if due && phase != "DONE" && !stuck {
                 let name = objects::name(at);
                 return Some(format!(
                     "At {}/{name} is due and {phase:?}",
