@@ -72,13 +72,24 @@ impl Pending {
 enum Create {
     /// Sent: any pod of its name that the watch shows meets it.
     Sent,
-    /// Its answer was lost: to be sent again. Any pod of its name the watch shows meets it
-    /// (the send landed).
-    Unsettled,
+    /// Its answer was lost: to be sent again, with the pods of its name the watch showed
+    /// while it was sent again before (the next answer may name one of them). With none, any
+    /// pod of its name the watch shows meets it (a send landed).
+    Unsettled(Vec<Uid>),
     /// Sent again, unanswered yet: the pods of its name the watch showed meanwhile.
     Resending(Vec<Uid>),
     /// Its pod is this one: only it meets it.
     Made(Uid),
+}
+
+impl Create {
+    /// The pods of its name shown while it was being sent again.
+    fn take_seen(&mut self) -> Vec<Uid> {
+        match self {
+            Create::Unsettled(seen) | Create::Resending(seen) => std::mem::take(seen),
+            Create::Sent | Create::Made(_) => Vec::new(),
+        }
+    }
 }
 
 /// What a create sent again says of the pod of its name.
@@ -185,7 +196,7 @@ impl Expectations {
     pub fn create_unsettled(&self, owner_uid: &str, name: &str, now: Instant) {
         self.with(owner_uid, now, |p| {
             if let Some(create) = p.creates.get_mut(name) {
-                *create = Create::Unsettled;
+                *create = Create::Unsettled(Vec::new());
             }
         });
     }
@@ -194,7 +205,7 @@ impl Expectations {
     pub fn create_resending(&self, owner_uid: &str, name: &str, now: Instant) {
         self.with(owner_uid, now, |p| {
             if let Some(create) = p.creates.get_mut(name) {
-                *create = Create::Resending(Vec::new());
+                *create = Create::Resending(create.take_seen());
             }
         });
     }
@@ -213,7 +224,9 @@ impl Expectations {
                 (Resent::NoPod, _) => {
                     p.creates.remove(name);
                 }
-                (Resent::Unknown, _) => *create = Create::Unsettled,
+                (Resent::Unknown, _) => {
+                    *create = Create::Unsettled(create.take_seen());
+                }
             }
         });
     }
@@ -240,7 +253,10 @@ impl Expectations {
         else {
             return Unsettled::default();
         };
-        let creates = p.creates.iter().filter(|(_, c)| **c == Create::Unsettled);
+        let creates = p
+            .creates
+            .iter()
+            .filter(|(_, c)| matches!(c, Create::Unsettled(_)));
         let mut unsettled = Unsettled {
             creates: creates.map(|(name, _)| name.clone()).collect(),
             deletes: p.unsettled_deletes.clone().into_iter().collect(),
@@ -305,10 +321,13 @@ fn observe_create(creates: &mut HashMap<String, Create>, touched: &Touched) {
         return;
     };
     match create {
-        Create::Sent | Create::Unsettled => {}
+        Create::Sent => {}
+        Create::Unsettled(seen) if seen.is_empty() => {}
+        Create::Unsettled(seen) | Create::Resending(seen) => {
+            return seen.push(touched.pod_uid.clone());
+        }
         Create::Made(uid) if *uid == touched.pod_uid => {}
         Create::Made(_) => return,
-        Create::Resending(seen) => return seen.push(touched.pod_uid.clone()),
     }
     creates.remove(touched.pod_name.as_str());
 }

@@ -106,6 +106,24 @@ fn a_create_whose_pod_the_watch_showed_is_never_sent_again() {
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
 }
 
+/// Found by the simulation (seed 5070): the watch showed the pod of a create sent again
+/// whose answer never came; sent a third time, the answer named that pod, which the watch
+/// would never show again: the PodSet waited out the TTL, then wrote its status while idle.
+#[test]
+fn a_pod_shown_while_a_create_was_sent_again_still_meets_it_after_another_send() {
+    let e = Expectations::default();
+    let t0 = Instant::now();
+    let shown = touched("o", "web-poda", Change::Added);
+    e.expect_creates("o", "ns", ["web-poda"], t0);
+    e.create_unsettled("o", "web-poda", t0);
+    e.create_resending("o", "web-poda", t0);
+    e.observe(&shown, t0);
+    e.create_resent("o", "web-poda", Resent::Unknown, t0);
+    e.create_resending("o", "web-poda", t0);
+    e.create_resent("o", "web-poda", Resent::Pod(shown.pod_uid.clone()), t0);
+    assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+}
+
 /// While a create is sent again, a pod of its name may be the first send's (deleted since)
 /// or this one's: only the one the answer names meets it, whenever the watch shows it.
 #[test]
