@@ -97,6 +97,8 @@ pub struct Oracle {
     /// Controller writes sent, whether or not they changed anything: a write that changes
     /// nothing commits nothing, yet an idle operator sends none.
     pub writes_sent: u64,
+    /// Pods each incarnation made for a PodSet after it was deleted.
+    made_after_delete: HashMap<(String, Actor), u64>,
     /// Who last wrote each PodSet and At.
     last_writer: HashMap<Key, Actor>,
     pub checks: u64,
@@ -257,7 +259,12 @@ impl Oracle {
         }
         match kind.as_str() {
             "PodSet" if created && matches!(actor, Actor::Replica { .. }) => {
-                if held < STARTUP_GRACE {
+                let exists = store
+                    .objects(Kind::PodSet, Some(ns))
+                    .any(|p| objects::uid(p) == owner);
+                if !exists {
+                    self.made_for_a_deleted_podset(&owner, actor);
+                } else if held < STARTUP_GRACE {
                     self.podset_create_landed(change, &owner, store, now)
                 } else {
                     self.excused.insert(change.key.clone());
@@ -265,6 +272,25 @@ impl Oracle {
             }
             "At" => self.at_pod_changed(change, &owner, store),
             _ => {}
+        }
+    }
+
+    /// A cache that has not shown a PodSet's deletion yet may act on it once, as a
+    /// ReplicaSet controller's informer may: at most its spec's pods. More is a loop: each pod
+    /// the garbage collector removes brings the next reconcile.
+    fn made_for_a_deleted_podset(&mut self, owner: &str, actor: Actor) {
+        let made = self
+            .made_after_delete
+            .entry((owner.to_string(), actor))
+            .or_default();
+        *made += 1;
+        let made = *made;
+        let most = self.replicas.get(owner).into_iter().flatten();
+        let most = most.map(|(_, r)| *r).max().unwrap_or(1);
+        if made == most as u64 + 1 {
+            self.violate(format!(
+                "{actor} made {made} pods for PodSet {owner} after it was deleted, over its {most} replicas: a loop on a stale cache"
+            ));
         }
     }
 

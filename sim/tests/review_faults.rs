@@ -534,6 +534,41 @@ fn a_create_timed_out_after_its_pod_was_seen_is_not_sent_again() {
     assert_ok(&report);
 }
 
+/// Found by the search (seed 508014): the leader's PodSet watch went quiet, and a PodSet was
+/// deleted meanwhile. The stale cache still showed it: each reconcile made a pod for it, its
+/// status write answered 404, and the garbage collector's removal of the pod brought the next
+/// reconcile, some 350 rounds until the watch came back.
+#[test]
+fn a_podset_deleted_behind_a_quiet_watch_is_not_acted_on_in_a_loop() {
+    let report = play(21, Setup::default(), |scene| async move {
+        // The first PodSet watch goes quiet 30 s after it starts, for 70 s.
+        let stalled = RequestPlan {
+            watch: Some(WatchPlan {
+                stall: Some((secs(30), secs(70))),
+                cut: None,
+            }),
+            ..RequestPlan::default()
+        };
+        let watch = "/apis/app.example.com/v1alpha1/podsets?&watch=true";
+        scene.rule(rule(None, Method::GET, watch, stalled, 1));
+        leader(&scene).await?;
+        scene.user(Action::CreatePodSet {
+            ns: "ns-a",
+            name: "web".into(),
+            replicas: 2,
+        });
+        scene.sleep(secs(35)).await;
+        scene.user(Action::DeletePodSet {
+            ns: "ns-a",
+            name: "web".into(),
+        });
+        scene.sleep(secs(60)).await;
+        scene.converged(secs(60)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
+
 /// Fault 8: on SIGTERM the Lease was released right after in-flight reconciles were dropped,
 /// while their writes could still be on their way: the successor acted before they landed.
 #[test]

@@ -33,6 +33,7 @@ fn context_over(client: Client) -> Arc<Context> {
         metrics: Default::default(),
         backoff: Backoff::default(),
         podset_statuses: StatusWrites::default(),
+        gone: Default::default(),
         resync: std::time::Duration::from_secs(300),
         clock: Default::default(),
     })

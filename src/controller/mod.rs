@@ -9,11 +9,13 @@ pub mod at;
 mod backoff;
 #[cfg(test)]
 pub(crate) mod fixtures;
+mod gone;
 pub mod podset;
 mod routing;
 mod wakes;
 
 pub use backoff::Backoff;
+use gone::Gone;
 use routing::{Router, primary, watch_pods};
 
 use std::future::Future;
@@ -81,6 +83,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
     pub podset_statuses: StatusWrites<PodSetStatus>,
+    /// PodSets a write found deleted before the watch said so.
+    pub gone: Gone,
     pub resync: Duration,
     pub clock: Clock,
 }
@@ -91,6 +95,7 @@ impl Context {
         self.expectations.forget(uid);
         self.backoff.reset(uid);
         self.podset_statuses.forget(uid);
+        self.gone.forget(uid);
     }
 }
 
@@ -141,6 +146,7 @@ pub async fn run(
         metrics,
         backoff: Backoff::default(),
         podset_statuses: StatusWrites::default(),
+        gone: Gone::default(),
         resync: settings.resync,
         clock: settings.clock.clone(),
     });

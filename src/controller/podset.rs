@@ -44,6 +44,10 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
         || ctx.expectations.readiness(&uid, Instant::now()),
         || ctx.pods.owned_by(&namespace, &uid),
     );
+    // Deleted, as a write found, though the watch has not said so yet.
+    if ctx.gone.is_gone(&uid) {
+        return Ok(Action::await_change());
+    }
     let deleting = ps.meta().deletion_timestamp.is_some();
     let outcome = match readiness {
         // Being deleted: the garbage collector removes the pods; creating more would race it.
@@ -333,6 +337,11 @@ async fn write_status(
         Ok(patched) => patched,
         // A newer version is on its way to the watch, and wakes the next reconcile.
         Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
+        // Over our version, so the PodSet of this name is gone, not one made since.
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            ctx.gone.found(&uid, Instant::now());
+            return Ok(());
+        }
         Err(e) => return Err(Error::StatusWrite(e)),
     };
     let version = patched.resource_version().unwrap_or_default();
