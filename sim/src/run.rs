@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tracing::Instrument as _;
 
+use podset_operator::client::READ_IDLE_TIMEOUT;
 use podset_operator::controller::STARTUP_GRACE;
 
 use crate::determinism;
@@ -356,9 +357,11 @@ pub async fn converge(sim: &Sim, bound: Duration) -> Option<Duration> {
 
 /// A converged operator makes no writes: no hot loop, no status written again. Watched once
 /// every request the server held during the faults has landed (and been answered: a late
-/// pod is deleted), and everything converged again.
+/// pod is deleted), every watch stalled by them has been given up (a held watch request may
+/// stall once it arrives), and everything converged again: until then a replica may rightly
+/// act on what it had not seen.
 pub async fn stays_quiet(sim: &Sim) {
-    tokio::time::sleep(MAX_HOLD + secs(5)).await;
+    tokio::time::sleep(MAX_HOLD + READ_IDLE_TIMEOUT + secs(5)).await;
     if converge(sim, LIVENESS_BOUND).await.is_none() {
         return;
     }
