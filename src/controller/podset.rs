@@ -337,8 +337,12 @@ async fn write_status(
         Ok(patched) => patched,
         // A newer version is on its way to the watch, and wakes the next reconcile.
         Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
-        // Over our version, so the PodSet of this name is gone, not one made since.
-        Err(kube::Error::Api(s)) if s.code == 404 => {
+        // Over our version, so the PodSet of this name is gone, not one made since (that
+        // would be a 409). A 404 that names no object is the resource's: a restarted API
+        // server that has not registered our CRD again yet.
+        Err(kube::Error::Api(s))
+            if s.code == 404 && s.details.as_ref().is_some_and(|d| d.name == ps.name_any()) =>
+        {
             ctx.gone.found(&uid, Instant::now());
             return Ok(());
         }

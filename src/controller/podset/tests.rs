@@ -188,3 +188,33 @@ async fn a_delete_whose_reply_was_lost_is_sent_again_with_its_uid_precondition()
         "a 404 settles the delete"
     );
 }
+
+/// A restarted API server answers 404 for a custom resource it has not registered again yet
+/// ("the server could not find the requested resource", no details): the PodSet is not gone,
+/// and is acted on again. Only a 404 naming the PodSet says it was deleted. The real-cluster
+/// test apiserver_restart_mid_run_the_operator_reconnects_by_itself stalled on the first.
+#[tokio::test]
+async fn only_a_404_naming_the_podset_says_it_is_gone() {
+    let unregistered = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "code": 404, "reason": "NotFound", "details": {},
+        "message": "the server could not find the requested resource"});
+    let deleted = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "code": 404, "reason": "NotFound",
+        "details": {"name": "web", "group": "app.example.com", "kind": "podsets"},
+        "message": "podsets.app.example.com \"web\" not found"});
+    for (answer, gone) in [(unregistered, false), (deleted, true)] {
+        let status = answer.clone();
+        let (ctx, log) = scripted_context(move |sent, _| match sent {
+            s if s.is(&Method::PATCH, STATUS) => Answer::Reply(404, status.clone()),
+            s => otherwise(s),
+        });
+        // Its one pod is there: the reconcile only writes the status.
+        ctx.pods
+            .apply(kube::runtime::watcher::Event::Apply(owned_pod(
+                "web-poda", "pa",
+            )));
+        reconcile_times(1, &podset(), &ctx).await;
+        assert!(log.lock().iter().any(|s| s.is(&Method::PATCH, STATUS)));
+        assert_eq!(ctx.gone.is_gone("ps-uid"), gone, "{answer}");
+    }
+}
