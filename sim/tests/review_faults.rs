@@ -540,8 +540,28 @@ fn a_create_timed_out_after_its_pod_was_seen_is_not_sent_again() {
 /// reconcile, some 350 rounds until the watch came back.
 #[test]
 fn a_podset_deleted_behind_a_quiet_watch_is_not_acted_on_in_a_loop() {
-    let report = play(21, Setup::default(), |scene| async move {
-        // The first PodSet watch goes quiet 30 s after it starts, for 70 s.
+    deleted_behind_a_quiet_watch(21, None);
+}
+
+/// Found by the search (seeds 503849, 508526): as above, but the first status write after the
+/// deletion failed (its answer lost, or a 500) instead of answering 404, once the garbage
+/// collector had removed the pods just made. The failure brought a retry, which trusted the
+/// stale cache again and made the PodSet's pods a second time.
+#[test]
+fn a_podset_deleted_behind_a_quiet_watch_is_not_acted_on_again_after_a_failed_write() {
+    // Its answer lost, 5 s on: the garbage collector has deleted the pods just made.
+    let lost = RequestPlan {
+        before: Before::Hold(secs(5)),
+        after: After::Lost,
+        ..RequestPlan::default()
+    };
+    deleted_behind_a_quiet_watch(22, Some(lost));
+}
+
+/// PodSet `ns-a/web` deleted while the leader's PodSet watch is quiet (30 s after it starts,
+/// for 70 s); `status_write` is what befalls the first status write after the deletion.
+fn deleted_behind_a_quiet_watch(seed: u64, status_write: Option<RequestPlan>) {
+    let report = play(seed, Setup::default(), |scene| async move {
         let stalled = RequestPlan {
             watch: Some(WatchPlan {
                 stall: Some((secs(30), secs(70))),
@@ -558,6 +578,10 @@ fn a_podset_deleted_behind_a_quiet_watch_is_not_acted_on_in_a_loop() {
             replicas: 2,
         });
         scene.sleep(secs(35)).await;
+        if let Some(plan) = status_write {
+            let status = "/namespaces/ns-a/podsets/web/status";
+            scene.rule(rule(None, Method::PATCH, status, plan, 1));
+        }
         scene.user(Action::DeletePodSet {
             ns: "ns-a",
             name: "web".into(),

@@ -51,6 +51,11 @@ impl Backoff {
         self.failures.lock().is_empty()
     }
 
+    /// Whether the object's last reconcile failed (and none has succeeded since).
+    pub fn is_failing(&self, key: &str) -> bool {
+        self.failures.lock().contains_key(key)
+    }
+
     pub fn reset(&self, key: &str) {
         self.failures.lock().remove(key);
     }

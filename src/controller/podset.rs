@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, Preconditions};
+use kube::api::{DeleteParams, ListParams, Patch, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -52,7 +52,13 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
     let outcome = match readiness {
         // Being deleted: the garbage collector removes the pods; creating more would race it.
         _ if deleting => Outcome::NotActed,
-        Readiness::Satisfied => manage(ps, &pods, ctx).await,
+        Readiness::Satisfied => {
+            let plan = plan::plan(ps.spec.replicas, &pods);
+            if matches!(plan, Plan::Create(_)) && doubtful(ps, ctx) && !exists(ps, ctx).await? {
+                return Ok(Action::await_change());
+            }
+            manage(ps, plan, &pods, ctx).await
+        }
         Readiness::Waiting(_) => settle::settle(ps, ctx).await,
     };
     // While our own creates or deletes are still on their way to the watch, a status would
@@ -95,8 +101,31 @@ fn snapshot(
     (readiness, pods())
 }
 
-async fn manage(ps: &PodSet, pods: &[Arc<CachedPod>], ctx: &Context) -> Outcome {
-    let failure = match plan::plan(ps.spec.replicas, pods) {
+/// Whether the cache's word that the PodSet exists is in doubt: its last reconcile failed.
+/// A failed status write may be all that showed it deleted (the 404 never came back), and
+/// the pods made for it are removed by the garbage collector, which brings the retry: made
+/// again on a cache whose PodSet watch has gone quiet, a loop until the watch returns.
+fn doubtful(ps: &PodSet, ctx: &Context) -> bool {
+    ctx.backoff.is_failing(&ps.uid().unwrap_or_default())
+}
+
+/// Whether the PodSet is still there, read from the API server (a list of its one name, a
+/// consistent read the operator's `list` permission covers). If not, it is remembered gone.
+async fn exists(ps: &PodSet, ctx: &Context) -> Result<bool> {
+    let (uid, name) = (ps.uid().unwrap_or_default(), ps.name_any());
+    let api: Api<PodSet> = Api::namespaced(ctx.client.clone(), &ps.namespace().unwrap_or_default());
+    let one = ListParams::default().fields(&format!("metadata.name={name}"));
+    let found = api.list(&one).await.map_err(Error::ApiRead)?;
+    // Another PodSet of the same name is a new object: the cache's is gone all the same.
+    let there = found.items.iter().any(|p| p.uid() == ps.uid());
+    if !there {
+        ctx.gone.found(&uid, Instant::now());
+    }
+    Ok(there)
+}
+
+async fn manage(ps: &PodSet, plan: Plan, pods: &[Arc<CachedPod>], ctx: &Context) -> Outcome {
+    let failure = match plan {
         Plan::Create(n) => create_pods(ps, n, ctx).await,
         Plan::Delete(victims) => delete_pods(ps, &victims, ctx).await,
         Plan::Steady => None,

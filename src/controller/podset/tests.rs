@@ -3,7 +3,7 @@ use crate::cache::PodCache;
 use crate::controller::fixtures::{Answer, Sent, podset, scripted_context};
 use crate::expectations::Expectations;
 use http::Method;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::cell::Cell;
 
 /// A Pending pod of PodSet `ns/web`.
@@ -56,14 +56,23 @@ fn a_pod_seen_between_the_reads_is_not_created_again() {
 const PODS: &str = "/api/v1/namespaces/ns/pods";
 const STATUS: &str = "/apis/app.example.com/v1alpha1/namespaces/ns/podsets/web/status";
 
+const PODSETS: &str = "/apis/app.example.com/v1alpha1/namespaces/ns/podsets";
+
 /// What the scripted API answers to anything a test does not script: status patches succeed,
-/// and nothing else exists.
+/// the PodSet is there, and nothing else exists.
 fn otherwise(sent: &Sent) -> Answer {
     if sent.is(&Method::PATCH, STATUS) {
         Answer::Reply(200, serde_json::to_value(podset()).unwrap())
+    } else if sent.is(&Method::GET, PODSETS) {
+        Answer::Reply(200, podset_list(json!([podset()])))
     } else {
         Answer::status(404, "NotFound")
     }
+}
+
+fn podset_list(items: Value) -> Value {
+    json!({"apiVersion": "app.example.com/v1alpha1", "kind": "PodSetList",
+        "metadata": {"resourceVersion": "9"}, "items": items})
 }
 
 /// The names of the pods created, in order.
@@ -136,7 +145,10 @@ async fn a_refused_resend_is_decided_by_reading_the_pod() {
         reconcile_times(3, &podset(), &ctx).await;
         let log = log.lock();
         let sent = creates(&log);
-        let reads: Vec<&Sent> = log.iter().filter(|s| s.method == Method::GET).collect();
+        let reads: Vec<&Sent> = log
+            .iter()
+            .filter(|s| s.method == Method::GET && s.path.starts_with(PODS))
+            .collect();
         assert_eq!(reads.len(), 1, "found {found}: {log:#?}");
         assert_eq!(reads[0].path, format!("{PODS}/{}", sent[0]));
         if found {
@@ -216,5 +228,49 @@ async fn only_a_404_naming_the_podset_says_it_is_gone() {
         reconcile_times(1, &podset(), &ctx).await;
         assert!(log.lock().iter().any(|s| s.is(&Method::PATCH, STATUS)));
         assert_eq!(ctx.gone.is_gone("ps-uid"), gone, "{answer}");
+    }
+}
+
+/// A PodSet whose last reconcile failed is read from the API server before pods are made
+/// for it: the failure may have hidden its deletion from a cache whose watch went quiet
+/// (seeds 503849, 508526). Found gone (or another PodSet under its name), nothing is made and
+/// it is not acted on again; found, the pods are made. One that never failed is not read.
+#[tokio::test]
+async fn a_podset_whose_reconcile_failed_is_read_before_pods_are_made_for_it() {
+    let ours = serde_json::to_value(podset()).unwrap();
+    let mut newer = ours.clone();
+    newer["metadata"]["uid"] = json!("another-uid");
+    for (failed, items, made) in [
+        (true, json!([]), false),
+        (true, json!([newer]), false),
+        (true, json!([ours]), true),
+        (false, json!([]), true),
+    ] {
+        let list = podset_list(items.clone());
+        let (ctx, log) = scripted_context(move |sent, _| match sent {
+            s if s.is(&Method::GET, PODSETS) => Answer::Reply(200, list.clone()),
+            s if s.is(&Method::POST, PODS) => Answer::Reply(201, s.body.clone()),
+            s => otherwise(s),
+        });
+        if failed {
+            ctx.backoff.next("ps-uid");
+        }
+        reconcile_times(1, &podset(), &ctx).await;
+        let log = log.lock();
+        let read = log.iter().filter(|s| s.is(&Method::GET, PODSETS)).count();
+        assert_eq!(read, usize::from(failed), "{items}: {log:#?}");
+        if failed {
+            let query = &log
+                .iter()
+                .find(|s| s.is(&Method::GET, PODSETS))
+                .unwrap()
+                .path;
+            assert!(
+                query.contains("fieldSelector=metadata.name%3Dweb"),
+                "{query}"
+            );
+        }
+        assert_eq!(creates(&log).len(), usize::from(made), "{items}: {log:#?}");
+        assert_eq!(ctx.gone.is_gone("ps-uid"), !made, "{items}");
     }
 }
