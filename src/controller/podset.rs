@@ -113,9 +113,11 @@ fn doubtful(ps: &PodSet, ctx: &Context) -> bool {
 /// consistent read the operator's `list` permission covers). If not, it is remembered gone.
 async fn exists(ps: &PodSet, ctx: &Context) -> Result<bool> {
     let (uid, name) = (ps.uid().unwrap_or_default(), ps.name_any());
-    let api: Api<PodSet> = Api::namespaced(ctx.client.clone(), &ps.namespace().unwrap_or_default());
     let one = ListParams::default().fields(&format!("metadata.name={name}"));
-    let found = api.list(&one).await.map_err(Error::ApiRead)?;
+    let found = podsets_api(ps, ctx)
+        .list(&one)
+        .await
+        .map_err(Error::ApiRead)?;
     // Another PodSet of the same name is a new object: the cache's is gone all the same.
     let there = found.items.iter().any(|p| p.uid() == ps.uid());
     if !there {
@@ -227,6 +229,10 @@ async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> 
 }
 
 fn pods_api(ps: &PodSet, ctx: &Context) -> Api<Pod> {
+    Api::namespaced(ctx.client.clone(), &ps.namespace().unwrap_or_default())
+}
+
+fn podsets_api(ps: &PodSet, ctx: &Context) -> Api<PodSet> {
     Api::namespaced(ctx.client.clone(), &ps.namespace().unwrap_or_default())
 }
 
@@ -350,12 +356,11 @@ async fn write_status(
     if current == Some(&status) {
         return Ok(());
     }
-    let api: Api<PodSet> = Api::namespaced(ctx.client.clone(), &ps.namespace().unwrap_or_default());
     let patch = serde_json::json!({
         "metadata": { "resourceVersion": over },
         "status": status,
     });
-    let patched = match api
+    let patched = match podsets_api(ps, ctx)
         .patch_status(
             &ps.name_any(),
             &status_patch_params(),
