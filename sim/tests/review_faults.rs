@@ -534,6 +534,70 @@ fn a_create_timed_out_after_its_pod_was_seen_is_not_sent_again() {
     assert_ok(&report);
 }
 
+/// Found by the search (seed 7357935581167412930): a create was sent again after its
+/// answer was lost and met 409 AlreadyExists, but the read of which pod had its name went
+/// unanswered too. That was taken as no failure: the PodSet was looked at again only when
+/// its expectations ran out, four minutes on, and its status said ReplicaFailure all along.
+#[test]
+fn a_create_whose_look_up_went_unanswered_is_tried_again_soon() {
+    let report = play(23, Setup::default(), |scene| async move {
+        let l = leader(&scene).await?;
+        let plan = |before, after| RequestPlan {
+            before,
+            after,
+            ..RequestPlan::default()
+        };
+        // The first send never arrives; the second lands, its answer lost; the read the
+        // third send's 409 brings is answered to no one.
+        let pods = "/namespaces/ns-a/pods";
+        let never = plan(Before::Hang, After::Reply);
+        scene.rule(rule(Some(l), Method::POST, pods, never, 1));
+        let lost = plan(Before::Pass, After::Hang);
+        scene.rule(rule(Some(l), Method::POST, pods, lost.clone(), 1));
+        scene.rule(rule(
+            Some(l),
+            Method::GET,
+            "/namespaces/ns-a/pods/",
+            lost,
+            1,
+        ));
+        scene.user(Action::CreatePodSet {
+            ns: "ns-a",
+            name: "web".into(),
+            replicas: 1,
+        });
+        scene.sleep(secs(100)).await;
+        scene
+            .until(
+                "no ReplicaFailure",
+                secs(60),
+                no_replica_failure("ns-a", "web"),
+            )
+            .await?;
+        scene.converged(secs(5)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
+
+/// Whether PodSet `ns/name` reports no ReplicaFailure.
+fn no_replica_failure(ns: &'static str, name: &'static str) -> impl Fn(&Store) -> bool {
+    move |store| {
+        let key = Key {
+            kind: Kind::PodSet,
+            namespace: ns.into(),
+            name: name.into(),
+        };
+        let conditions = store
+            .get(&key)
+            .and_then(|ps| ps["status"]["conditions"].as_array().cloned())
+            .unwrap_or_default();
+        conditions
+            .iter()
+            .any(|c| c["type"] == "ReplicaFailure" && c["status"] == "False")
+    }
+}
+
 /// Found by the search (seed 508014): the leader's PodSet watch went quiet, and a PodSet was
 /// deleted meanwhile. The stale cache still showed it: each reconcile made a pod for it, its
 /// status write answered 404, and the garbage collector's removal of the pod brought the next

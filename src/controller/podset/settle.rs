@@ -83,7 +83,9 @@ async fn resend(
 
 /// A create sent again: which pod now has its name, once known; whether this send made it;
 /// the error to report. A refusal now does not say the first send made nothing, and a
-/// conflict does not say which pod has the name, so a read decides.
+/// conflict does not say which pod has the name, so a read decides. While that is unknown
+/// the reconcile failed, and is retried as a failure is: taken for success, it would wait
+/// out the expectations' TTL instead.
 async fn resend_create(
     api: &Api<Pod>,
     template: &Pod,
@@ -91,19 +93,25 @@ async fn resend_create(
 ) -> (Resent, bool, Option<kube::Error>) {
     match create(api, template, name).await {
         Created::Made(uid) => (Resent::Pod(uid), true, None),
-        Created::Exists(_) => (look_up(api, name).await, false, None),
-        Created::Refused(e) => (look_up(api, name).await, false, Some(e)),
+        Created::Exists(_) => match look_up(api, name).await {
+            Ok(resent) => (resent, false, None),
+            Err(e) => (Resent::Unknown, false, Some(e)),
+        },
+        Created::Refused(e) => (
+            look_up(api, name).await.unwrap_or(Resent::Unknown),
+            false,
+            Some(e),
+        ),
         Created::Unknown(e) => (Resent::Unknown, false, Some(e)),
     }
 }
 
-/// Which pod has this name, if the read answers.
-async fn look_up(api: &Api<Pod>, name: &str) -> Resent {
-    match api.get_opt(name).await {
-        Ok(Some(pod)) => Resent::Pod(Uid::from(pod.uid().unwrap_or_default().as_str())),
-        Ok(None) => Resent::NoPod,
-        Err(_) => Resent::Unknown,
-    }
+/// Which pod has this name.
+async fn look_up(api: &Api<Pod>, name: &str) -> Result<Resent, kube::Error> {
+    Ok(match api.get_opt(name).await? {
+        Some(pod) => Resent::Pod(Uid::from(pod.uid().unwrap_or_default().as_str())),
+        None => Resent::NoPod,
+    })
 }
 
 /// A delete whose first answer was lost, sent again: whether the pod is now terminating (the

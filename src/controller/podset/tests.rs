@@ -122,6 +122,40 @@ async fn a_create_whose_reply_was_lost_is_sent_again_under_its_name_and_made_onc
     );
 }
 
+/// The first create's reply is lost; the re-send meets 409 AlreadyExists, and the read that
+/// would say whose pod has the name fails. The create is still unsettled: the reconcile
+/// failed, says so, and is retried as a failure is (found by the simulation, seed
+/// 7357935581167412930: taken for success, the PodSet waited out its expectations).
+#[tokio::test]
+async fn a_resend_whose_look_up_failed_is_reported_as_a_failure() {
+    let (ctx, log) = scripted_context(|sent, before| match creates(before).first() {
+        None if sent.is(&Method::POST, PODS) => Answer::Lost,
+        Some(_) if sent.is(&Method::POST, PODS) => Answer::status(409, "AlreadyExists"),
+        Some(first) if sent.is(&Method::GET, &format!("{PODS}/{first}")) => {
+            Answer::status(500, "InternalError")
+        }
+        _ => otherwise(sent),
+    });
+    reconcile_times(2, &podset(), &ctx).await;
+    let log = log.lock();
+    let last_status = log
+        .iter()
+        .rfind(|s| s.is(&Method::PATCH, STATUS))
+        .expect("a status written");
+    let conditions = last_status.body["status"]["conditions"].as_array().unwrap();
+    let failure = conditions
+        .iter()
+        .find(|c| c["type"] == "ReplicaFailure")
+        .unwrap();
+    assert_eq!(failure["status"], "True", "{log:#?}");
+    assert!(
+        failure["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("scripted InternalError")),
+        "the failed read is not what the status reports: {failure}"
+    );
+}
+
 /// The first create's reply is lost and the re-send is refused: a refusal now says nothing
 /// of the first send, so a GET decides. A pod that is there counts as made; one that is not
 /// is made afresh, under a new name.
