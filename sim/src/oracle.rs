@@ -463,39 +463,6 @@ impl Oracle {
         }
         self.newest_written = self.newest_written.max(term);
     }
-
-    /// What is not yet as it should be once the operator caught up: `None` when everything
-    /// converged.
-    pub fn unconverged(&self, store: &Store, now: jiff::Timestamp) -> Option<String> {
-        for ps in store.objects(Kind::PodSet, None) {
-            if let Some(why) = podset_unconverged(store, ps) {
-                return Some(why);
-            }
-        }
-        for at in store.objects(Kind::At, None) {
-            let schedule = at["spec"]["schedule"].as_str().unwrap_or_default();
-            let due = schedule
-                .parse::<jiff::Timestamp>()
-                .is_ok_and(|due| due <= now);
-            let phase = objects::phase(at);
-            // Its pod stuck Terminating on a lost node: what became of the command is unknown
-            // until the node comes back, as for a Job.
-            let stuck = store
-                .objects(Kind::Pod, Some(objects::namespace(at)))
-                .any(|p| {
-                    objects::terminating(p)
-                        && controller(p).is_some_and(|(_, _, uid)| uid == objects::uid(at))
-                });
-            if due && phase != "DONE" && !stuck {
-                let name = objects::name(at);
-                return Some(format!(
-                    "At {}/{name} is due and {phase:?}",
-                    objects::namespace(at)
-                ));
-            }
-        }
-        None
-    }
 }
 
 /// The reason of an At's `Completed` condition.
@@ -507,27 +474,4 @@ fn reason(at: &Value) -> Option<&str> {
         .as_str()
 }
 
-fn podset_unconverged(store: &Store, ps: &Value) -> Option<String> {
-    let (ns, name, uid) = (objects::namespace(ps), objects::name(ps), objects::uid(ps));
-    let want = ps["spec"]["replicas"].as_i64().unwrap_or(1);
-    let mut pods: Vec<&str> = store
-        .objects(Kind::Pod, Some(ns))
-        .filter(|p| {
-            controller(p).is_some_and(|(_, _, u)| u == uid)
-                && objects::active(p)
-                && objects::managed(p)
-        })
-        .map(|p| objects::name(p))
-        .collect();
-    pods.sort();
-    let status = &ps["status"];
-    let named: Vec<&str> = status["podNames"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let converged = pods.len() as i64 == want
-        && status["availableReplicas"].as_i64() == Some(want)
-        && named == pods
-        && status["observedGeneration"].as_i64() == Some(objects::generation(ps));
-    (!converged).then(|| format!("PodSet {ns}/{name} wants {want}: pods {pods:?}, status {status}"))
-}
+mod liveness;
