@@ -8,6 +8,9 @@
 //!   Exempt, as the README says: a create the server held past the start-up grace, from a
 //!   predecessor whose successor had already counted the pods.
 //!   Its status names only pods of its own: made in its namespace under its control.
+//!   Once it is deleted, an incarnation makes at most its spec's pods for it (a cache that
+//!   missed the deletion acts once; more is a loop); a create that reached the server before
+//!   the deletion and was held there is not one of them.
 //! - **At**: its command starts at most once; a pod is released from its scheduling gate only
 //!   once its At recorded its UID; DONE is final; DONE records what happened: a success or a
 //!   failure only from a run that ended so; `PodVanished` only for a recorded pod that is gone
@@ -99,6 +102,8 @@ pub struct Oracle {
     pub writes_sent: u64,
     /// Pods each incarnation made for a PodSet after it was deleted.
     made_after_delete: HashMap<(String, Actor), u64>,
+    /// Per PodSet UID: when it was deleted.
+    deleted: HashMap<String, Instant>,
     /// Who last wrote each PodSet and At.
     last_writer: HashMap<Key, Actor>,
     pub checks: u64,
@@ -186,7 +191,12 @@ impl Oracle {
     }
 
     fn podset_changed(&mut self, change: &Change, actor: Actor, now: Instant) {
-        let Some(new) = &change.new else { return };
+        let Some(new) = &change.new else {
+            if let Some(old) = &change.old {
+                self.deleted.insert(objects::uid(old).to_string(), now);
+            }
+            return;
+        };
         let uid = objects::uid(new).to_string();
         let replicas = new["spec"]["replicas"].as_i64().unwrap_or(1);
         let history = self.replicas.entry(uid.clone()).or_default();
@@ -263,7 +273,12 @@ impl Oracle {
                     .objects(Kind::PodSet, Some(ns))
                     .any(|p| objects::uid(p) == owner);
                 if !exists {
-                    self.made_for_a_deleted_podset(&owner, actor);
+                    // One that reached the server before the deletion, held there, is not
+                    // an act of a cache that missed it.
+                    let deleted = self.deleted.get(&owner);
+                    if deleted.is_none_or(|d| now - held >= *d) {
+                        self.made_for_a_deleted_podset(&owner, actor);
+                    }
                 } else if held < STARTUP_GRACE {
                     self.podset_create_landed(change, &owner, store, now)
                 } else {

@@ -622,6 +622,53 @@ fn a_podset_deleted_behind_a_quiet_watch_is_not_acted_on_again_after_a_failed_wr
     deleted_behind_a_quiet_watch(22, Some(lost));
 }
 
+/// Found by the search (seed 2955364532304502520), a fault of the oracle: a create the
+/// server held until after the PodSet's deletion was counted as made after it, as if the
+/// operator had acted on its stale cache once more. The create was sent before the deletion;
+/// its resend had made the pod meanwhile, and the held one made it again once the garbage
+/// collector had removed it.
+#[test]
+fn a_create_held_past_the_podsets_deletion_is_not_taken_for_a_loop() {
+    let report = play(24, Setup::default(), |scene| async move {
+        let stalled = RequestPlan {
+            watch: Some(WatchPlan {
+                stall: Some((secs(30), secs(70))),
+                cut: None,
+            }),
+            ..RequestPlan::default()
+        };
+        let watch = "/apis/app.example.com/v1alpha1/podsets?&watch=true";
+        scene.rule(rule(None, Method::GET, watch, stalled, 1));
+        let l = leader(&scene).await?;
+        // Carried out 60 s on: the client gives up after 30 s, and its resend makes the pod.
+        let held = RequestPlan {
+            before: Before::Hold(secs(60)),
+            ..RequestPlan::default()
+        };
+        scene.rule(rule(
+            Some(l),
+            Method::POST,
+            "/namespaces/ns-a/pods",
+            held,
+            1,
+        ));
+        scene.user(Action::CreatePodSet {
+            ns: "ns-a",
+            name: "web".into(),
+            replicas: 1,
+        });
+        scene.sleep(secs(42)).await;
+        scene.user(Action::DeletePodSet {
+            ns: "ns-a",
+            name: "web".into(),
+        });
+        scene.sleep(secs(40)).await;
+        scene.converged(secs(60)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
+
 /// PodSet `ns-a/web` deleted while the leader's PodSet watch is quiet (30 s after it starts,
 /// for 70 s); `status_write` is what befalls the first status write after the deletion.
 fn deleted_behind_a_quiet_watch(seed: u64, status_write: Option<RequestPlan>) {
