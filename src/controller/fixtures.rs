@@ -34,6 +34,7 @@ fn context_over(client: Client) -> Arc<Context> {
         backoff: Backoff::default(),
         podset_statuses: StatusWrites::default(),
         gone: Default::default(),
+        rounds: Default::default(),
         resync: std::time::Duration::from_secs(300),
         clock: Default::default(),
     })

@@ -11,11 +11,13 @@ mod backoff;
 pub(crate) mod fixtures;
 mod gone;
 pub mod podset;
+mod rounds;
 mod routing;
 mod wakes;
 
 pub use backoff::Backoff;
 use gone::Gone;
+use rounds::CreateRounds;
 use routing::{Router, primary, watch_pods};
 
 use std::future::Future;
@@ -85,6 +87,7 @@ pub struct Context {
     pub podset_statuses: StatusWrites<PodSetStatus>,
     /// PodSets a write found deleted before the watch said so.
     pub gone: Gone,
+    pub rounds: CreateRounds,
     pub resync: Duration,
     pub clock: Clock,
 }
@@ -96,6 +99,7 @@ impl Context {
         self.backoff.reset(uid);
         self.podset_statuses.forget(uid);
         self.gone.forget(uid);
+        self.rounds.forget(uid);
     }
 }
 
@@ -147,6 +151,7 @@ pub async fn run(
         backoff: Backoff::default(),
         podset_statuses: StatusWrites::default(),
         gone: Gone::default(),
+        rounds: CreateRounds::default(),
         resync: settings.resync,
         clock: settings.clock.clone(),
     });

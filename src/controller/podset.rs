@@ -54,8 +54,11 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
         _ if deleting => Outcome::NotActed,
         Readiness::Satisfied => {
             let plan = plan::plan(ps.spec.replicas, &pods);
-            if matches!(plan, Plan::Create(_)) && doubtful(ps, ctx) && !exists(ps, ctx).await? {
-                return Ok(Action::await_change());
+            if matches!(plan, Plan::Create(_)) {
+                if doubtful(ps, ctx) && !exists(ps, ctx).await? {
+                    return Ok(Action::await_change());
+                }
+                ctx.rounds.made(&uid, generation(ps), Instant::now());
             }
             manage(ps, plan, &pods, ctx).await
         }
@@ -101,12 +104,18 @@ fn snapshot(
     (readiness, pods())
 }
 
-/// Whether the cache's word that the PodSet exists is in doubt: its last reconcile failed.
-/// A failed status write may be all that showed it deleted (the 404 never came back), and
-/// the pods made for it are removed by the garbage collector, which brings the retry: made
-/// again on a cache whose PodSet watch has gone quiet, a loop until the watch returns.
+/// Whether the cache's word that the PodSet exists is in doubt, before pods are made for it:
+/// its last reconcile failed, or pods were made for this spec already. Either way a status
+/// write that would have answered 404 may not have been sent, or not answered, and the pods
+/// made for a deleted PodSet are removed by the garbage collector, which brings the next
+/// round: made again on a cache whose PodSet watch has gone quiet, a loop until it returns.
 fn doubtful(ps: &PodSet, ctx: &Context) -> bool {
-    ctx.backoff.is_failing(&ps.uid().unwrap_or_default())
+    let uid = ps.uid().unwrap_or_default();
+    ctx.backoff.is_failing(&uid) || ctx.rounds.replaces(&uid, generation(ps))
+}
+
+fn generation(ps: &PodSet) -> i64 {
+    ps.meta().generation.unwrap_or_default()
 }
 
 /// Whether the PodSet is still there, read from the API server (a list of its one name, a

@@ -304,3 +304,27 @@ async fn a_podset_whose_reconcile_failed_is_read_before_pods_are_made_for_it() {
         assert_eq!(ctx.gone.is_gone("ps-uid"), !made, "{items}");
     }
 }
+
+/// Pods were made for this spec already, and are gone: so it looks when the garbage collector
+/// removes the pods of a PodSet deleted behind a quiet watch (seed 2955364532304503145). The
+/// PodSet is read before they are made again, and found gone, is not acted on. A round for a
+/// new spec (a scale-up) is not read.
+#[tokio::test]
+async fn a_second_round_of_creates_for_one_spec_reads_the_podset_first() {
+    for (made_for, replaces) in [(2, true), (1, false)] {
+        let (ctx, log) = scripted_context(|sent, _| match sent {
+            s if s.is(&Method::GET, PODSETS) => Answer::Reply(200, podset_list(json!([]))),
+            s if s.is(&Method::POST, PODS) => Answer::Reply(201, s.body.clone()),
+            s => otherwise(s),
+        });
+        ctx.rounds.made("ps-uid", made_for, Instant::now());
+        let mut ps = podset();
+        ps.metadata.generation = Some(2);
+        reconcile_times(1, &ps, &ctx).await;
+        let log = log.lock();
+        let reads = log.iter().filter(|s| s.is(&Method::GET, PODSETS)).count();
+        assert_eq!(reads, usize::from(replaces), "{log:#?}");
+        assert_eq!(creates(&log).is_empty(), replaces, "{log:#?}");
+        assert_eq!(ctx.gone.is_gone("ps-uid"), replaces);
+    }
+}

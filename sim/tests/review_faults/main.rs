@@ -1,0 +1,43 @@
+//! The faults a review of the operator found (issue 26), and those the random search found
+//! since, each as a scripted scenario on the simulation: the order of events that breaks it,
+//! and the oracle's verdict. Each failed on the code it was found in (see the note on each).
+
+use std::time::Duration;
+
+use http::Method;
+use podset_sim::faults::{After, Before, Connect, RequestPlan, Rule, WatchPlan};
+use podset_sim::model::resource::Kind;
+use podset_sim::model::store::{Key, Store};
+use podset_sim::replica::{LEASE_NAME, LEASE_NAMESPACE};
+use podset_sim::scenario::{Scene, Setup, assert_ok, play};
+use podset_sim::workload::{Action, NAMESPACES};
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn rule(replica: Option<usize>, method: Method, path: &str, plan: RequestPlan, times: u32) -> Rule {
+    Rule {
+        replica,
+        method,
+        path: path.into(),
+        plan,
+        times,
+    }
+}
+
+/// The replica that leads, once it acts (its caches synced).
+async fn leader(scene: &Scene) -> Result<usize, String> {
+    for _ in 0..300 {
+        if let Some(l) = scene.leader().filter(|l| l.ready()) {
+            scene.sleep(secs(3)).await;
+            return Ok(l.id);
+        }
+        scene.sleep(Duration::from_millis(100)).await;
+    }
+    Err("no replica led within 30 s".into())
+}
+
+mod at;
+mod leadership;
+mod podset;
