@@ -15,11 +15,7 @@ fn a_write_never_leaves_after_the_fence_closed() {
             ..RequestPlan::default()
         };
         scene.rule(rule(Some(l), Method::POST, "/pods", slow, 1));
-        scene.user(Action::CreatePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-            replicas: 1,
-        });
+        scene.user(create_web(1));
         // Paused past its lease, and resumed before the create's own 30 s deadline.
         scene.sleep(secs(1)).await;
         scene.replicas[l].gate.freeze();
@@ -68,11 +64,7 @@ fn a_missing_lease_namespace_is_reported_and_not_ready() {
 fn a_deleted_lease_is_not_taken_while_its_holder_may_still_act() {
     let report = play(7, Setup::default(), |scene| async move {
         let l = leader(&scene).await?;
-        scene.user(Action::CreatePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-            replicas: 2,
-        });
+        scene.user(create_web(2));
         scene.sleep(secs(5)).await;
         let slow = RequestPlan {
             slow_reply: secs(4),
@@ -118,11 +110,7 @@ fn a_lease_that_came_and_went_between_two_reads_is_not_taken_at_once() {
         if l != 0 {
             return Err(format!("replica {l} led first; the script needs replica 0"));
         }
-        scene.user(Action::CreatePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-            replicas: 2,
-        });
+        scene.user(create_web(2));
         scene.sleep(secs(1)).await;
         scene.rule(rule(Some(0), Method::POST, "/leases", held(4), 1));
         scene.user(Action::DeleteLease);
@@ -156,11 +144,7 @@ fn a_lease_created_under_a_lost_reply_is_waited_out_too() {
         scene.replicas[l].gate.freeze();
         scene.user(Action::DeleteLease);
         scene.sleep(secs(4)).await;
-        scene.user(Action::CreatePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-            replicas: 2,
-        });
+        scene.user(create_web(2));
         scene.sleep(secs(2)).await;
         scene.replicas[l].gate.thaw();
         scene.converged(secs(120)).await;
@@ -194,11 +178,7 @@ fn a_creator_asked_to_stop_while_it_waits_does_not_hand_the_lease_over() {
         else {
             return Err(format!("no replica created the Lease again: {holder:?}"));
         };
-        scene.user(Action::CreatePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-            replicas: 2,
-        });
+        scene.user(create_web(2));
         creator.terminate(&scene.sim).await;
         scene.sleep(secs(3)).await;
         scene.replicas[l].gate.thaw();
@@ -217,11 +197,7 @@ fn a_creator_asked_to_stop_while_it_waits_does_not_hand_the_lease_over() {
 fn a_status_written_by_another_is_put_right_at_once() {
     let report = play(17, Setup::default(), |scene| async move {
         leader(&scene).await?;
-        scene.user(Action::CreatePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-            replicas: 2,
-        });
+        scene.user(create_web(2));
         scene.converged(secs(30)).await;
         // Its pods started and ready: nothing else wakes its reconcile.
         scene.sleep(secs(10)).await;
@@ -242,11 +218,7 @@ fn a_status_written_by_another_is_put_right_at_once() {
 fn a_replica_that_stepped_down_counts_no_pods() {
     let report = play(19, Setup::default(), |scene| async move {
         let l = leader(&scene).await?;
-        scene.user(Action::CreatePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-            replicas: 3,
-        });
+        scene.user(create_web(3));
         scene.converged(secs(30)).await;
         let former = &scene.replicas[l];
         if former.cached_pods() != 3 {
@@ -285,11 +257,7 @@ fn a_stopping_leader_does_not_hand_over_while_its_writes_may_land() {
             ..RequestPlan::default()
         };
         scene.rule(rule(Some(l), Method::POST, "/pods", held, 10));
-        scene.user(Action::CreatePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-            replicas: 3,
-        });
+        scene.user(create_web(3));
         scene.sleep(Duration::from_millis(100)).await;
         scene.replicas[l].terminate(&scene.sim).await;
         scene.converged(secs(120)).await;
@@ -317,11 +285,7 @@ fn a_leader_asked_to_stop_stops_though_its_term_lapses_meanwhile() {
         };
         scene.rule(rule(Some(l), Method::PUT, "/leases/", hang.clone(), 100));
         scene.rule(rule(Some(l), Method::POST, "/pods", hang, 100));
-        scene.user(Action::CreatePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-            replicas: 3,
-        });
+        scene.user(create_web(3));
         scene.sleep(secs(1)).await;
         scene.replicas[l].terminate(&scene.sim).await;
         scene.converged(secs(120)).await;

@@ -38,6 +38,34 @@ async fn leader(scene: &Scene) -> Result<usize, String> {
     Err("no replica led within 30 s".into())
 }
 
+/// The user creates PodSet `ns-a/web`.
+fn create_web(replicas: i64) -> Action {
+    Action::CreatePodSet {
+        ns: "ns-a",
+        name: "web".into(),
+        replicas,
+    }
+}
+
+/// The user deletes PodSet `ns-a/web`.
+fn delete_web() -> Action {
+    Action::DeletePodSet {
+        ns: "ns-a",
+        name: "web".into(),
+    }
+}
+
+/// A watch that delivers nothing from `from` seconds after its start, for `long` seconds.
+fn quiet(from: u64, long: u64) -> RequestPlan {
+    RequestPlan {
+        watch: Some(WatchPlan {
+            stall: Some((secs(from), secs(long))),
+            cut: None,
+        }),
+        ..RequestPlan::default()
+    }
+}
+
 mod at;
 mod leadership;
 mod podset;

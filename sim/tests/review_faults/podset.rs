@@ -24,11 +24,7 @@ fn a_reconcile_cut_off_by_its_deadline_does_not_stall_its_podset() {
             ..RequestPlan::default()
         };
         scene.rule(rule(None, Method::POST, "/pods", queued, 6));
-        scene.user(Action::CreatePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-            replicas: 1,
-        });
+        scene.user(create_web(1));
         // The 429s end after 6 x 26 s; the PodSet converges soon after, not after the TTL.
         scene.sleep(secs(160)).await;
         scene.converged(secs(60)).await;
@@ -45,11 +41,7 @@ fn a_reconcile_cut_off_by_its_deadline_does_not_stall_its_podset() {
 fn a_delete_whose_resend_was_refused_is_looked_up_not_waited_out() {
     let report = play(18, Setup::default(), |scene| async move {
         let l = leader(&scene).await?;
-        scene.user(Action::CreatePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-            replicas: 3,
-        });
+        scene.user(create_web(3));
         scene.converged(secs(30)).await;
         let failed = RequestPlan {
             before: Before::Status(500, "InternalError"),
@@ -80,13 +72,7 @@ fn a_delete_whose_resend_was_refused_is_looked_up_not_waited_out() {
 fn a_create_timed_out_after_its_pod_was_seen_is_not_sent_again() {
     let report = play(20, Setup::default(), |scene| async move {
         // The leader's pod watch (from about 15 s) goes quiet from 45 s to 75 s.
-        let stalled = RequestPlan {
-            watch: Some(WatchPlan {
-                stall: Some((secs(30), secs(30))),
-                cut: None,
-            }),
-            ..RequestPlan::default()
-        };
+        let stalled = quiet(30, 30);
         scene.rule(rule(
             None,
             Method::GET,
@@ -100,11 +86,7 @@ fn a_create_timed_out_after_its_pod_was_seen_is_not_sent_again() {
             ..RequestPlan::default()
         };
         scene.rule(rule(Some(l), Method::POST, "/pods", hang, 1));
-        scene.user(Action::CreatePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-            replicas: 1,
-        });
+        scene.user(create_web(1));
         scene.sleep(secs(5)).await;
         scene.user(Action::DeletePod {
             ns: "ns-a",
@@ -145,11 +127,7 @@ fn a_create_whose_look_up_went_unanswered_is_tried_again_soon() {
             lost,
             1,
         ));
-        scene.user(Action::CreatePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-            replicas: 1,
-        });
+        scene.user(create_web(1));
         scene.sleep(secs(100)).await;
         scene
             .until(
@@ -188,7 +166,7 @@ fn no_replica_failure(ns: &'static str, name: &'static str) -> impl Fn(&Store) -
 /// reconcile, some 350 rounds until the watch came back.
 #[test]
 fn a_podset_deleted_behind_a_quiet_watch_is_not_acted_on_in_a_loop() {
-    deleted_behind_a_quiet_watch(21, None);
+    deleted_behind_a_quiet_watch(21, QuietDeletion::default());
 }
 
 /// Found by the search (seeds 503849, 508526): as above, but the first status write after the
@@ -203,7 +181,11 @@ fn a_podset_deleted_behind_a_quiet_watch_is_not_acted_on_again_after_a_failed_wr
         after: After::Lost,
         ..RequestPlan::default()
     };
-    deleted_behind_a_quiet_watch(22, Some(lost));
+    let deletion = QuietDeletion {
+        status_write: Some(lost),
+        ..QuietDeletion::default()
+    };
+    deleted_behind_a_quiet_watch(22, deletion);
 }
 
 /// Found by the search (seed 2955364532304502520), a fault of the oracle: a create the
@@ -213,44 +195,18 @@ fn a_podset_deleted_behind_a_quiet_watch_is_not_acted_on_again_after_a_failed_wr
 /// collector had removed it.
 #[test]
 fn a_create_held_past_the_podsets_deletion_is_not_taken_for_a_loop() {
-    let report = play(24, Setup::default(), |scene| async move {
-        let stalled = RequestPlan {
-            watch: Some(WatchPlan {
-                stall: Some((secs(30), secs(70))),
-                cut: None,
-            }),
-            ..RequestPlan::default()
-        };
-        let watch = "/apis/app.example.com/v1alpha1/podsets?&watch=true";
-        scene.rule(rule(None, Method::GET, watch, stalled, 1));
-        let l = leader(&scene).await?;
-        // Carried out 60 s on: the client gives up after 30 s, and its resend makes the pod.
-        let held = RequestPlan {
-            before: Before::Hold(secs(60)),
-            ..RequestPlan::default()
-        };
-        scene.rule(rule(
-            Some(l),
-            Method::POST,
-            "/namespaces/ns-a/pods",
-            held,
-            1,
-        ));
-        scene.user(Action::CreatePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-            replicas: 1,
-        });
-        scene.sleep(secs(42)).await;
-        scene.user(Action::DeletePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-        });
-        scene.sleep(secs(40)).await;
-        scene.converged(secs(60)).await;
-        Ok(())
-    });
-    assert_ok(&report);
+    // Carried out 60 s on: the client gives up after 30 s, and its resend makes the pod.
+    let held = RequestPlan {
+        before: Before::Hold(secs(60)),
+        ..RequestPlan::default()
+    };
+    let deletion = QuietDeletion {
+        replicas: 1,
+        first_create: Some(held),
+        deleted_after: 42,
+        ..QuietDeletion::default()
+    };
+    deleted_behind_a_quiet_watch(24, deletion);
 }
 
 /// Found by the search (seed 2955364532304503145): a PodSet was deleted behind a quiet watch
@@ -260,81 +216,75 @@ fn a_create_held_past_the_podsets_deletion_is_not_taken_for_a_loop() {
 /// deleted PodSet (the status write that would have said 404 never came in between).
 #[test]
 fn a_podset_deleted_while_its_pods_were_made_is_not_given_them_twice() {
-    let report = play(25, Setup::default(), |scene| async move {
-        let quiet = |from, long| RequestPlan {
-            watch: Some(WatchPlan {
-                stall: Some((secs(from), secs(long))),
-                cut: None,
-            }),
-            ..RequestPlan::default()
-        };
-        let podsets = "/apis/app.example.com/v1alpha1/podsets?&watch=true";
-        scene.rule(rule(None, Method::GET, podsets, quiet(15, 80), 1));
-        scene.rule(rule(
-            None,
-            Method::GET,
-            "/api/v1/pods?&watch=true",
-            quiet(25, 16),
-            1,
-        ));
-        let l = leader(&scene).await?;
-        // The first create leaves 20 s late: after the PodSet's deletion.
-        let slow = RequestPlan {
-            connect: Connect::Slow(secs(20)),
-            ..RequestPlan::default()
-        };
-        scene.rule(rule(
-            Some(l),
-            Method::POST,
-            "/namespaces/ns-a/pods",
-            slow,
-            1,
-        ));
-        scene.user(Action::CreatePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-            replicas: 2,
-        });
-        scene.sleep(secs(15)).await;
-        scene.user(Action::DeletePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-        });
-        scene.sleep(secs(60)).await;
-        scene.converged(secs(60)).await;
-        Ok(())
-    });
-    assert_ok(&report);
+    // The first create leaves 20 s late: after the PodSet's deletion.
+    let slow = RequestPlan {
+        connect: Connect::Slow(secs(20)),
+        ..RequestPlan::default()
+    };
+    let deletion = QuietDeletion {
+        podsets_quiet: (15, 80),
+        pods_quiet: Some((25, 16)),
+        first_create: Some(slow),
+        deleted_after: 15,
+        ..QuietDeletion::default()
+    };
+    deleted_behind_a_quiet_watch(25, deletion);
 }
 
-/// PodSet `ns-a/web` deleted while the leader's PodSet watch is quiet (30 s after it starts,
-/// for 70 s); `status_write` is what befalls the first status write after the deletion.
-fn deleted_behind_a_quiet_watch(seed: u64, status_write: Option<RequestPlan>) {
-    let report = play(seed, Setup::default(), |scene| async move {
-        let stalled = RequestPlan {
-            watch: Some(WatchPlan {
-                stall: Some((secs(30), secs(70))),
-                cut: None,
-            }),
-            ..RequestPlan::default()
-        };
-        let watch = "/apis/app.example.com/v1alpha1/podsets?&watch=true";
-        scene.rule(rule(None, Method::GET, watch, stalled, 1));
-        leader(&scene).await?;
-        scene.user(Action::CreatePodSet {
-            ns: "ns-a",
-            name: "web".into(),
+/// PodSet `ns-a/web`, deleted while the leader's PodSet watch is quiet.
+struct QuietDeletion {
+    replicas: i64,
+    /// When the PodSet watch goes quiet (seconds after its start) and for how long.
+    podsets_quiet: (u64, u64),
+    /// The same for the pod watch, if it goes quiet too.
+    pods_quiet: Option<(u64, u64)>,
+    /// What befalls the leader's first pod create.
+    first_create: Option<RequestPlan>,
+    /// What befalls the first status write after the deletion.
+    status_write: Option<RequestPlan>,
+    /// Seconds from the PodSet's creation to its deletion.
+    deleted_after: u64,
+}
+
+impl Default for QuietDeletion {
+    fn default() -> Self {
+        Self {
             replicas: 2,
-        });
-        scene.sleep(secs(35)).await;
-        if let Some(plan) = status_write {
+            podsets_quiet: (30, 70),
+            pods_quiet: None,
+            first_create: None,
+            status_write: None,
+            deleted_after: 35,
+        }
+    }
+}
+
+fn deleted_behind_a_quiet_watch(seed: u64, d: QuietDeletion) {
+    let report = play(seed, Setup::default(), move |scene| async move {
+        let watch = "/apis/app.example.com/v1alpha1/podsets?&watch=true";
+        let (from, long) = d.podsets_quiet;
+        scene.rule(rule(None, Method::GET, watch, quiet(from, long), 1));
+        if let Some((from, long)) = d.pods_quiet {
+            let watch = "/api/v1/pods?&watch=true";
+            scene.rule(rule(None, Method::GET, watch, quiet(from, long), 1));
+        }
+        let l = leader(&scene).await?;
+        if let Some(plan) = d.first_create {
+            scene.rule(rule(
+                Some(l),
+                Method::POST,
+                "/namespaces/ns-a/pods",
+                plan,
+                1,
+            ));
+        }
+        scene.user(create_web(d.replicas));
+        scene.sleep(secs(d.deleted_after)).await;
+        if let Some(plan) = d.status_write {
             let status = "/namespaces/ns-a/podsets/web/status";
             scene.rule(rule(None, Method::PATCH, status, plan, 1));
         }
-        scene.user(Action::DeletePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-        });
+        scene.user(delete_web());
         scene.sleep(secs(60)).await;
         scene.converged(secs(60)).await;
         Ok(())
@@ -349,11 +299,7 @@ fn deleted_behind_a_quiet_watch(seed: u64, status_write: Option<RequestPlan>) {
 fn a_pod_in_another_namespace_is_never_counted_as_a_podsets() {
     let report = play(12, Setup::default(), |scene| async move {
         leader(&scene).await?;
-        scene.user(Action::CreatePodSet {
-            ns: "ns-a",
-            name: "web".into(),
-            replicas: 2,
-        });
+        scene.user(create_web(2));
         scene.converged(secs(30)).await;
         scene.user(Action::ForgePod {
             ns: "ns-a",
