@@ -133,7 +133,7 @@ fn in_a_process(seed: u64) -> Report {
         violations: vec![why],
         ..Report::default()
     };
-    let exe = match std::env::current_exe() {
+    let exe = match this_binary() {
         Ok(exe) => exe,
         Err(e) => return failed(format!("finding this binary: {e}")),
     };
@@ -147,6 +147,17 @@ fn in_a_process(seed: u64) -> Report {
         Ok(out) => failed(format!("the seed's process ended with {}", out.status)),
         Err(e) => failed(format!("starting the seed's process: {e}")),
     }
+}
+
+/// This binary as it runs. A rebuild during a long search replaces the file its path names,
+/// and the seeds after would run other code, or none (the path gone for a moment): on Linux
+/// `/proc/self/exe` names the running image still.
+fn this_binary() -> std::io::Result<std::path::PathBuf> {
+    let running = std::path::Path::new("/proc/self/exe");
+    if running.exists() {
+        return Ok(running.into());
+    }
+    std::env::current_exe()
 }
 
 /// A bar redrawn in place on a terminal; a line every tenth of the way in a log.
