@@ -158,6 +158,16 @@ pub async fn run(
     ctx.pods.unready();
     let _emptied = Emptied(ctx.pods.clone());
     let (router, queues) = Router::new(&settings);
+    // A predecessor killed mid-scale-up may still have creates in flight at the API server;
+    // acting on a list made before they landed would create those pods again. So the first
+    // pod list (a consistent read) is made once they had the grace to land: made at once,
+    // it would count on the watch to show them in time, and a watch slow to connect does
+    // not. A new leader gets the same separation from the lease's expiry.
+    tokio::select! {
+        biased;
+        _ = tokio::time::sleep(STARTUP_GRACE) => {}
+        _ = shutdown.cancelled() => return Ok(()),
+    }
     // Aborted when `run` ends or is dropped (a leader stepping down): never left behind.
     let _pod_watch = {
         let (ctx, health, namespace) = (ctx.clone(), health.clone(), settings.namespace.clone());
@@ -171,15 +181,6 @@ pub async fn run(
     tokio::select! {
         biased;
         _ = ctx.pods.wait_ready() => info!(pods = ctx.pods.len(), "pod cache synced"),
-        _ = shutdown.cancelled() => return Ok(()),
-    }
-    // A predecessor killed mid-scale-up may still have creates in flight at the API server,
-    // landing after our first list; acting at once would create those pods again. The pod
-    // watch runs on meanwhile, so they are in the cache when the controllers start (a new
-    // leader gets the same separation from the lease's expiry).
-    tokio::select! {
-        biased;
-        _ = tokio::time::sleep(STARTUP_GRACE) => {}
         _ = shutdown.cancelled() => return Ok(()),
     }
 

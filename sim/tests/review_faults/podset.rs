@@ -292,6 +292,62 @@ fn deleted_behind_a_quiet_watch(seed: u64, d: QuietDeletion) {
     assert_ok(&report);
 }
 
+/// Found by the search (seed 2233260739952733096): a replica restarted in place (the same
+/// identity, so it leads again at once) while its predecessor's create was held at the
+/// server. The grace before acting was meant to let such a create land and show in the pod
+/// watch, but the new incarnation listed its pods before it landed, and its watch was slow
+/// to connect: it acted on the list, and made that pod a second time.
+#[test]
+fn a_create_in_flight_across_a_restart_is_counted_by_the_next_incarnation() {
+    let setup = Setup {
+        replicas: 1,
+        settings: podset_sim::replica::ReplicaSettings {
+            lease: None,
+            ..Setup::default().settings
+        },
+        ..Setup::default()
+    };
+    let report = play(26, setup, |scene| async move {
+        scene.sleep(secs(5)).await;
+        scene.user(create_web(2));
+        scene.converged(secs(30)).await;
+        let held = RequestPlan {
+            before: Before::Hold(Duration::from_millis(1500)),
+            ..RequestPlan::default()
+        };
+        scene.rule(rule(
+            Some(0),
+            Method::POST,
+            "/namespaces/ns-a/pods",
+            held,
+            1,
+        ));
+        let slow = RequestPlan {
+            connect: Connect::Slow(secs(5)),
+            ..RequestPlan::default()
+        };
+        scene.rule(rule(
+            Some(0),
+            Method::GET,
+            "/api/v1/pods?&watch=true",
+            slow,
+            1,
+        ));
+        scene.user(Action::Scale {
+            ns: "ns-a",
+            name: "web".into(),
+            replicas: 3,
+        });
+        scene.sleep(Duration::from_millis(500)).await;
+        scene.replicas[0].crash(&scene.sim);
+        scene.replicas[0].start(&scene.sim, false);
+        scene.sleep(secs(20)).await;
+        scene.converged(secs(60)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
+
 /// A pod forged in another namespace, naming a PodSet as its controller, was counted as one
 /// of its pods (the cache was indexed by owner UID alone) until the garbage collector
 /// removed it.
