@@ -8,7 +8,7 @@
 //!   only a lease duration later, renewing it meanwhile: a missing Lease cannot say who held
 //!   it last, and a holder whose Lease a person deleted acts on, unaware, until its renew
 //!   deadline. A leader that finds its Lease gone steps down and creates it the same way;
-////! - a failed request is retried, by leader and standby alike: nothing here ends the process;
+//! - a failed request is retried, by leader and standby alike: nothing here ends the process;
 //! - the leader acts only while its [`Fence`] is open: until the renew deadline after the last
 //!   renewal that landed (counted from when that renewal was sent), and never after it saw
 //!   another holder.
@@ -19,6 +19,7 @@
 //! Lease requests go through a client of their own, which no pod write can hold up (see
 //! `client::build`), and outside the fence: the leader must be able to renew.
 
+mod blocked;
 pub mod fence;
 pub mod record;
 
@@ -34,11 +35,12 @@ use kube::{Api, Client};
 use parking_lot::Mutex;
 use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use crate::clock::Clock;
 use crate::health::Health;
 use crate::jitter::jittered;
+use blocked::needs_a_person;
 pub use fence::{Fence, NotLeading};
 use record::{Decision, Observed, Timing};
 
@@ -172,29 +174,6 @@ impl LeaderElection {
         }
     }
 
-    /// A standby that can never lead as things are (the Lease's namespace does not exist,
-    /// the operator may not use Leases there) says why, at most once a minute, and is not
-    /// ready: a Deployment's rollout then stops instead of replacing working pods with ones
-    /// that wait for good. Once that clears, it is ready again.
-    fn report_blocked(&self, error: Option<&kube::Error>) {
-        let mut logged = self.blocked_since_logged.lock();
-        match error.and_then(|e| needs_a_person(e, &self.namespace)) {
-            Some(why) => {
-                self.health.set_ready(false);
-                let now = Instant::now();
-                if logged.is_none_or(|at| now - at >= Duration::from_secs(60)) {
-                    error!(lease = %self.name, namespace = %self.namespace, "the leader lease cannot be used: {why}; retrying");
-                    *logged = Some(now);
-                }
-            }
-            None if logged.take().is_some() => {
-                self.health.set_ready(true);
-                info!(lease = %self.name, namespace = %self.namespace, "the leader lease can be used again");
-            }
-            None => {}
-        }
-    }
-
     /// The term begins: writes may leave until `deadline`.
     fn lead(&self, deadline: Instant) -> bool {
         self.fence.open_until(deadline);
@@ -298,13 +277,22 @@ impl LeaderElection {
     /// it, if it does.
     async fn try_acquire(&self) -> kube::Result<Option<Claim>> {
         let observed = self.read().await?;
-        let maybe_created = self.unanswered_create.lock().take();
         let decision = record::decide(
             observed.as_ref(),
             &self.identity,
             self.timing.lease,
             Instant::now(),
         );
+        // A record naming this instance may be its own create, whose answer was lost: that
+        // is remembered until a write over it lands (an attempt that fails first must not
+        // use it up), or a record that does not name this instance shows it is not the one.
+        let maybe_created = {
+            let mut unanswered = self.unanswered_create.lock();
+            if decision != Decision::Renew {
+                *unanswered = None;
+            }
+            *unanswered
+        };
         if let Decision::WaitUntil(_) = decision {
             return Ok(None);
         }
@@ -315,12 +303,15 @@ impl LeaderElection {
             self.clock.now(),
         );
         let lease = self.timing.lease;
-        Ok(match self.write(observed.as_ref(), claim).await? {
+        let written = self.write(observed.as_ref(), claim).await?;
+        if let Wrote::Landed(_) = written {
+            *self.unanswered_create.lock() = None;
+        }
+        Ok(match written {
             Wrote::Landed(sent) if observed.is_none() => Some(Claim::Created {
                 sent,
                 lead_at: sent + lease,
             }),
-            // The record naming this instance may be its own create, whose answer was lost.
             Wrote::Landed(sent) => Some(match maybe_created {
                 Some(created) if decision == Decision::Renew => Claim::Created {
                     sent,
@@ -472,27 +463,6 @@ impl LeaderElection {
                 });
                 async move { changed.then_some(()) }
             })
-    }
-}
-
-/// Why a Lease request failed in a way only a person can mend, if it did.
-fn needs_a_person(error: &kube::Error, namespace: &str) -> Option<String> {
-    let kube::Error::Api(status) = error else {
-        return None;
-    };
-    let about_namespace = status
-        .details
-        .as_ref()
-        .is_some_and(|d| d.kind == "namespaces");
-    match status.code {
-        404 if about_namespace => Some(format!(
-            "the leader election namespace {namespace:?} does not exist: create it, or set --leader-election-namespace (LEADER_ELECTION_NAMESPACE) to where the operator's Lease should live"
-        )),
-        403 => Some(format!(
-            "the operator may not use Leases in namespace {namespace:?} ({}): grant it the leader election Role there, or set --leader-election-namespace (LEADER_ELECTION_NAMESPACE)",
-            status.message
-        )),
-        _ => None,
     }
 }
 
