@@ -369,6 +369,7 @@ async fn write_status(
         "metadata": { "resourceVersion": over },
         "status": status,
     });
+    ctx.podset_statuses.sending(&uid, &status);
     let patched = match podsets_api(ps, ctx)
         .patch_status(
             &ps.name_any(),

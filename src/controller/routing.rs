@@ -19,6 +19,7 @@ use super::wakes::Wakes;
 use super::{Context, Settings, scoped};
 use crate::api::{At, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet};
 use crate::cache::Touched;
+use crate::status_writes::status_hash;
 
 /// The primary objects, triggering on what [`Wakes`] says (a new generation, a status not
 /// ours); `synced` turns true once the first full list is in the store. A deleted object's records (backoff,
@@ -53,7 +54,8 @@ where
                 Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
                     let uid = obj.uid().unwrap_or_default();
                     let version = obj.resource_version().unwrap_or_default();
-                    let ours = ctx.podset_statuses.wrote(&uid, &version);
+                    let status = status_hash(obj.status());
+                    let ours = ctx.podset_statuses.wrote(&uid, &version, status);
                     ctx.podset_statuses.observed(&uid, &version);
                     let generation = obj.meta().generation;
                     wakes.wakes(&uid, generation, &obj, ours).then_some(Ok(obj))

@@ -5,10 +5,11 @@
 //! status writes, which would wake a reconcile that finds nothing to do.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{DefaultHasher, Hash, Hasher};
 
 use kube::core::object::HasStatus;
 use serde::Serialize;
+
+use crate::status_writes::status_hash;
 
 /// What was last seen of each object: its generation and a hash of its status.
 #[derive(Default)]
@@ -26,7 +27,7 @@ impl Wakes {
         K: HasStatus,
         K::Status: Serialize,
     {
-        let now = (generation, status_hash(obj));
+        let now = (generation, status_hash(obj.status()));
         if let Some(relisted) = self.relisted.as_mut() {
             relisted.insert(uid.to_string());
         }
@@ -51,19 +52,6 @@ impl Wakes {
     pub fn forget(&mut self, uid: &str) {
         self.seen.remove(uid);
     }
-}
-
-/// A stable hash (the same in every process and run) of the object's status.
-fn status_hash<K>(obj: &K) -> u64
-where
-    K: HasStatus,
-    K::Status: Serialize,
-{
-    let mut hasher = DefaultHasher::new();
-    serde_json::to_vec(&obj.status())
-        .unwrap_or_default()
-        .hash(&mut hasher);
-    hasher.finish()
 }
 
 #[cfg(test)]
