@@ -58,7 +58,9 @@ where
                     let ours = ctx.podset_statuses.wrote(&uid, &version, status);
                     ctx.podset_statuses.observed(&uid, &version);
                     let generation = obj.meta().generation;
-                    wakes.wakes(&uid, generation, &obj, ours).then_some(Ok(obj))
+                    wakes
+                        .wakes(&uid, generation, status, ours)
+                        .then_some(Ok(obj))
                 }
                 Ok(watcher::Event::Delete(obj)) => {
                     let uid = obj.uid().unwrap_or_default();

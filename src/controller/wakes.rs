@@ -6,11 +6,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-use kube::core::object::HasStatus;
-use serde::Serialize;
-
-use crate::status_writes::status_hash;
-
 /// What was last seen of each object: its generation and a hash of its status.
 #[derive(Default)]
 pub struct Wakes {
@@ -20,14 +15,11 @@ pub struct Wakes {
 }
 
 impl Wakes {
-    /// Whether this version of the object wakes its reconcile; `ours`: this instance wrote
-    /// this version's status.
-    pub fn wakes<K>(&mut self, uid: &str, generation: Option<i64>, obj: &K, ours: bool) -> bool
-    where
-        K: HasStatus,
-        K::Status: Serialize,
-    {
-        let now = (generation, status_hash(obj.status()));
+    /// Whether this version of the object wakes its reconcile: `status` is the hash of its
+    /// status ([`crate::status_writes::status_hash`]); `ours`: this instance wrote this
+    /// version's status.
+    pub fn wakes(&mut self, uid: &str, generation: Option<i64>, status: u64, ours: bool) -> bool {
+        let now = (generation, status);
         if let Some(relisted) = self.relisted.as_mut() {
             relisted.insert(uid.to_string());
         }
@@ -58,8 +50,11 @@ impl Wakes {
 mod tests {
     use super::*;
     use crate::api::{PodSet, PodSetSpec, PodSetStatus};
+    use crate::status_writes::status_hash;
+    use kube::core::object::HasStatus;
 
-    fn podset(available: i32) -> PodSet {
+    /// The status hash of a PodSet with this many available pods.
+    fn podset(available: i32) -> u64 {
         let spec = PodSetSpec {
             replicas: 2,
             template: None,
@@ -69,31 +64,31 @@ mod tests {
             available_replicas: available,
             ..Default::default()
         });
-        p
+        status_hash(p.status())
     }
 
     #[test]
     fn a_new_generation_or_anothers_status_wakes_our_own_status_does_not() {
         let mut w = Wakes::default();
-        assert!(w.wakes("u", Some(1), &podset(0), false), "first sight");
-        assert!(!w.wakes("u", Some(1), &podset(0), false), "nothing changed");
-        assert!(!w.wakes("u", Some(1), &podset(2), true), "our own status");
+        assert!(w.wakes("u", Some(1), podset(0), false), "first sight");
+        assert!(!w.wakes("u", Some(1), podset(0), false), "nothing changed");
+        assert!(!w.wakes("u", Some(1), podset(2), true), "our own status");
         assert!(
-            w.wakes("u", Some(1), &podset(1), false),
+            w.wakes("u", Some(1), podset(1), false),
             "someone else's status"
         );
-        assert!(w.wakes("u", Some(2), &podset(1), true), "a new generation");
+        assert!(w.wakes("u", Some(2), podset(1), true), "a new generation");
     }
 
     #[test]
     fn a_relist_forgets_objects_deleted_unseen() {
         let mut w = Wakes::default();
-        w.wakes("gone", Some(1), &podset(0), false);
-        w.wakes("kept", Some(1), &podset(0), false);
+        w.wakes("gone", Some(1), podset(0), false);
+        w.wakes("kept", Some(1), podset(0), false);
         w.relist_begins();
-        assert!(!w.wakes("kept", Some(1), &podset(0), false));
+        assert!(!w.wakes("kept", Some(1), podset(0), false));
         w.relist_done();
         assert_eq!(w.seen.len(), 1);
-        assert!(w.wakes("gone", Some(1), &podset(0), false), "seen anew");
+        assert!(w.wakes("gone", Some(1), podset(0), false), "seen anew");
     }
 }
