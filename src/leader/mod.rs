@@ -7,7 +7,10 @@
 //! - a missing Lease is created at once by whoever finds it missing, but its creator leads
 //!   only a lease duration later, renewing it meanwhile: a missing Lease cannot say who held
 //!   it last, and a holder whose Lease a person deleted acts on, unaware, until its renew
-//!   deadline. A leader that finds its Lease gone steps down and creates it the same way;
+//!   deadline. A leader that finds its Lease gone steps down and creates it the same way.
+//!   So does an instance that finds the Lease naming it in a record it did not see its own
+//!   write make: its own create, held at the server past its answer, may have landed after
+//!   such a deletion;
 //! - a failed request is retried, by leader and standby alike: nothing here ends the process;
 //! - the leader acts only while its [`Fence`] is open: until the renew deadline after the last
 //!   renewal that landed (counted from when that renewal was sent), and never after it saw
@@ -53,8 +56,8 @@ pub struct LeaderElection {
     fence: Fence,
     clock: Clock,
     observed: Mutex<Option<Observed>>,
-    /// When a create of the Lease was sent whose answer never came: it may have landed.
-    unanswered_create: Mutex<Option<Instant>>,
+    /// The `resourceVersion` of the last write of the Lease this instance saw land.
+    written: Mutex<Option<String>>,
     /// A standby is ready unless it can never lead as things are ([`needs_a_person`]).
     health: Arc<Health>,
     /// When that was last logged, while it lasts.
@@ -73,8 +76,13 @@ enum Holder {
 enum Claim {
     /// Over a record it observed, sent at that instant: it leads at once.
     Taken(Instant),
-    /// There was none: it leads a lease duration after it created the Lease, at `lead_at`.
-    Created { sent: Instant, lead_at: Instant },
+    /// It leads at `lead_at`, a lease duration after it created the Lease or first saw it
+    /// named in a record it cannot vouch for (`why`).
+    Deferred {
+        sent: Instant,
+        lead_at: Instant,
+        why: &'static str,
+    },
 }
 
 /// Why a holder stops holding, when no renewal landed in time.
@@ -116,7 +124,7 @@ impl LeaderElection {
             fence,
             clock,
             observed: Mutex::new(None),
-            unanswered_create: Mutex::new(None),
+            written: Mutex::new(None),
             health,
             blocked_since_logged: Mutex::new(None),
         }
@@ -139,8 +147,9 @@ impl LeaderElection {
                 Ok(Some(Claim::Taken(sent))) => {
                     return self.lead(sent + self.timing.renew_deadline);
                 }
-                Ok(Some(Claim::Created { sent, lead_at })) => {
-                    info!(lease = %self.name, wait = ?self.timing.lease, "created the leader lease; leading once a lease duration has passed, by when any holder it had has stopped");
+                Ok(Some(Claim::Deferred { sent, lead_at, why })) => {
+                    let wait = lead_at.saturating_duration_since(Instant::now());
+                    info!(lease = %self.name, ?wait, "{why}; leading once a lease duration has passed, by when any holder it had has stopped");
                     let deadline = sent + self.timing.renew_deadline;
                     let waited = tokio::select! {
                         biased;
@@ -280,19 +289,10 @@ impl LeaderElection {
         let decision = record::decide(
             observed.as_ref(),
             &self.identity,
+            self.written.lock().as_deref(),
             self.timing.lease,
             Instant::now(),
         );
-        // A record naming this instance may be its own create, whose answer was lost: that
-        // is remembered until a write over it lands (an attempt that fails first must not
-        // use it up), or a record that does not name this instance shows it is not the one.
-        let maybe_created = {
-            let mut unanswered = self.unanswered_create.lock();
-            if decision != Decision::Renew {
-                *unanswered = None;
-            }
-            *unanswered
-        };
         if let Decision::WaitUntil(_) = decision {
             return Ok(None);
         }
@@ -302,20 +302,17 @@ impl LeaderElection {
             self.timing.lease,
             self.clock.now(),
         );
-        let lease = self.timing.lease;
-        let written = self.write(observed.as_ref(), claim).await?;
-        if let Wrote::Landed(_) = written {
-            *self.unanswered_create.lock() = None;
-        }
-        Ok(match written {
-            Wrote::Landed(sent) if observed.is_none() => Some(Claim::Created {
-                sent,
-                lead_at: sent + lease,
-            }),
-            Wrote::Landed(sent) => Some(match maybe_created {
-                Some(created) if decision == Decision::Renew => Claim::Created {
+        Ok(match self.write(observed.as_ref(), claim).await? {
+            Wrote::Landed(sent) => Some(match decision {
+                Decision::Create => Claim::Deferred {
                     sent,
-                    lead_at: created + lease,
+                    lead_at: sent + self.timing.lease,
+                    why: "created the leader lease",
+                },
+                Decision::Reclaim(lead_at) => Claim::Deferred {
+                    sent,
+                    lead_at,
+                    why: "the leader lease names this instance, though no write of it this instance saw land did (a create of its own may have landed late)",
                 },
                 _ => Claim::Taken(sent),
             }),
@@ -372,6 +369,7 @@ impl LeaderElection {
         match record::decide(
             self.observed.lock().as_ref(),
             &self.identity,
+            self.written.lock().as_deref(),
             self.timing.lease,
             now,
         ) {
@@ -418,6 +416,7 @@ impl LeaderElection {
         };
         match written {
             Ok(lease) => {
+                *self.written.lock() = lease.metadata.resource_version.clone();
                 self.observe(Some(lease), Instant::now());
                 Ok(Wrote::Landed(sent))
             }
@@ -425,12 +424,7 @@ impl LeaderElection {
             Err(kube::Error::Api(s)) if s.code == 409 || (s.code == 404 && over.is_some()) => {
                 Ok(Wrote::Lost)
             }
-            Err(e) => {
-                if over.is_none() {
-                    *self.unanswered_create.lock() = Some(sent);
-                }
-                Err(e)
-            }
+            Err(e) => Err(e),
         }
     }
 

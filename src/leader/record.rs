@@ -52,20 +52,35 @@ pub enum Decision {
     Create,
     /// Free or expired: write it over the observed version, naming this instance.
     Take,
-    /// This instance holds it: write the renewal over the observed version.
+    /// This instance holds it, by the last write of it this instance saw land: write the
+    /// renewal over the observed version.
     Renew,
+    /// The record names this instance, but no write of it this instance saw land made it: a
+    /// create of its own, held at the server past its answer (or sent by the incarnation
+    /// before), may have landed after a person deleted the Lease under a holder that acts on
+    /// until its renew deadline. Renew it, and lead only then: a lease duration after it was
+    /// first seen.
+    Reclaim(Instant),
     /// Someone else holds it until then (as this instance times it).
     WaitUntil(Instant),
 }
 
 /// A missing Lease is created at once; its creator leads only a lease duration later (see
-/// `LeaderElection::acquire`).
-pub fn decide(observed: Option<&Observed>, me: &str, duration: Duration, now: Instant) -> Decision {
+/// `LeaderElection::acquire`). `written` is the `resourceVersion` of the last write of the
+/// Lease this instance saw land.
+pub fn decide(
+    observed: Option<&Observed>,
+    me: &str,
+    written: Option<&str>,
+    duration: Duration,
+    now: Instant,
+) -> Decision {
     let Some(observed) = observed else {
         return Decision::Create;
     };
     match observed.holder() {
-        holder if holder == me => Decision::Renew,
+        holder if holder == me && written == Some(observed.version.as_str()) => Decision::Renew,
+        holder if holder == me => Decision::Reclaim(observed.at + duration),
         "" => Decision::Take,
         _ => match observed.expiry(duration) {
             expiry if expiry <= now => Decision::Take,
@@ -168,16 +183,16 @@ mod tests {
         let an_hour_ago = Timestamp::now() - jiff::SignedDuration::from_hours(1);
         let seen = observed(spec("other", an_hour_ago), now);
         assert_eq!(
-            decide(Some(&seen), "me", LEASE, now),
+            decide(Some(&seen), "me", None, LEASE, now),
             Decision::WaitUntil(now + LEASE)
         );
         let later = now + LEASE - Duration::from_millis(1);
         assert_eq!(
-            decide(Some(&seen), "me", LEASE, later),
+            decide(Some(&seen), "me", None, LEASE, later),
             Decision::WaitUntil(now + LEASE)
         );
         assert_eq!(
-            decide(Some(&seen), "me", LEASE, now + LEASE),
+            decide(Some(&seen), "me", None, LEASE, now + LEASE),
             Decision::Take
         );
     }
@@ -192,7 +207,7 @@ mod tests {
         let again = Observed::seen(Some(&first), record.clone(), "8".into(), t0 + LEASE);
         assert_eq!(again.at, t0);
         assert_eq!(
-            decide(Some(&again), "me", LEASE, t0 + LEASE),
+            decide(Some(&again), "me", None, LEASE, t0 + LEASE),
             Decision::Take
         );
         let renewed = LeaseSpec {
@@ -209,11 +224,32 @@ mod tests {
     #[test]
     fn a_missing_lease_is_created_a_free_one_taken_and_ours_renewed() {
         let now = Instant::now();
-        assert_eq!(decide(None, "me", LEASE, now), Decision::Create);
+        assert_eq!(decide(None, "me", None, LEASE, now), Decision::Create);
         let free = observed(spec("", Timestamp::now()), now);
-        assert_eq!(decide(Some(&free), "me", LEASE, now), Decision::Take);
+        assert_eq!(decide(Some(&free), "me", None, LEASE, now), Decision::Take);
         let ours = observed(spec("me", Timestamp::now()), now);
-        assert_eq!(decide(Some(&ours), "me", LEASE, now), Decision::Renew);
+        assert_eq!(
+            decide(Some(&ours), "me", Some("7"), LEASE, now),
+            Decision::Renew
+        );
+    }
+
+    /// Found by the search (seed 6710754656613301520): a create held at the server past its
+    /// answer landed after the Lease was deleted again under another holder. A record naming
+    /// this instance that is not its last write it saw land is led a lease duration after it
+    /// was first seen, whenever it is looked at again.
+    #[test]
+    fn a_record_naming_this_instance_but_not_its_own_landed_write_is_led_a_lease_later() {
+        let t0 = Instant::now();
+        let ours = observed(spec("me", Timestamp::now()), t0);
+        for written in [None, Some("6")] {
+            for now in [t0, t0 + LEASE / 2] {
+                assert_eq!(
+                    decide(Some(&ours), "me", written, LEASE, now),
+                    Decision::Reclaim(t0 + LEASE)
+                );
+            }
+        }
     }
 
     #[test]

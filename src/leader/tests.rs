@@ -284,3 +284,35 @@ async fn renewals_come_every_third_of_the_lease_and_the_fence_closes_without_the
     assert!(began.elapsed() <= timing.renew_deadline + Duration::from_millis(500));
     assert!(!me.fence.is_open());
 }
+
+/// Found by the search (seed 6710754656613301520): a record naming this instance that no
+/// write of it this instance saw land made (the container before it in the pod, or its own
+/// create held at the server past its answer) is renewed at once and led a lease duration
+/// later; one that is its own last write it saw land is led again at once.
+#[tokio::test(start_paused = true)]
+async fn a_record_naming_this_instance_is_led_at_once_only_if_it_saw_its_write_land() {
+    let state = Shared::default();
+    state.lock().write(holding("me", jiff::Timestamp::now()));
+    let me = election(&state, "me");
+    let began = Instant::now();
+    assert!(acquire_within(&me, LEASE * 2).await);
+    assert!(began.elapsed() >= LEASE, "led after {:?}", began.elapsed());
+    assert!(
+        puts(&state) >= 2,
+        "renewed while waiting: {:?}",
+        state.lock().seen
+    );
+
+    state.lock().fail = usize::MAX;
+    tokio::time::timeout(LEASE * 2, me.hold())
+        .await
+        .expect("stepped down");
+    state.lock().fail = 0;
+    let again = Instant::now();
+    assert!(acquire_within(&me, LEASE).await);
+    assert!(
+        again.elapsed() < LEASE / 2,
+        "led again after {:?}",
+        again.elapsed()
+    );
+}

@@ -330,3 +330,37 @@ fn a_standby_asked_to_stop_stops_though_its_lease_read_hangs() {
     });
     assert_ok(&report);
 }
+
+/// Found by the search (seed 6710754656613301520): a standby's create of the Lease was held
+/// at the server past the standby's deadline; the standby then saw another holder, and took
+/// that for the end of its create. The Lease was deleted under that holder, and the held
+/// create landed, naming the standby, which led at once while the holder still acted.
+#[test]
+fn a_create_of_the_lease_held_through_another_term_is_not_led_at_once() {
+    let report = play(67, Setup::default(), |scene| async move {
+        let l = leader(&scene).await?;
+        let standby = 1 - l;
+        let held = RequestPlan {
+            before: Before::Hold(secs(40)),
+            ..RequestPlan::default()
+        };
+        scene.rule(rule(Some(standby), Method::POST, "/leases", held, 1));
+        scene.user(Action::DeleteLease);
+        scene.sleep(secs(39)).await;
+        // The standby's look at the Lease after the next deletion goes unanswered, so it
+        // creates no Lease of its own before the held one lands.
+        let lost = RequestPlan {
+            after: After::Lost,
+            ..RequestPlan::default()
+        };
+        scene.rule(rule(Some(standby), Method::GET, "/leases/", lost, 1));
+        scene.replicas[l].gate.freeze();
+        scene.user(Action::DeleteLease);
+        scene.user(create_web(2));
+        scene.sleep(secs(10)).await;
+        scene.replicas[l].gate.thaw();
+        scene.converged(secs(120)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
