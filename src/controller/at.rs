@@ -19,6 +19,7 @@ use crate::cache::CachedPod;
 use crate::client;
 use crate::error::{Error, Result};
 use crate::plan::at::{self as plan, Step};
+use crate::status_writes::alike;
 
 const CONTROLLER: &str = "at";
 
@@ -287,9 +288,7 @@ async fn ours_landed(api: &Api<At>, at: &At, status: &AtStatus) -> Result<Option
         .get_status(&at.name_any())
         .await
         .map_err(Error::ApiRead)?;
-    // Compared as written: the API server keeps timestamps to the second.
-    let as_written = |s: Option<&AtStatus>| serde_json::to_value(s).ok();
-    Ok((as_written(now.status.as_ref()) == as_written(Some(status))).then_some(now))
+    Ok(alike(now.status.as_ref(), Some(status)).then_some(now))
 }
 
 /// `status` as a merge patch that leaves nothing of the old one: a field it lacks is removed

@@ -7,13 +7,13 @@ use tokio::time::Instant;
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams, Patch, Preconditions};
+use kube::api::{DeleteParams, ListParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::{Context, api_message, publish, retry_after, status_patch_params, timed};
+use super::{Context, api_message, publish, retry_after, timed};
 use crate::api::PodSet;
 use crate::cache::CachedPod;
 use crate::client;
@@ -73,7 +73,7 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
     };
     if pending.is_none() || matches!(outcome, Outcome::Failed(_)) {
         // Read again: the watch may have shown this reconcile's own creates by now.
-        write_status(ps, &ctx.pods.owned_by(&namespace, &uid), &outcome, ctx).await?;
+        status::write(ps, &ctx.pods.owned_by(&namespace, &uid), &outcome, ctx).await?;
     }
     Ok(match (&outcome, pending) {
         (Outcome::Failed(_), _) => retry_after(ps, ctx),
@@ -118,21 +118,27 @@ fn generation(ps: &PodSet) -> i64 {
     ps.meta().generation.unwrap_or_default()
 }
 
-/// Whether the PodSet is still there, read from the API server (a list of its one name, a
-/// consistent read the operator's `list` permission covers). If not, it is remembered gone.
+/// Whether the PodSet is still there, read from the API server. If not, it is remembered
+/// gone.
 async fn exists(ps: &PodSet, ctx: &Context) -> Result<bool> {
-    let (uid, name) = (ps.uid().unwrap_or_default(), ps.name_any());
-    let one = ListParams::default().fields(&format!("metadata.name={name}"));
+    Ok(read(ps, ctx).await?.is_some())
+}
+
+/// The PodSet as the API server has it now (a list of its one name, a consistent read the
+/// operator's `list` permission covers), or `None`, remembered gone, if it is not there.
+async fn read(ps: &PodSet, ctx: &Context) -> Result<Option<PodSet>> {
+    let one = ListParams::default().fields(&format!("metadata.name={}", ps.name_any()));
     let found = podsets_api(ps, ctx)
         .list(&one)
         .await
         .map_err(Error::ApiRead)?;
     // Another PodSet of the same name is a new object: the cache's is gone all the same.
-    let there = found.items.iter().any(|p| p.uid() == ps.uid());
-    if !there {
-        ctx.gone.found(&uid, Instant::now());
+    let now = found.items.into_iter().find(|p| p.uid() == ps.uid());
+    if now.is_none() {
+        ctx.gone
+            .found(&ps.uid().unwrap_or_default(), Instant::now());
     }
-    Ok(there)
+    Ok(now)
 }
 
 async fn manage(ps: &PodSet, plan: Plan, pods: &[Arc<CachedPod>], ctx: &Context) -> Outcome {
@@ -339,65 +345,7 @@ async fn report(
         message,
     })
 }
-/// Writes the status only when it differs from what the PodSet shows, over the freshest
-/// version known (the store's copy, or the one this instance's last write made): a write held
-/// up on its way, or another writer's (a deposed leader's), meets a conflict instead of
-/// overwriting a newer status.
-async fn write_status(
-    ps: &PodSet,
-    pods: &[Arc<CachedPod>],
-    outcome: &Outcome,
-    ctx: &Context,
-) -> Result<()> {
-    let (uid, seen) = (
-        ps.uid().unwrap_or_default(),
-        ps.resource_version().unwrap_or_default(),
-    );
-    // Compare with the freshest status known: ours, if the store has not shown it yet.
-    let written = ctx
-        .podset_statuses
-        .written_over(&uid, &seen, Instant::now());
-    let (current, over) = match &written {
-        Some(w) => (Some(&w.status), w.version.as_str()),
-        None => (ps.status.as_ref(), seen.as_str()),
-    };
-    let status = plan::status(ps, current, pods, outcome, ctx.clock.now());
-    if current == Some(&status) {
-        return Ok(());
-    }
-    let patch = serde_json::json!({
-        "metadata": { "resourceVersion": over },
-        "status": status,
-    });
-    ctx.podset_statuses.sending(&uid, &status);
-    let patched = match podsets_api(ps, ctx)
-        .patch_status(
-            &ps.name_any(),
-            &status_patch_params(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(patched) => patched,
-        // A newer version is on its way to the watch, and wakes the next reconcile.
-        Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
-        // Over our version, so the PodSet of this name is gone, not one made since (that
-        // would be a 409). A 404 that names no object is the resource's: a restarted API
-        // server that has not registered our CRD again yet.
-        Err(kube::Error::Api(s))
-            if s.code == 404 && s.details.as_ref().is_some_and(|d| d.name == ps.name_any()) =>
-        {
-            ctx.gone.found(&uid, Instant::now());
-            return Ok(());
-        }
-        Err(e) => return Err(Error::StatusWrite(e)),
-    };
-    let version = patched.resource_version().unwrap_or_default();
-    ctx.podset_statuses
-        .record(&uid, &seen, &version, status, Instant::now());
-    Ok(())
-}
-
 mod settle;
+mod status;
 #[cfg(test)]
 mod tests;

@@ -293,7 +293,7 @@ fn deleted_behind_a_quiet_watch(seed: u64, d: QuietDeletion) {
 }
 
 /// Found by the search (seed 2233260739952733096): a replica restarted in place (the same
-/// identity, so it leads again at once) while its predecessor's create was held at the
+/// identity: it led again at once then) while its predecessor's create was held at the
 /// server. The grace before acting was meant to let such a create land and show in the pod
 /// watch, but the new incarnation listed its pods before it landed, and its watch was slow
 /// to connect: it acted on the list, and made that pod a second time.
@@ -366,6 +366,63 @@ fn a_pod_in_another_namespace_is_never_counted_as_a_podsets() {
             name: "web".into(),
             replicas: 3,
         });
+        scene.converged(secs(60)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
+
+/// Found by the search (seed 371651223894538758): a status write landed, answered 504; the
+/// client sent it again and met 409, its own write. A later reconcile, on a copy the quiet
+/// PodSet watch had not brought up to date, found nothing to write. When the watch showed
+/// the landed write, it was taken for this instance's own, known write and woke nothing:
+/// the PodSet said ReplicaFailure until its next resync, minutes on.
+#[test]
+fn a_status_write_refused_after_its_own_resend_landed_is_put_right() {
+    let report = play(28, Setup::default(), |scene| async move {
+        let l = leader(&scene).await?;
+        let standby = 1 - l;
+        let plan = |before, after| RequestPlan {
+            before,
+            after,
+            ..RequestPlan::default()
+        };
+        scene.user(create_web(2));
+        scene.sleep(secs(10)).await;
+        // The leader's replacement for a deleted pod is held at the server until the standby
+        // has taken over and made its own: then it lands, one pod too many.
+        let held = plan(Before::Hold(secs(25)), After::Reply);
+        scene.rule(rule(
+            Some(l),
+            Method::POST,
+            "/namespaces/ns-a/pods",
+            held,
+            1,
+        ));
+        let watch = "/apis/app.example.com/v1alpha1/podsets?&watch=true";
+        scene.rule(rule(Some(standby), Method::GET, watch, quiet(6, 60), 1));
+        let lost = plan(Before::Pass, After::Lost);
+        scene.rule(rule(Some(standby), Method::DELETE, "/pods/", lost, 1));
+        scene.user(Action::DeletePod {
+            ns: "ns-a",
+            podset: "web".into(),
+            pick: 0,
+        });
+        scene.sleep(Duration::from_millis(100)).await;
+        scene.replicas[l].gate.freeze();
+        scene.sleep(secs(22)).await;
+        let timed_out = plan(Before::Pass, After::Timeout);
+        let status = "/namespaces/ns-a/podsets/web/status";
+        scene.rule(rule(Some(standby), Method::PATCH, status, timed_out, 1));
+        scene.sleep(secs(20)).await;
+        scene.replicas[l].gate.thaw();
+        scene
+            .until(
+                "no ReplicaFailure",
+                secs(30),
+                no_replica_failure("ns-a", "web"),
+            )
+            .await?;
         scene.converged(secs(60)).await;
         Ok(())
     });

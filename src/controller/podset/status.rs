@@ -1,0 +1,122 @@
+//! The PodSet's status write: only when it changed, over the freshest version known, and,
+//! as the ReplicaSet controller's `updateReplicaSetStatus` does, once more over a fresh read
+//! when it meets a conflict.
+
+use std::sync::Arc;
+use tokio::time::Instant;
+
+use kube::ResourceExt;
+use kube::api::Patch;
+
+use super::{podsets_api, read};
+use crate::api::{PodSet, PodSetStatus};
+use crate::cache::CachedPod;
+use crate::controller::{Context, status_patch_params};
+use crate::error::{Error, Result};
+use crate::plan::podset::{self as plan, Outcome};
+use crate::status_writes::alike;
+
+/// How a status patch ended.
+enum Patched {
+    /// It landed, or the PodSet shows it already: at this resourceVersion.
+    Landed(String),
+    /// The version it went over was not the PodSet's any more (409).
+    Conflict,
+    /// The PodSet is gone.
+    Gone,
+}
+
+/// Writes the status only when it differs from what the PodSet shows, over the freshest
+/// version known (the store's copy, or the one this instance's last write made): a write held
+/// up on its way, or another writer's (a deposed leader's), meets a conflict instead of
+/// overwriting a newer status.
+pub(super) async fn write(
+    ps: &PodSet,
+    pods: &[Arc<CachedPod>],
+    outcome: &Outcome,
+    ctx: &Context,
+) -> Result<()> {
+    let (uid, seen) = (
+        ps.uid().unwrap_or_default(),
+        ps.resource_version().unwrap_or_default(),
+    );
+    // Compare with the freshest status known: ours, if the store has not shown it yet.
+    let written = ctx
+        .podset_statuses
+        .written_over(&uid, &seen, Instant::now());
+    let (current, over) = match &written {
+        Some(w) => (Some(&w.status), w.version.as_str()),
+        None => (ps.status.as_ref(), seen.as_str()),
+    };
+    let status = plan::status(ps, current, pods, outcome, ctx.clock.now());
+    if current == Some(&status) {
+        return Ok(());
+    }
+    ctx.podset_statuses.sending(&uid, &status);
+    let mut patched = patch(ps, over, &status, ctx).await;
+    // The newer version may be this very status: sent again by the client after a 504 whose
+    // first send had landed, or by an earlier reconcile whose answer was lost. Its watch
+    // event would wake nothing (it is this instance's own), and a reconcile holding the stale
+    // copy would find nothing to write: the PodSet would show it until its next resync.
+    if let Ok(Patched::Conflict) = patched {
+        patched = again(ps, &status, ctx).await;
+    }
+    match patched {
+        Ok(Patched::Landed(version)) => {
+            ctx.podset_statuses
+                .record(&uid, &seen, &version, status, Instant::now());
+            Ok(())
+        }
+        // Not known to have landed: a watch event that shows it must wake a reconcile.
+        Ok(Patched::Conflict | Patched::Gone) => {
+            ctx.podset_statuses.unsent(&uid);
+            Ok(())
+        }
+        Err(e) => {
+            ctx.podset_statuses.unsent(&uid);
+            Err(e)
+        }
+    }
+}
+
+/// After a conflict: `status` sent once more over the PodSet read again, unless it shows it
+/// already. Another conflict is another writer's, whose watch event wakes the next reconcile.
+async fn again(ps: &PodSet, status: &PodSetStatus, ctx: &Context) -> Result<Patched> {
+    let Some(now) = read(ps, ctx).await? else {
+        return Ok(Patched::Gone);
+    };
+    let version = now.resource_version().unwrap_or_default();
+    if alike(now.status.as_ref(), Some(status)) {
+        return Ok(Patched::Landed(version));
+    }
+    patch(&now, &version, status, ctx).await
+}
+
+async fn patch(ps: &PodSet, over: &str, status: &PodSetStatus, ctx: &Context) -> Result<Patched> {
+    let body = serde_json::json!({
+        "metadata": { "resourceVersion": over },
+        "status": status,
+    });
+    let name = ps.name_any();
+    let params = status_patch_params();
+    match podsets_api(ps, ctx)
+        .patch_status(&name, &params, &Patch::Merge(&body))
+        .await
+    {
+        Ok(patched) => Ok(Patched::Landed(
+            patched.resource_version().unwrap_or_default(),
+        )),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Patched::Conflict),
+        // Over our version, so the PodSet of this name is gone, not one made since (that
+        // would be a 409). A 404 that names no object is the resource's: a restarted API
+        // server that has not registered our CRD again yet.
+        Err(kube::Error::Api(s))
+            if s.code == 404 && s.details.as_ref().is_some_and(|d| d.name == name) =>
+        {
+            ctx.gone
+                .found(&ps.uid().unwrap_or_default(), Instant::now());
+            Ok(Patched::Gone)
+        }
+        Err(e) => Err(Error::StatusWrite(e)),
+    }
+}
