@@ -165,6 +165,9 @@ fn start_containerd(dir: &Path, name: &str) -> Result<Process> {
     Ok(p)
 }
 
+/// Where every kubelet serves its device plugin registry (not configurable).
+const DEVICE_PLUGINS: &str = "/var/lib/kubelet/device-plugins";
+
 fn start_kubelet(
     dir: &Path,
     address: Ipv4Addr,
@@ -191,9 +194,20 @@ fn start_kubelet(
             &cert.key,
         ),
     )?;
+    // The device plugin registry's socket has a fixed path, /var/lib/kubelet/device-plugins:
+    // two kubelets starting at once on one host race for it, and the loser exits ("Failed to
+    // start ContainerManager ... address already in use"). Each node's own directory is
+    // mounted over it, in the node's mount namespace only.
+    let plugins = dir.join("device-plugins");
+    std::fs::create_dir_all(&plugins)?;
+    std::fs::create_dir_all(DEVICE_PLUGINS)?;
     let mut args = vec![
         format!("--mount={mount_namespace}"),
         "--".into(),
+        "sh".into(),
+        "-c".into(),
+        format!("mount --bind \"$0\" {DEVICE_PLUGINS} && exec \"$@\""),
+        plugins.to_string_lossy().into_owned(),
         cluster.kubelet_path.to_string_lossy().into_owned(),
     ];
     args.extend(config::kubelet_args(dir, address, &kubeconfig));
