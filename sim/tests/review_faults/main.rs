@@ -26,6 +26,15 @@ fn rule(replica: Option<usize>, method: Method, path: &str, plan: RequestPlan, t
     }
 }
 
+/// What befalls a request before the server acts on it, and its answer after.
+fn plan(before: Before, after: After) -> RequestPlan {
+    RequestPlan {
+        before,
+        after,
+        ..RequestPlan::default()
+    }
+}
+
 /// The replica that leads, once it acts (its caches synced).
 async fn leader(scene: &Scene) -> Result<usize, String> {
     for _ in 0..300 {

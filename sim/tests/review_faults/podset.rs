@@ -108,11 +108,6 @@ fn a_create_timed_out_after_its_pod_was_seen_is_not_sent_again() {
 fn a_create_whose_look_up_went_unanswered_is_tried_again_soon() {
     let report = play(23, Setup::default(), |scene| async move {
         let l = leader(&scene).await?;
-        let plan = |before, after| RequestPlan {
-            before,
-            after,
-            ..RequestPlan::default()
-        };
         // The first send never arrives; the second lands, its answer lost; the read the
         // third send's 409 brings is answered to no one.
         let pods = "/namespaces/ns-a/pods";
@@ -129,35 +124,34 @@ fn a_create_whose_look_up_went_unanswered_is_tried_again_soon() {
         ));
         scene.user(create_web(1));
         scene.sleep(secs(100)).await;
-        scene
-            .until(
-                "no ReplicaFailure",
-                secs(60),
-                no_replica_failure("ns-a", "web"),
-            )
-            .await?;
+        web_reports_no_failure_within(&scene, secs(60)).await?;
         scene.converged(secs(5)).await;
         Ok(())
     });
     assert_ok(&report);
 }
 
-/// Whether PodSet `ns/name` reports no ReplicaFailure.
-fn no_replica_failure(ns: &'static str, name: &'static str) -> impl Fn(&Store) -> bool {
-    move |store| {
-        let key = Key {
-            kind: Kind::PodSet,
-            namespace: ns.into(),
-            name: name.into(),
-        };
-        let conditions = store
-            .get(&key)
-            .and_then(|ps| ps["status"]["conditions"].as_array().cloned())
-            .unwrap_or_default();
-        conditions
-            .iter()
-            .any(|c| c["type"] == "ReplicaFailure" && c["status"] == "False")
-    }
+/// Waits until PodSet `ns-a/web` reports no ReplicaFailure.
+async fn web_reports_no_failure_within(scene: &Scene, within: Duration) -> Result<(), String> {
+    scene
+        .until("no ReplicaFailure", within, no_replica_failure)
+        .await
+}
+
+/// Whether PodSet `ns-a/web` reports no ReplicaFailure.
+fn no_replica_failure(store: &Store) -> bool {
+    let key = Key {
+        kind: Kind::PodSet,
+        namespace: "ns-a".into(),
+        name: "web".into(),
+    };
+    let conditions = store
+        .get(&key)
+        .and_then(|ps| ps["status"]["conditions"].as_array().cloned())
+        .unwrap_or_default();
+    conditions
+        .iter()
+        .any(|c| c["type"] == "ReplicaFailure" && c["status"] == "False")
 }
 
 /// Found by the search (seed 508014): the leader's PodSet watch went quiet, and a PodSet was
@@ -382,11 +376,6 @@ fn a_status_write_refused_after_its_own_resend_landed_is_put_right() {
     let report = play(28, Setup::default(), |scene| async move {
         let l = leader(&scene).await?;
         let standby = 1 - l;
-        let plan = |before, after| RequestPlan {
-            before,
-            after,
-            ..RequestPlan::default()
-        };
         scene.user(create_web(2));
         scene.sleep(secs(10)).await;
         // The leader's replacement for a deleted pod is held at the server until the standby
@@ -416,13 +405,7 @@ fn a_status_write_refused_after_its_own_resend_landed_is_put_right() {
         scene.rule(rule(Some(standby), Method::PATCH, status, timed_out, 1));
         scene.sleep(secs(20)).await;
         scene.replicas[l].gate.thaw();
-        scene
-            .until(
-                "no ReplicaFailure",
-                secs(30),
-                no_replica_failure("ns-a", "web"),
-            )
-            .await?;
+        web_reports_no_failure_within(&scene, secs(30)).await?;
         scene.converged(secs(60)).await;
         Ok(())
     });
