@@ -175,8 +175,10 @@ async fn at_scenario(ns: &TestNs, pods: &MaxPods) -> Result<Facts> {
         Ok((status.phase == Some(AtPhase::Done)).then_some(status))
     };
     // The kubelet's part: once the pod is released from its scheduling gate, the command runs
-    // and exits 0. An At RUNNING without a pod after a crash creates it (it never ran: pods
-    // are created gated).
+    // and exits 0, reported Running then Succeeded back to back, as a kubelet does for a
+    // short command: a thinned watch then has a state (Running) to drop whatever the load.
+    // An At RUNNING without a pod after a crash creates it (it never ran: pods are created
+    // gated).
     let released = |pod: &Pod| {
         pod.spec
             .as_ref()
@@ -196,6 +198,7 @@ async fn at_scenario(ns: &TestNs, pods: &MaxPods) -> Result<Facts> {
     .await?;
     let done = match pod_or_verdict {
         Either::Left(pod) => {
+            set_pod_phase(ns, &pod.name_any(), "Running", None).await?;
             set_pod_phase(ns, &pod.name_any(), "Succeeded", Some(0)).await?;
             poll_some(CONVERGE, "at yay DONE", done).await?
         }
