@@ -1,6 +1,8 @@
 //! The custom resources this operator serves, and their CRD manifests.
 
 pub mod at;
+mod bounds;
+pub mod decoded;
 pub mod podset;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
@@ -20,8 +22,9 @@ pub const MANAGED_BY_VALUE: &str = "podset-operator";
 /// label, and a label value has at most 63 characters.
 pub const MAX_NAME_LENGTH: i64 = 63;
 
-/// The CRD of `K`, refusing names its pods' `app` label could not carry. Without this the
-/// API server would accept a PodSet whose pods can never be created.
+/// The CRD of `K`, refusing names its pods' `app` label could not carry (without this the
+/// API server would accept a PodSet whose pods can never be created) and numbers its Rust
+/// type cannot hold ([`bounds`]).
 pub fn crd<K: CustomResourceExt>() -> CustomResourceDefinition {
     let mut crd = K::crd();
     let name = JSONSchemaProps {
@@ -40,6 +43,7 @@ pub fn crd<K: CustomResourceExt>() -> CustomResourceDefinition {
             .as_mut()
             .and_then(|s| s.open_api_v3_schema.as_mut())
         {
+            bounds::bound(schema);
             schema
                 .properties
                 .get_or_insert_default()
