@@ -13,6 +13,7 @@ mod gone;
 pub mod podset;
 mod rounds;
 mod routing;
+mod unreadable;
 mod wakes;
 
 pub use backoff::Backoff;
@@ -38,6 +39,7 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::{debug, info, warn};
 
 use crate::api::PodSetStatus;
+use crate::api::decoded::{Decoded, Reported};
 use crate::cache::PodCache;
 use crate::clock::Clock;
 use crate::error::Error;
@@ -268,6 +270,7 @@ impl Launch<'_> {
     ) -> tokio::sync::watch::Receiver<bool>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Reported
             + kube::core::object::HasStatus
             + Clone
             + DeserializeOwned
@@ -280,8 +283,9 @@ impl Launch<'_> {
     {
         let (reader, writer) = reflector::store();
         let (synced, ready) = tokio::sync::watch::channel(false);
-        let api = scoped::<K>(self.client.clone(), self.settings.namespace.as_deref());
+        let api = scoped::<Decoded<K>>(self.client.clone(), self.settings.namespace.as_deref());
         let events = watcher(api, watcher::Config::default()).default_backoff();
+        let events = unreadable::readable(events, self.ctx.clone());
         let primary = primary(events, writer, synced, self.ctx.clone());
         let controller = Controller::for_stream(primary, reader)
             .with_config(ControllerConfig::default().concurrency(self.settings.concurrency))

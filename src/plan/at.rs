@@ -24,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
+use crate::api::decoded::Reported;
 use crate::api::{At, AtPhase, AtStatus, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::cache::{CachedPod, Phase};
 use crate::conditions::{self, Want};
@@ -54,6 +55,21 @@ pub const REASON_STARTED: &str = "Started";
 pub const REASON_SUCCEEDED: &str = "Succeeded";
 pub const REASON_FAILED: &str = "Failed";
 pub const REASON_POD_VANISHED: &str = "PodVanished";
+
+impl Reported for At {
+    const CONDITION: (&'static str, &'static str) = (CONDITION_SCHEDULED, "False");
+
+    fn placeholder(metadata: ObjectMeta) -> Self {
+        At {
+            metadata,
+            spec: crate::api::AtSpec {
+                schedule: String::new(),
+                command: String::new(),
+            },
+            status: None,
+        }
+    }
+}
 
 /// Condition reasons a user has to act on or know went wrong: their events are Warnings.
 const WARNING_REASONS: [&str; 6] = [

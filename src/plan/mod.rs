@@ -6,6 +6,7 @@ pub(crate) mod fixtures;
 pub mod name;
 pub mod podset;
 pub mod rank;
+pub mod unreadable;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, PodSecurityContext, SeccompProfile, SecurityContext,

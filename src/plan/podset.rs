@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
+use crate::api::decoded::Reported;
 use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet, PodSetStatus};
 use crate::cache::CachedPod;
 use crate::conditions::{self, Want};
@@ -23,6 +24,21 @@ pub const MAX_FINISHED_PODS: usize = 3;
 
 pub const CONDITION_AVAILABLE: &str = "Available";
 pub const CONDITION_REPLICA_FAILURE: &str = "ReplicaFailure";
+
+impl Reported for PodSet {
+    const CONDITION: (&'static str, &'static str) = (CONDITION_REPLICA_FAILURE, "True");
+
+    fn placeholder(metadata: ObjectMeta) -> Self {
+        PodSet {
+            metadata,
+            spec: crate::api::PodSetSpec {
+                replicas: 0,
+                template: None,
+            },
+            status: None,
+        }
+    }
+}
 
 /// The change a PodSet needs.
 #[derive(Debug, PartialEq)]

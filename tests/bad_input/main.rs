@@ -5,6 +5,7 @@
 mod cases;
 #[path = "../common/mod.rs"]
 mod common;
+mod unreadable;
 
 use std::collections::BTreeMap;
 
