@@ -3,6 +3,7 @@
 //! the API server authenticates and authorizes (see [`auth`]).
 
 pub mod auth;
+pub mod serve;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -43,7 +44,7 @@ pub async fn serve_probes(
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .with_state(health);
-    serve_plain(addr, app, shutdown).await
+    serve_on(addr, None, app, shutdown).await
 }
 
 /// Serves `/metrics` on `addr` until `shutdown`. Returns the bound address.
@@ -57,36 +58,29 @@ pub async fn serve_metrics(
         .route("/metrics", get(metrics))
         .with_state(Arc::new(registry));
     match security {
-        MetricsSecurity::Plain => Ok(serve_plain(addr, app, shutdown).await?),
+        MetricsSecurity::Plain => Ok(serve_on(addr, None, app, shutdown).await?),
         MetricsSecurity::Secure { cert_dir, client } => {
             let config = tls::server_config(cert_dir.as_deref())?;
             let app = app.layer(axum::middleware::from_fn_with_state(
                 auth::MetricsAuth::new(client),
                 auth::require,
             ));
-            let listener = TcpListener::bind(addr).await?;
-            let bound = listener.local_addr()?;
-            tokio::spawn(tls::serve(listener, config, app, shutdown));
-            Ok(bound)
+            let tls = tokio_rustls::TlsAcceptor::from(config);
+            Ok(serve_on(addr, Some(tls), app, shutdown).await?)
         }
     }
 }
 
-async fn serve_plain(
+/// Binds `addr` and serves `app` there (see [`serve`]); the bound address.
+async fn serve_on(
     addr: SocketAddr,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     app: Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, %bound, "HTTP server failed");
-        }
-    });
+    tokio::spawn(serve::serve(listener, tls, app, shutdown));
     Ok(bound)
 }
 

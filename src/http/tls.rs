@@ -4,37 +4,14 @@
 //! certificate is verified by no one; what it buys is an encrypted channel for the bearer
 //! token and the metrics.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
-use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
-use tokio_rustls::TlsAcceptor;
-use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
-
-/// A client that opens a connection and never finishes its handshake holds one task, not the
-/// listener, and only this long.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// After a failed accept, as axum's own server waits.
-const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
-/// Connections served at once; more are closed as they come. A scraper needs one.
-pub const MAX_CONNECTIONS: usize = 64;
-/// How long a client may take to send a request's headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long one connection is served, idle or not: a scraper that keeps it alive opens
-/// another, and a client that holds one open cannot keep its slot.
-const CONNECTION_LIFETIME: Duration = Duration::from_secs(120);
+use tracing::info;
 
 /// The server's TLS settings: the certificate in `cert_dir`, or a fresh self-signed one.
 pub fn server_config(cert_dir: Option<&Path>) -> anyhow::Result<Arc<ServerConfig>> {
@@ -72,70 +49,6 @@ fn self_signed() -> anyhow::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<
     let key = PrivatePkcs8KeyDer::from(made.signing_key.serialize_der());
     info!("serving metrics with a self-signed certificate made at start");
     Ok((vec![made.cert.der().clone()], key.into()))
-}
-
-/// Serves `app` over TLS on `listener` until `shutdown`.
-pub async fn serve(
-    listener: TcpListener,
-    config: Arc<ServerConfig>,
-    app: Router,
-    shutdown: CancellationToken,
-) {
-    let acceptor = TlsAcceptor::from(config);
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let (tcp, peer) = tokio::select! {
-            biased;
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
-                Err(e) => {
-                    // Out of file descriptors, typically: accepting again at once would spin.
-                    warn!(error = %e, "accepting a metrics connection failed");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                }
-            },
-            _ = shutdown.cancelled() => return,
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            debug!(%peer, "too many metrics connections; closing this one");
-            continue;
-        };
-        let (acceptor, app) = (acceptor.clone(), app.clone());
-        tokio::spawn(async move {
-            let _slot = slot;
-            let served = connection(tcp, peer, acceptor, app);
-            if tokio::time::timeout(CONNECTION_LIFETIME, served)
-                .await
-                .is_err()
-            {
-                debug!(%peer, "closing a metrics connection at the end of its lifetime");
-            }
-        });
-    }
-}
-
-async fn connection(
-    tcp: tokio::net::TcpStream,
-    peer: SocketAddr,
-    acceptor: TlsAcceptor,
-    app: Router,
-) {
-    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => return debug!(%peer, error = %e, "TLS handshake failed"),
-        Err(_) => return debug!(%peer, "TLS handshake timed out"),
-    };
-    let service = TowerToHyperService::new(app);
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    let served = builder.serve_connection(TokioIo::new(tls), service).await;
-    if let Err(e) = served {
-        debug!(%peer, error = %e, "metrics connection ended with an error");
-    }
 }
 
 #[cfg(test)]

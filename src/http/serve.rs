@@ -1,0 +1,264 @@
+//! The accept loop of both endpoints. Any pod in the cluster can reach them, so what one
+//! client can hold is bounded: connections at once (in all, and per address), the time to
+//! finish a TLS handshake and to send a request's headers, the size of those headers, and a
+//! connection's lifetime. Beyond a bound a connection is closed, never queued; at the cap,
+//! the address holding the most connections gives one up to an address holding fewer.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+/// A client that opens a connection and never finishes its handshake holds one task, not the
+/// listener, and only this long.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// After a failed accept, as axum's own server waits.
+const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+/// Connections served at once; more are closed as they come. A scraper or a kubelet needs
+/// one.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Connections served at once from one address: a single pod cannot take every slot, and
+/// the kubelet's probes and Prometheus come from addresses of their own.
+pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 8;
+/// How long a client may take to send a request's headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most a connection buffers of a request's head (hyper's minimum is 8 KiB). A
+/// ServiceAccount token is about 1 KiB; a longer head is answered 431.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// How long one connection is served, idle or not: a scraper that keeps it alive opens
+/// another, and a client that holds one open cannot keep its slot.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(120);
+
+/// Serves `app` on `listener` until `shutdown`, over TLS if `tls` is given.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    app: Router,
+    shutdown: CancellationToken,
+) {
+    let slots = Slots::default();
+    loop {
+        let (tcp, peer) = tokio::select! {
+            biased;
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // Out of file descriptors, typically: accepting again at once would spin.
+                    warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => return,
+        };
+        let Some(slot) = slots.take(peer.ip()) else {
+            debug!(%peer, "too many connections; closing this one");
+            continue;
+        };
+        let (tls, app, shutdown) = (tls.clone(), app.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            let served = async {
+                match tls {
+                    Some(tls) => handshake(tcp, peer, tls, app).await,
+                    None => connection(TokioIo::new(tcp), peer, app).await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = slot.closed.cancelled() => debug!(%peer, "closing a connection to make room"),
+                ended = tokio::time::timeout(CONNECTION_LIFETIME, served) => if ended.is_err() {
+                    debug!(%peer, "closing a connection at the end of its lifetime");
+                },
+            }
+        });
+    }
+}
+
+async fn handshake(tcp: TcpStream, peer: SocketAddr, tls: TlsAcceptor, app: Router) {
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)).await {
+        Ok(Ok(stream)) => connection(TokioIo::new(stream), peer, app).await,
+        Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed"),
+        Err(_) => debug!(%peer, "TLS handshake timed out"),
+    }
+}
+
+async fn connection<S>(io: TokioIo<S>, peer: SocketAddr, app: Router)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = TowerToHyperService::new(app);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_HEAD_BYTES);
+    if let Err(e) = builder.serve_connection(io, service).await {
+        debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// The connections being served, by address, oldest first.
+#[derive(Clone, Default)]
+struct Slots(Arc<Mutex<Held>>);
+
+#[derive(Default)]
+struct Held {
+    by_address: HashMap<IpAddr, VecDeque<(u64, CancellationToken)>>,
+    total: usize,
+    next_id: u64,
+}
+
+impl Slots {
+    /// A slot for a connection from `ip`: none if that address holds its share; at the cap in
+    /// all, the oldest connection of the address holding the most gives way, if it holds
+    /// more than `ip` would. So a client with few connections (a kubelet, a Prometheus) gets
+    /// in however many addresses fill the rest.
+    fn take(&self, ip: IpAddr) -> Option<Slot> {
+        let mut held = self.0.lock();
+        let from_ip = held.by_address.get(&ip).map_or(0, VecDeque::len);
+        if from_ip >= MAX_CONNECTIONS_PER_ADDRESS {
+            return None;
+        }
+        if held.total >= MAX_CONNECTIONS {
+            let (&most, n) = held
+                .by_address
+                .iter()
+                .map(|(address, conns)| (address, conns.len()))
+                .max_by_key(|(_, n)| *n)?;
+            if n <= from_ip + 1 {
+                return None;
+            }
+            held.release(most, None)?.cancel();
+        }
+        let (id, closed) = (held.next_id, CancellationToken::new());
+        held.next_id += 1;
+        held.total += 1;
+        held.by_address
+            .entry(ip)
+            .or_default()
+            .push_back((id, closed.clone()));
+        Some(Slot {
+            slots: self.clone(),
+            ip,
+            id,
+            closed,
+        })
+    }
+}
+
+impl Held {
+    /// Removes the connection `id` of `ip` (its oldest if `None`); its token, if it held one.
+    fn release(&mut self, ip: IpAddr, id: Option<u64>) -> Option<CancellationToken> {
+        let conns = self.by_address.get_mut(&ip)?;
+        let at = match id {
+            Some(id) => conns.iter().position(|(i, _)| *i == id)?,
+            None => 0,
+        };
+        let (_, closed) = conns.remove(at)?;
+        if conns.is_empty() {
+            self.by_address.remove(&ip);
+        }
+        self.total -= 1;
+        Some(closed)
+    }
+}
+
+/// A connection's place in [`Slots`], given back when it is dropped; `closed` fires when it
+/// must give way.
+struct Slot {
+    slots: Slots,
+    ip: IpAddr,
+    id: u64,
+    closed: CancellationToken,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.slots.0.lock().release(self.ip, Some(self.id));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_address_cannot_take_more_than_its_share() {
+        let slots = Slots::default();
+        let one: IpAddr = "10.0.0.1".parse().unwrap();
+        let held: Vec<_> = (0..MAX_CONNECTIONS_PER_ADDRESS)
+            .map(|_| slots.take(one).expect("a slot"))
+            .collect();
+        assert!(
+            slots.take(one).is_none(),
+            "one address took more than its share"
+        );
+        let other: IpAddr = "10.0.0.2".parse().unwrap();
+        assert!(slots.take(other).is_some(), "another address was refused");
+        drop(held);
+        assert!(slots.take(one).is_some(), "slots were not given back");
+        assert!(
+            slots.0.lock().by_address.is_empty(),
+            "addresses kept with no connection"
+        );
+    }
+
+    /// Many addresses fill every slot: a newcomer still gets in, and the connection that
+    /// gives way is the oldest of an address holding the most.
+    #[test]
+    fn at_the_cap_the_busiest_address_makes_room_for_a_newcomer() {
+        let slots = Slots::default();
+        let flooders = MAX_CONNECTIONS / MAX_CONNECTIONS_PER_ADDRESS;
+        let mut all = Vec::new();
+        for a in 0..flooders {
+            for _ in 0..MAX_CONNECTIONS_PER_ADDRESS {
+                all.push(
+                    slots
+                        .take(IpAddr::from([10, 1, 0, a as u8]))
+                        .expect("under the cap"),
+                );
+            }
+        }
+        let kubelet: IpAddr = "10.9.9.9".parse().unwrap();
+        let probe = slots.take(kubelet).expect("a newcomer at the cap");
+        let gave_way: Vec<_> = (0..all.len())
+            .filter(|i| all[*i].closed.is_cancelled())
+            .collect();
+        assert_eq!(gave_way.len(), 1, "{gave_way:?}");
+        assert_eq!(
+            gave_way[0] % MAX_CONNECTIONS_PER_ADDRESS,
+            0,
+            "not its address's oldest"
+        );
+        assert_eq!(slots.0.lock().total, MAX_CONNECTIONS);
+        assert!(!probe.closed.is_cancelled());
+
+        // Once every address holds one, nobody gives way.
+        drop(all);
+        let ones: Vec<_> = (0..MAX_CONNECTIONS - 1)
+            .map(|i| {
+                slots
+                    .take(IpAddr::from([10, 2, (i / 256) as u8, i as u8]))
+                    .unwrap()
+            })
+            .collect();
+        assert!(slots.take("10.3.0.1".parse().unwrap()).is_none());
+        assert!(
+            ones.iter()
+                .chain([&probe])
+                .all(|s| !s.closed.is_cancelled())
+        );
+    }
+}
