@@ -1,17 +1,33 @@
 //! What a failed create or delete may still have done.
 
 /// Whether a failed create or delete may still have been carried out. Only what the API
-/// server turned away (a 4xx, or a 500 ServerTimeout, its "made nothing, try again") or what
-/// was never sent (no connection, a request that could not be built) surely made nothing. A
-/// connection reset or read timeout after sending, a 5xx, or a success that could not be
-/// read may all follow a write that reached etcd.
+/// server turned away (a 4xx, a 500 ServerTimeout, its "made nothing, try again", or a 500
+/// from admission, which runs before anything is stored) or what was never sent (no
+/// connection, a request that could not be built) surely made nothing. A connection reset or
+/// read timeout after sending, another 5xx, or a success that could not be read may all
+/// follow a write that reached etcd.
 pub fn may_have_acted(error: &kube::Error) -> bool {
     match error {
-        kube::Error::Api(s) => s.code >= 500 && s.reason != "ServerTimeout",
+        kube::Error::Api(s) => {
+            s.code >= 500 && s.reason != "ServerTimeout" && !refused_by_admission(&s.message)
+        }
         kube::Error::Service(e) => !never_sent(e.as_ref()),
         kube::Error::BuildRequest(_) | kube::Error::HttpError(_) => false,
         _ => true,
     }
+}
+
+/// The messages of admission's own failures, which the API server answers 500
+/// (`InternalError`): a webhook it could not call (down, timed out, a bad certificate) with
+/// `failurePolicy: Fail`, or a quota it could not evaluate in time. Both come before
+/// storage; nothing else that answers 500 says either.
+const ADMISSION_FAILURES: [&str; 2] = [
+    "failed calling webhook",
+    "resource quota evaluation timed out",
+];
+
+fn refused_by_admission(message: &str) -> bool {
+    ADMISSION_FAILURES.iter().any(|m| message.contains(m))
 }
 
 /// A transport's error for a request that never left the process (see `client::over`).
@@ -73,6 +89,11 @@ mod tests {
         ] {
             assert!(may_have_acted(&api_error(code, reason)), "{code} {reason}");
         }
+        let webhook_down = "Internal error occurred: failed calling webhook \"deny.example.com\": failed to call webhook: Post \"https://127.0.0.1:1/validate?timeout=10s\": dial tcp 127.0.0.1:1: connect: connection refused";
+        assert!(
+            !may_have_acted(&api_error_saying(500, "InternalError", webhook_down)),
+            "a webhook that could not be called stored nothing"
+        );
         for (code, reason) in [
             (403, "Forbidden"),
             (422, "Invalid"),
