@@ -50,10 +50,13 @@ pub enum Fault {
     ClockJump,
     /// A deleted pod's node is lost: the pod stays Terminating for the rest of the run.
     StuckTerminating,
+    /// A pod create meets a validating webhook that cannot be called (`failurePolicy:
+    /// Fail`): 500 InternalError "failed calling webhook", nothing stored.
+    AdmissionDown,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 20] = [
+    pub const ALL: [Fault; 21] = [
         Fault::Refused,
         Fault::SlowConnect,
         Fault::TooManyRequests,
@@ -74,6 +77,7 @@ impl Fault {
         Fault::Freeze,
         Fault::ClockJump,
         Fault::StuckTerminating,
+        Fault::AdmissionDown,
     ];
 
     /// The chance it fires each time it is reached, when on.
@@ -81,9 +85,11 @@ impl Fault {
         match self {
             Fault::SlowReply | Fault::StuckTerminating => 0.10,
             Fault::WatchStall | Fault::WatchCut => 0.15,
-            Fault::Refused | Fault::TooManyRequests | Fault::LostReply | Fault::TimeoutAfter => {
-                0.05
-            }
+            Fault::Refused
+            | Fault::TooManyRequests
+            | Fault::LostReply
+            | Fault::TimeoutAfter
+            | Fault::AdmissionDown => 0.05,
             Fault::InternalError | Fault::Unavailable | Fault::HangAfter => 0.03,
             Fault::SlowConnect | Fault::SlowServer | Fault::HangBefore | Fault::CrashAfterWrite => {
                 0.02
@@ -121,6 +127,8 @@ pub enum Before {
     Pass,
     /// Answered with this status, nothing done.
     Status(u16, &'static str),
+    /// Answered 500 by admission, whose webhook could not be called: nothing done.
+    WebhookDown,
     Hang,
     /// Carried out after this long at the server.
     Hold(Duration),
@@ -223,7 +231,17 @@ impl Faults {
             rule.times -= 1;
             return rule.plan.clone();
         }
-        self.random_plan()
+        let mut plan = self.random_plan();
+        let pod_create = *req.method == http::Method::POST
+            && req
+                .path
+                .split('?')
+                .next()
+                .is_some_and(|p| p.ends_with("/pods"));
+        if pod_create && plan.before == Before::Pass && self.fire(Fault::AdmissionDown) {
+            plan.before = Before::WebhookDown;
+        }
+        plan
     }
 
     fn random_plan(&mut self) -> RequestPlan {

@@ -100,6 +100,7 @@ impl Transport {
         }
         let hold = match plan.before {
             Before::Status(code, reason) => return Ok(json_reply(code, &status(code, reason))),
+            Before::WebhookDown => return Ok(json_reply(500, &webhook_down())),
             Before::Hang => return hang(watch).await,
             Before::Hold(d) => d,
             Before::Pass => Duration::ZERO,
@@ -185,6 +186,12 @@ impl Service<Request<Body>> for Transport {
 
 fn status(code: u16, reason: &'static str) -> Value {
     ApiError::new(code, reason, format!("simulated {reason}")).status()
+}
+
+/// kube-apiserver's answer when a webhook with `failurePolicy: Fail` cannot be called.
+fn webhook_down() -> Value {
+    let message = "Internal error occurred: failed calling webhook \"validate.sim\": failed to call webhook: Post \"https://validate.sim:443/pods?timeout=10s\": dial tcp 10.96.0.10:443: connect: connection refused";
+    ApiError::new(500, "InternalError", message.to_string()).status()
 }
 
 fn json_reply(code: u16, body: &Value) -> Reply {
