@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use podset_operator::client::{self, Lane};
 use podset_operator::clock::Clock;
 use podset_operator::controller::{Settings, Shared};
+use podset_operator::flags;
 use podset_operator::http::{self, MetricsSecurity};
 use podset_operator::leader::Fence;
 use podset_operator::metrics::Metrics;
@@ -51,7 +52,7 @@ enum Which {
 #[derive(clap::Args)]
 struct RunArgs {
     /// Watch only this namespace; empty watches all namespaces.
-    #[arg(long, env = "WATCH_NAMESPACE", default_value = "")]
+    #[arg(long, env = "WATCH_NAMESPACE", default_value = "", value_parser = flags::namespace_or_all)]
     namespace: String,
 
     /// Which controllers to run.
@@ -71,16 +72,17 @@ struct RunArgs {
     /// Seconds between looks at a converged PodSet though nothing changed: the watch triggers
     /// only on spec changes, so a status overwritten by someone else (a deposed leader's late
     /// write) is corrected then. A look at a PodSet that is as it should be writes nothing.
-    #[arg(long, env = "RESYNC_PERIOD_SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "RESYNC_PERIOD_SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     resync_period_seconds: u64,
 
-    /// API requests that change state (create, patch, delete) in flight at once; more wait
-    /// their turn in the operator rather than draw 429s from the API server.
-    #[arg(long, env = "MAX_MUTATING_REQUESTS", default_value_t = 64)]
-    max_mutating_requests: usize,
+    /// API requests that change state (create, patch, delete) in flight at once (1 to
+    /// 10000); more wait their turn in the operator rather than draw 429s from the API server.
+    #[arg(long, env = "MAX_MUTATING_REQUESTS", default_value_t = 64,
+        value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    max_mutating_requests: u64,
 
-    /// Address of the /metrics endpoint.
-    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8443")]
+    /// Address of the /metrics endpoint: IP:PORT, or :PORT for every interface.
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8443", value_parser = flags::bind_address)]
     metrics_bind_address: SocketAddr,
 
     /// Serve /metrics over HTTPS to callers whose bearer token the API server authenticates
@@ -94,11 +96,12 @@ struct RunArgs {
     #[arg(long, env = "METRICS_CERT_DIR")]
     metrics_cert_dir: Option<PathBuf>,
 
-    /// Address of the /livez and /readyz probe endpoints.
+    /// Address of the /livez and /readyz probe endpoints: IP:PORT, or :PORT.
     #[arg(
         long,
         env = "HEALTH_PROBE_BIND_ADDRESS",
-        default_value = "0.0.0.0:8081"
+        default_value = "0.0.0.0:8081",
+        value_parser = flags::bind_address
     )]
     health_probe_bind_address: SocketAddr,
 
@@ -110,12 +113,13 @@ struct RunArgs {
     #[arg(
         long,
         env = "LEADER_ELECTION_ID",
-        default_value = "podset-operator-leader"
+        default_value = "podset-operator-leader",
+        value_parser = flags::lease_name
     )]
     leader_election_id: String,
 
     /// Namespace of the Lease; default: the operator's own (in a pod), else `default`.
-    #[arg(long, env = "LEADER_ELECTION_NAMESPACE")]
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE", value_parser = flags::namespace)]
     leader_election_namespace: Option<String>,
 
     /// Lease duration in seconds (2 to 3600): how soon a standby takes over from a leader
@@ -124,8 +128,10 @@ struct RunArgs {
         value_parser = clap::value_parser!(u64).range(2..=3600))]
     lease_duration_seconds: u64,
 
-    /// How long, after SIGTERM, in-flight reconciles may take before the process exits.
-    #[arg(long, env = "SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 10)]
+    /// How long, after SIGTERM, in-flight reconciles may take before the process exits (0 to
+    /// 3600).
+    #[arg(long, env = "SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 10,
+        value_parser = clap::value_parser!(u64).range(0..=3600))]
     shutdown_timeout_seconds: u64,
 
     /// Log format: json lines, or text for a terminal.
@@ -133,11 +139,12 @@ struct RunArgs {
     log_format: LogFormat,
 
     /// Log filter, as RUST_LOG: `info`, `debug`, `podset_operator=debug,kube=warn`.
-    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    #[arg(long, env = "LOG_LEVEL", default_value = "info", value_parser = flags::log_filter)]
     log_level: String,
 
     /// This instance's name in events and the Lease (the pod name in a cluster).
-    #[arg(long, env = "POD_NAME", default_value_t = podset_operator::leader::default_identity())]
+    #[arg(long, env = "POD_NAME", default_value_t = podset_operator::leader::default_identity(),
+        value_parser = flags::instance)]
     instance: String,
 }
 
@@ -177,7 +184,7 @@ async fn clients(metrics: Arc<Metrics>, args: &RunArgs, fence: Fence) -> anyhow:
         .await
         .context("finding Kubernetes credentials (kubeconfig or in-cluster)")?;
     let lane = Lane {
-        max_in_flight: args.max_mutating_requests,
+        max_in_flight: usize::try_from(args.max_mutating_requests)?,
         fence,
     };
     let build = |lane| client::build(config.clone(), &args.instance, metrics.clone(), lane);

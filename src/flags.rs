@@ -1,0 +1,142 @@
+//! What the command line's values may be, checked as they are parsed: a value the operator
+//! could only fail on later (a namespace no request can name, an empty identity, a filter
+//! that does not parse) is refused at start, and clap's error names the flag.
+
+use std::net::SocketAddr;
+
+use tracing_subscriber::EnvFilter;
+
+/// A namespace name (an RFC 1123 label), or empty for "all namespaces".
+pub fn namespace_or_all(value: &str) -> Result<String, String> {
+    if value.is_empty() {
+        return Ok(String::new());
+    }
+    namespace(value)
+}
+
+/// A namespace name: an RFC 1123 label.
+pub fn namespace(value: &str) -> Result<String, String> {
+    dns_label(value).map_err(|why| format!("not a namespace name: {why}"))?;
+    Ok(value.to_string())
+}
+
+/// A Lease name: an RFC 1123 subdomain.
+pub fn lease_name(value: &str) -> Result<String, String> {
+    if value.len() > 253 {
+        return Err(format!(
+            "a Lease name has at most 253 characters, not {}",
+            value.len()
+        ));
+    }
+    for label in value.split('.') {
+        dns_label(label).map_err(|why| format!("not a Lease name: {why}"))?;
+    }
+    Ok(value.to_string())
+}
+
+/// This instance's name: it is the Lease's holder and the events' reporting instance, which
+/// the API server takes up to 128 characters; client-go refuses an empty one too.
+pub fn instance(value: &str) -> Result<String, String> {
+    match value.chars().count() {
+        0 => Err("an instance needs a name (the Lease holder and the events' reporter)".into()),
+        n if n > 128 => Err(format!("at most 128 characters, not {n}")),
+        _ if value.trim() != value || value.chars().any(char::is_control) => {
+            Err("no surrounding spaces or control characters".into())
+        }
+        _ => Ok(value.to_string()),
+    }
+}
+
+/// A log filter, as `RUST_LOG` takes it.
+pub fn log_filter(value: &str) -> Result<String, String> {
+    EnvFilter::try_new(value).map_err(|e| {
+        format!("not a log filter ({e}); for example `info` or `podset_operator=debug,kube=warn`")
+    })?;
+    Ok(value.to_string())
+}
+
+/// An address to listen on: `IP:PORT`, or `:PORT` for every interface (as controller-runtime's
+/// flags take it).
+pub fn bind_address(value: &str) -> Result<SocketAddr, String> {
+    let spelled = match value.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => value.to_string(),
+    };
+    spelled
+        .parse()
+        .map_err(|_| format!("{value:?} is not IP:PORT (0.0.0.0:8443, [::]:8443) or :PORT"))
+}
+
+fn dns_label(value: &str) -> Result<(), String> {
+    let ok = !value.is_empty()
+        && value.len() <= 63
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !value.starts_with('-')
+        && !value.ends_with('-');
+    ok.then_some(()).ok_or_else(|| {
+        format!("{value:?} must be 1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_the_api_servers() {
+        assert_eq!(namespace_or_all("").as_deref(), Ok(""));
+        for good in ["default", "team-a", "a", &"x".repeat(63)] {
+            assert!(namespace(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "Team-A",
+            "team_a",
+            "-a",
+            "a-",
+            "a.b",
+            &"x".repeat(64),
+            " a",
+        ] {
+            assert!(namespace(bad).is_err(), "{bad:?}");
+        }
+        assert!(lease_name("podset-operator-leader").is_ok());
+        assert!(lease_name("leader.example.com").is_ok());
+        for bad in ["", "a..b", "Leader", ".a", &"a.".repeat(130)] {
+            assert!(lease_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn an_instance_is_named_within_what_events_take() {
+        assert!(instance("podset-operator-7d9f-abc12").is_ok());
+        for bad in ["", " pod", "pod\n", &"x".repeat(129)] {
+            assert!(instance(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn an_address_is_ip_and_port_or_a_port_alone() {
+        assert_eq!(
+            bind_address(":8443"),
+            Ok(SocketAddr::from(([0, 0, 0, 0], 8443)))
+        );
+        assert_eq!(
+            bind_address("127.0.0.1:1"),
+            Ok(SocketAddr::from(([127, 0, 0, 1], 1)))
+        );
+        assert!(bind_address("[::]:8081").is_ok());
+        for bad in ["", "8443", ":", ":http", "localhost:8443", "0.0.0.0:70000"] {
+            assert!(bind_address(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_log_filter_must_parse() {
+        assert!(log_filter("info").is_ok());
+        assert!(log_filter("podset_operator=debug,kube=warn").is_ok());
+        assert!(log_filter("info,[").is_err());
+    }
+}
