@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use testenv::{Cluster, Options, poll, poll_some};
 
 mod access;
+mod matrix;
 mod metrics;
 mod render;
 mod wait;
@@ -160,7 +161,7 @@ async fn chart_lints_and_renders_both_scopes() -> Result<()> {
     // The ServiceMonitor only when asked for; no leader-election Role without election.
     let docs = render(&[
         "--set",
-        "metrics.serviceMonitor.enabled=true,leaderElection.enabled=false,replicaCount=1",
+        "metrics.serviceMonitor.enabled=true,leaderElection.enabled=false,replicaCount=1,podDisruptionBudget.enabled=false",
     ])
     .await?;
     let sm = find(&docs, "ServiceMonitor", "podset-operator")?;
