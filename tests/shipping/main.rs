@@ -281,6 +281,48 @@ fn cluster_wide_names(docs: &[Value]) -> BTreeSet<String> {
         .collect()
 }
 
+/// What the chart refuses (`tests/shipping/matrix.rs`), checked in the kustomize layout: one
+/// active replica, a disruption budget a drain can satisfy, a shutdown within the grace
+/// period, two ports.
+fn runs_right(deploy: &Value, pdb: &Value) {
+    let spec = &deploy["spec"]["template"]["spec"];
+    let args: Vec<&str> = spec["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let replicas = deploy["spec"]["replicas"].as_i64().unwrap_or(1);
+    assert!(
+        replicas <= 1 || args.contains(&"--leader-elect"),
+        "{replicas} replicas, no election"
+    );
+    let min = pdb["spec"]["minAvailable"]
+        .as_i64()
+        .expect("an integer minAvailable");
+    assert!(
+        min < replicas,
+        "minAvailable {min} of {replicas}: drains blocked"
+    );
+    let flag = |name: &str| {
+        args.iter()
+            .find_map(|a| a.strip_prefix(&format!("--{name}=")))
+            .map(str::to_string)
+    };
+    let grace = spec["terminationGracePeriodSeconds"].as_i64().unwrap_or(30);
+    let shutdown: i64 =
+        flag("shutdown-timeout-seconds").map_or(10, |s| s.parse().expect("a number"));
+    assert!(
+        shutdown < grace,
+        "shutdown {shutdown} s not within the {grace} s grace"
+    );
+    let port = |name: &str, default: &str| flag(name).unwrap_or_else(|| default.to_string());
+    assert_ne!(
+        port("metrics-bind-address", "0.0.0.0:8443"),
+        port("health-probe-bind-address", "0.0.0.0:8081")
+    );
+}
+
 #[tokio::test]
 async fn kustomize_default_renders_the_generated_manifests() -> Result<()> {
     let out = run(
@@ -324,6 +366,7 @@ async fn kustomize_default_renders_the_generated_manifests() -> Result<()> {
         deploy["spec"]["template"]["spec"]["containers"][0]["image"],
         "podset-operator:0.1.0"
     );
+    runs_right(deploy, find(&docs, "PodDisruptionBudget", "")?);
     assert_eq!(
         find(&docs, "PodDisruptionBudget", "")?["apiVersion"],
         "policy/v1"
