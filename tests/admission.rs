@@ -11,7 +11,6 @@ use k8s_openapi::api::admissionregistration::v1::{
     RuleWithOperations, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -110,17 +109,6 @@ fn probe_pod(name: &str) -> Pod {
     .expect("a pod")
 }
 
-/// Whether a Warning event with `reason` and `part` in its note was published about `name`.
-async fn warned(ns: &TestNs, name: &str, reason: &str, part: &str) -> Result<bool> {
-    let events = ns.api::<Event>().list(&ListParams::default()).await?;
-    Ok(events.items.iter().any(|e| {
-        e.type_.as_deref() == Some("Warning")
-            && e.reason.as_deref() == Some(reason)
-            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-            && e.note.as_deref().is_some_and(|n| n.contains(part))
-    }))
-}
-
 /// Issue 31, case 3: the webhook is down when an At falls due. Before: the 500 was taken for
 /// a create that may have landed, nothing said why the At waited, and (on 12f692f) the At
 /// ended DONE, not run, PodVanished. Now the refusal shows in `Scheduled` and a Warning
@@ -145,7 +133,7 @@ async fn an_at_refused_by_a_webhook_that_is_down_runs_once_it_is_back() -> Resul
                 && c.reason == REASON_FAILED_CREATE
                 && c.message.contains(WEBHOOK_DOWN)
         });
-        Ok(reported && warned(&ns, "yay", REASON_FAILED_CREATE, WEBHOOK_DOWN).await?)
+        Ok(reported && ns.warned("yay", REASON_FAILED_CREATE, WEBHOOK_DOWN).await?)
     })
     .await?;
 
@@ -192,7 +180,7 @@ async fn a_podset_refused_by_a_webhook_that_is_down_converges_once_it_is_back() 
         let ps = api.get("web").await?;
         let reported = common::condition(&ps, CONDITION_REPLICA_FAILURE)
             .is_some_and(|(status, _, message)| status == "True" && message.contains(WEBHOOK_DOWN));
-        Ok(reported && warned(&ns, "web", "FailedCreate", WEBHOOK_DOWN).await?)
+        Ok(reported && ns.warned("web", "FailedCreate", WEBHOOK_DOWN).await?)
     })
     .await?;
 

@@ -3,11 +3,7 @@
 use podset_operator::api::at::SCHEDULE_MESSAGE;
 use serde_json::{Value, json};
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Kind {
-    PodSet,
-    At,
-}
+pub use crate::common::Kind;
 
 /// What must become of a malformed object.
 #[derive(Debug)]
@@ -37,17 +33,10 @@ pub struct Case {
     pub event: bool,
 }
 
-pub fn api_version(kind: Kind) -> &'static str {
-    match kind {
-        Kind::PodSet => "app.example.com/v1alpha1",
-        Kind::At => "cnat.programming-kubernetes.info/v1alpha1",
-    }
-}
-
 pub fn case(what: &'static str, kind: Kind, name: &str, obj: Value, expect: Expect) -> Case {
     let mut obj = obj;
     let defaults = json!({
-        "apiVersion": api_version(kind),
+        "apiVersion": kind.api_version(),
         "kind": format!("{kind:?}"),
         "metadata": {"name": name},
     });
@@ -488,7 +477,7 @@ pub fn cases() -> Vec<Case> {
     cases.push(Case {
         body: format!(
             r#"{{"apiVersion": "{}", "kind": "At", "metadata": {{"name": "bad-at-99"}}, "spec": {{"#,
-            api_version(Kind::At)
+            Kind::At.api_version()
         ),
         ..case("truncated JSON", Kind::At, "bad-at-99", json!({}), Refused(400, ""))
     });

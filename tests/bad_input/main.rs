@@ -10,16 +10,13 @@ mod unreadable;
 use std::collections::BTreeMap;
 
 use anyhow::{Result, bail};
-use cases::{Case, Expect, Kind, api_version, cases};
+use cases::{Case, Expect, Kind, cases};
 use common::{PROMPTLY, TestNs, cluster_without_nodes, condition, poll_some};
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
-use kube::api::ListParams;
 use podset_operator::api::{At, AtPhase, PodSet};
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
-use serde_json::Value;
 
 async fn shared_ns(prefix: &str) -> Result<TestNs> {
     TestNs::new_in(cluster_without_nodes().await?, prefix).await
@@ -27,23 +24,7 @@ async fn shared_ns(prefix: &str) -> Result<TestNs> {
 
 /// POSTs the raw body; the error's code and message if the API server refuses it.
 async fn submit(ns: &TestNs, c: &Case) -> Result<Option<(u16, String)>> {
-    let plural = match c.kind {
-        Kind::PodSet => "podsets",
-        Kind::At => "ats",
-    };
-    let url = format!(
-        "/apis/{}/namespaces/{}/{plural}",
-        api_version(c.kind),
-        ns.name
-    );
-    let req = http::Request::post(url)
-        .header("content-type", "application/json")
-        .body(c.body.clone().into_bytes())?;
-    match ns.client.request_text(req).await {
-        Ok(_) => Ok(None),
-        Err(kube::Error::Api(s)) => Ok(Some((s.code, s.message))),
-        Err(e) => Err(e.into()),
-    }
+    ns.post_raw(c.kind, c.body.clone().into_bytes()).await
 }
 
 /// Waits for what the operator should make of an accepted object; a description of it.
@@ -74,7 +55,7 @@ async fn handled(ns: &TestNs, c: &Case) -> Result<String> {
                 };
                 let warned = match &c.expect {
                     Expect::ReplicaFailure(_) if c.event => {
-                        warning(ns, &c.name, "FailedCreate").await?
+                        ns.warned(&c.name, "FailedCreate", "").await?
                     }
                     _ => true,
                 };
@@ -113,35 +94,12 @@ async fn handled(ns: &TestNs, c: &Case) -> Result<String> {
     }
 }
 
-/// Whether a Warning event with `reason` was published about the object `name`.
-async fn warning(ns: &TestNs, name: &str, reason: &str) -> Result<bool> {
-    let events = ns.api::<Event>().list(&ListParams::default()).await?;
-    Ok(events.items.iter().any(|e| {
-        e.type_.as_deref() == Some("Warning")
-            && e.reason.as_deref() == Some(reason)
-            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-    }))
-}
-
 /// Checks that the stored object lacks the pruned fields.
 async fn pruned(ns: &TestNs, c: &Case) -> Result<()> {
     if c.pruned.is_empty() {
         return Ok(());
     }
-    let plural = match c.kind {
-        Kind::PodSet => "podsets",
-        Kind::At => "ats",
-    };
-    let url = format!(
-        "/apis/{}/namespaces/{}/{plural}/{}",
-        api_version(c.kind),
-        ns.name,
-        c.name
-    );
-    let stored: Value = ns
-        .client
-        .request(http::Request::get(url).body(Vec::new())?)
-        .await?;
+    let stored = ns.get_raw(c.kind, &c.name).await?;
     for pointer in c.pruned {
         if stored.pointer(pointer).is_some() {
             bail!("{pointer} was stored, not pruned");

@@ -10,8 +10,7 @@ use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
 use podset_operator::plan::unreadable::REASON_UNREADABLE;
 use serde_json::{Value, json};
 
-use super::common::{PROMPTLY, TestNs, condition, own_cluster_ns, podset, poll, poll_some};
-use super::warning;
+use super::common::{Kind, PROMPTLY, TestNs, condition, own_cluster_ns, podset, poll, poll_some};
 
 /// The readiness probe of a PodSet's one container on `port`.
 fn probing(name: &str, port: Value) -> Value {
@@ -60,31 +59,12 @@ async fn install(ns: &TestNs, crd: Value) -> Result<()> {
 
 /// Creates `body`; the API server's code and message if it refuses it.
 async fn create(ns: &TestNs, body: &Value) -> Result<Option<(u16, String)>> {
-    // Raw: the typed API cannot hold the object.
-    let url = format!(
-        "/apis/app.example.com/v1alpha1/namespaces/{}/podsets",
-        ns.name
-    );
-    let request = http::Request::post(url)
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(body)?)?;
-    match ns.client.request_text(request).await {
-        Ok(_) => Ok(None),
-        Err(kube::Error::Api(s)) => Ok(Some((s.code, s.message))),
-        Err(e) => Err(e.into()),
-    }
+    ns.post_raw(Kind::PodSet, serde_json::to_vec(body)?).await
 }
 
 /// The PodSet `name` as stored, whatever the Rust type can hold.
 async fn stored(ns: &TestNs, name: &str) -> Result<Value> {
-    let url = format!(
-        "/apis/app.example.com/v1alpha1/namespaces/{}/podsets/{name}",
-        ns.name
-    );
-    Ok(ns
-        .client
-        .request(http::Request::get(url).body(Vec::new())?)
-        .await?)
+    ns.get_raw(Kind::PodSet, name).await
 }
 
 /// Waits until the PodSet `name` has `n` pods of its own, named in its status (no nodes:
@@ -151,7 +131,7 @@ async fn an_object_the_operator_cannot_read_is_reported_and_stops_no_other() -> 
                 && c["status"] == "True"
                 && c["reason"] == REASON_UNREADABLE
         });
-        let warned = warning(&ns, "bad", REASON_UNREADABLE).await?;
+        let warned = ns.warned("bad", REASON_UNREADABLE, "").await?;
         Ok(report.filter(|_| warned).map(|c| {
             (
                 c["message"].clone(),
