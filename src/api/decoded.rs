@@ -6,7 +6,9 @@
 //! reported and left alone while the others are served.
 
 use std::borrow::Cow;
+use std::fmt::Debug;
 
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::de::DeserializeOwned;
@@ -38,6 +40,24 @@ pub trait Reported: Resource<DynamicType = ()> + Sized {
     /// An object with only `metadata`: what a store is told to drop when the object it held
     /// can no longer be read.
     fn placeholder(metadata: ObjectMeta) -> Self;
+}
+
+/// One of our kinds as its controller watches it: reported when unreadable, cached, and
+/// shared between tasks.
+pub trait Watched:
+    Reported<Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Reported<Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static
+{
 }
 
 impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {

@@ -32,14 +32,13 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{debug, info, warn};
 
 use crate::api::PodSetStatus;
-use crate::api::decoded::{Decoded, Reported};
+use crate::api::decoded::{Decoded, Watched};
 use crate::cache::PodCache;
 use crate::clock::Clock;
 use crate::error::Error;
@@ -269,15 +268,7 @@ impl Launch<'_> {
         error_policy: fn(Arc<K>, &Error, Arc<Context>) -> Action,
     ) -> tokio::sync::watch::Receiver<bool>
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Reported
-            + kube::core::object::HasStatus
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Watched + kube::core::object::HasStatus,
         K::Status: serde::Serialize,
         Fut: Future<Output = crate::error::Result<Action>> + Send + 'static,
     {

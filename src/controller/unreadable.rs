@@ -5,16 +5,14 @@
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::NamespaceResourceScope;
 use kube::Api;
 use kube::api::Patch;
 use kube::runtime::events::EventType;
 use kube::runtime::watcher::{self, Event};
-use serde::de::DeserializeOwned;
 use tracing::warn;
 
 use super::{Context, publish, status_patch_params};
-use crate::api::decoded::{Decoded, Reported, Unreadable};
+use crate::api::decoded::{Decoded, Unreadable, Watched};
 use crate::plan::unreadable::{REASON_UNREADABLE, report};
 
 /// `events` with the objects that could be read; the others reported.
@@ -23,13 +21,7 @@ pub(super) fn readable<K>(
     ctx: Arc<Context>,
 ) -> impl Stream<Item = watcher::Result<Event<K>>> + Send
 where
-    K: Reported<Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     events.filter_map(move |event| {
         let event = match event {
@@ -45,13 +37,7 @@ where
 /// the object's.
 fn sort<K>(event: Event<Decoded<K>>, ctx: &Arc<Context>) -> Option<Event<K>>
 where
-    K: Reported<Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     Some(match event {
         Event::Init => Event::Init,
@@ -77,13 +63,7 @@ where
 /// Logs `object`, and writes its report unless it carries it already.
 fn report_unreadable<K>(object: Box<Unreadable>, ctx: &Arc<Context>)
 where
-    K: Reported<Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     let (namespace, name) = (
         object.metadata.namespace.clone(),
