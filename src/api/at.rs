@@ -14,10 +14,14 @@ pub const SPEC_FROZEN_MESSAGE: &str = "spec cannot change once the At has left P
     command has already run or is running; create a new At to run it again";
 
 /// `spec.schedule` is a real time, not only the right shape: the pattern alone admits
-/// February 30th or 25 o'clock. (Kubernetes' CEL format library, from 1.31.)
-pub const SCHEDULE_RULE: &str = "!format.named('datetime').value().validate(self).hasValue()";
-pub const SCHEDULE_MESSAGE: &str =
-    "must be a valid UTC time, YYYY-MM-DDThh:mm:ssZ, for example 2019-04-12T10:12:00Z";
+/// February 30th or 25 o'clock. (Kubernetes' CEL format library, from 1.31.) And one the
+/// operator can hold: its clock ends at [`LATEST_SCHEDULE`] (jiff's `Timestamp::MAX`, to the
+/// second); the pattern fixes the shape, so the strings compare as the times do.
+pub const SCHEDULE_RULE: &str = "!format.named('datetime').value().validate(self).hasValue() \
+    && self <= '9999-12-30T22:00:00Z'";
+pub const LATEST_SCHEDULE: &str = "9999-12-30T22:00:00Z";
+pub const SCHEDULE_MESSAGE: &str = "must be a valid UTC time, YYYY-MM-DDThh:mm:ssZ, for \
+    example 2019-04-12T10:12:00Z, no later than 9999-12-30T22:00:00Z";
 
 /// When and what to run.
 #[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]

@@ -1,6 +1,6 @@
 //! The malformed objects the bad-input test submits, and what must become of each.
 
-use podset_operator::api::at::SCHEDULE_MESSAGE;
+use podset_operator::api::at::{LATEST_SCHEDULE, SCHEDULE_MESSAGE};
 use serde_json::{Value, json};
 
 pub use crate::common::Kind;
@@ -427,7 +427,19 @@ pub fn cases() -> Vec<Case> {
             Running,
         ),
         at("year 0000", 21, when("0000-01-01T00:00:00Z"), Running),
-        at("year 9999", 22, when("9999-12-31T23:59:59Z"), Pending),
+        // Past the operator's clock: admitted before the search of issue 31 found it.
+        at(
+            "year 9999, last day",
+            22,
+            when("9999-12-31T23:59:59Z"),
+            Refused(422, SCHEDULE_MESSAGE),
+        ),
+        at(
+            "the latest the operator reads",
+            40,
+            when(LATEST_SCHEDULE),
+            Pending,
+        ),
         Case {
             pruned: &["/spec/retries"],
             ..at(

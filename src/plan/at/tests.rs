@@ -85,6 +85,17 @@ fn parses_utc_schedules_and_refuses_impossible_dates() {
     }
 }
 
+/// The CRD refuses schedules past `LATEST_SCHEDULE` (issue 31's input search found
+/// 9999-12-31T23:59:59Z admitted, then reported InvalidSchedule): that must be exactly where
+/// the operator's reading ends.
+#[test]
+fn the_latest_schedule_the_crd_admits_is_the_latest_the_operator_reads() {
+    use crate::api::at::LATEST_SCHEDULE;
+    assert!(parse_schedule(LATEST_SCHEDULE).is_ok());
+    assert!(parse_schedule("9999-12-30T22:00:01Z").is_err());
+    assert!(crate::api::at::SCHEDULE_RULE.contains(&format!("self <= '{LATEST_SCHEDULE}'")));
+}
+
 #[test]
 fn time_until_due() {
     let due = ts(SCHEDULE);
