@@ -95,6 +95,15 @@ sim: deps ## The deterministic simulation: SEEDS=N seeds from a fresh random sta
 	  target/debug/podset-sim --seeds $(SEEDS) $(if $(START),--start $(START)); \
 	fi
 
+.PHONY: input-search
+input-search: kubernetes ## PodSets and Ats drawn from the CRD schemas, on a local cluster: SEEDS=N from a fresh random start (or START=S), or SEED=S replayed
+	$(call say,objects drawn from the CRDs' schemas against a local Kubernetes $(K8S_VERSION); each admitted one must be acted on or reported)
+	@if [ -n "$(SEED)" ]; then \
+	  INPUT_SEARCH_SEED=$(SEED) $(CARGO) test --test input_search -- --nocapture objects_drawn; \
+	else \
+	  INPUT_SEARCH_SEEDS=$(SEEDS) INPUT_SEARCH_START=$(START) $(CARGO) test --test input_search -- --nocapture objects_drawn; \
+	fi
+
 .PHONY: bench
 bench: kubernetes ## Benchmarks vs the ReplicaSet controller and the API floor (release build; ~30 min)
 	$(call say,cargo build --release (operator and benchmark harness))

@@ -152,6 +152,8 @@ struct ObjectRef {
     #[serde(default)]
     namespace: String,
     #[serde(default)]
+    name: String,
+    #[serde(default)]
     api_group: String,
 }
 
@@ -274,6 +276,27 @@ pub fn requests_of_agent_since(dir: &Path, agent: &str, since: SystemTime) -> Re
         .into_iter()
         .filter(|e| e.user_agent == agent && e.received_in(&[(since, SystemTime::now())]));
     Ok(merge(theirs.map(|e| e.record(&[]))))
+}
+
+/// How many writes (anything but get, list and watch) the operator sent with User-Agent `agent`
+/// from `since` on, by the object written: `(resource, name)`. A create by `generateName`
+/// has no name yet; an event is named for the object it is about (`<object>.<suffix>`).
+pub fn writes_by_object(
+    dir: &Path,
+    agent: &str,
+    since: SystemTime,
+) -> Result<BTreeMap<(String, String), u64>> {
+    let mut writes = BTreeMap::new();
+    let events = operator_events(dir)?;
+    for e in events.into_iter().filter(|e| {
+        e.user_agent == agent
+            && !matches!(e.verb.as_str(), "get" | "list" | "watch")
+            && e.received_in(&[(since, SystemTime::now())])
+    }) {
+        let o = e.object_ref.unwrap_or_default();
+        *writes.entry((o.resource, o.name)).or_insert(0) += 1;
+    }
+    Ok(writes)
 }
 
 /// Adds up records of the same kind of request, keeping the first example.
