@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use common::{PROMPTLY, TestNs, condition, converged, podset, poll};
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
@@ -22,24 +22,6 @@ fn sample() -> Result<PodSet> {
         env!("CARGO_MANIFEST_DIR"),
         "/config/samples/app_v1alpha1_podset.yaml"
     ))?)?)
-}
-
-fn kubectl(ns: &TestNs, args: &[&str]) -> Result<String> {
-    let out = std::process::Command::new(testenv::versions::kubectl())
-        .arg(format!(
-            "--kubeconfig={}",
-            ns.cluster.kubeconfig().display()
-        ))
-        .arg(format!("--namespace={}", ns.name))
-        .args(args)
-        .output()?;
-    if !out.status.success() {
-        bail!(
-            "kubectl {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8(out.stdout)?)
 }
 
 #[tokio::test]
@@ -113,7 +95,7 @@ async fn walkthrough_create_scale_and_delete() -> Result<()> {
             .contains_key("controller.kubernetes.io/pod-deletion-cost"))
     })
     .await?;
-    kubectl(&ns, &["scale", "podset/podset-sample", "--replicas=1"])?;
+    ns.kubectl(&["scale", "podset/podset-sample", "--replicas=1"])?;
     let one = converged(&ns, "podset-sample", 1).await?;
     assert_eq!(
         one[0].name_any(),
@@ -205,7 +187,7 @@ async fn api_server_refuses_invalid_replicas_and_defaults_to_one() -> Result<()>
     let defaulted = submit("defaulted", serde_json::json!({})).await?;
     assert_eq!(defaulted.data["spec"]["replicas"], 1);
     // Doc comments are schema descriptions, so kubectl explain documents the fields.
-    let explain = kubectl(&ns, &["explain", "podset.spec.replicas"])?;
+    let explain = ns.kubectl(&["explain", "podset.spec.replicas"])?;
     assert!(explain.contains("1 to 10"), "{explain}");
     Ok(())
 }

@@ -22,6 +22,9 @@ use testenv::{Cluster, Options, Process};
 
 pub use testenv::{controller_uid, poll, poll_some};
 
+mod inspect;
+pub use inspect::Kind;
+
 pub const OPERATOR_SA: &str = "podset-operator";
 
 /// The control plane shared by this test binary: scheduler and two hollow nodes, CRDs
@@ -76,29 +79,6 @@ pub fn own_cluster(ns: &mut TestNs) -> Result<&mut Cluster> {
 pub fn operator_binary() -> String {
     std::env::var("PODSET_OPERATOR_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_podset-operator").to_string())
-}
-
-/// Our two kinds, for requests made raw (objects the typed API cannot hold).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Kind {
-    PodSet,
-    At,
-}
-
-impl Kind {
-    pub fn api_version(self) -> &'static str {
-        match self {
-            Kind::PodSet => "app.example.com/v1alpha1",
-            Kind::At => "cnat.programming-kubernetes.info/v1alpha1",
-        }
-    }
-
-    pub fn plural(self) -> &'static str {
-        match self {
-            Kind::PodSet => "podsets",
-            Kind::At => "ats",
-        }
-    }
 }
 
 /// A namespace of one test, with the operator's ServiceAccount bound to the manager rules.
@@ -348,44 +328,6 @@ impl TestNs {
             metrics_port,
             health_port,
         })
-    }
-
-    /// The URL of this namespace's objects of `kind`.
-    pub fn url_of(&self, kind: Kind) -> String {
-        let (version, plural) = (kind.api_version(), kind.plural());
-        format!("/apis/{version}/namespaces/{}/{plural}", self.name)
-    }
-
-    /// POSTs `body` as is, an object of `kind`, into this namespace: raw, because the typed
-    /// API cannot hold every object a test submits. The API server's refusal, if any.
-    pub async fn post_raw(&self, kind: Kind, body: Vec<u8>) -> Result<Option<(u16, String)>> {
-        let url = self.url_of(kind);
-        let request = http::Request::post(url)
-            .header("content-type", "application/json")
-            .body(body)?;
-        match self.client.request_text(request).await {
-            Ok(_) => Ok(None),
-            Err(kube::Error::Api(s)) => Ok(Some((s.code, s.message))),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// The object `name` as stored, whatever the Rust types can hold.
-    pub async fn get_raw(&self, kind: Kind, name: &str) -> Result<serde_json::Value> {
-        let url = format!("{}/{name}", self.url_of(kind));
-        let request = http::Request::get(url).body(Vec::new())?;
-        Ok(self.client.request(request).await?)
-    }
-
-    /// Whether a Warning event with `reason`, its note containing `part`, names `name`.
-    pub async fn warned(&self, name: &str, reason: &str, part: &str) -> Result<bool> {
-        let events = self.api::<Event>().list(&ListParams::default()).await?;
-        Ok(events.items.iter().any(|e| {
-            e.type_.as_deref() == Some("Warning")
-                && e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                && e.note.as_deref().is_some_and(|n| n.contains(part))
-        }))
     }
 
     /// Pods in this namespace whose controller is the object with `owner_uid`.
