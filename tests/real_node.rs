@@ -386,3 +386,64 @@ async fn a_user_template_runs_its_own_command() -> Result<()> {
     assert_eq!(log, format!("serving from {pod}\n"));
     Ok(())
 }
+
+/// Issue 31, item 5, for real: a PodSet whose pods no node fits, and one whose image the
+/// registry does not have. Each is "available" (Pending counts), and `kubectl describe`
+/// shows why nothing runs, in the scheduler's and the kubelet's words.
+#[tokio::test]
+async fn pods_that_cannot_start_are_described_in_the_podset() -> Result<()> {
+    let ns = namespace("ps-trouble").await?;
+    let _op = ns.start_operator(&["--controllers=podset"]).await?;
+    let trouble = [
+        (
+            "nowhere",
+            serde_json::json!({"nodeSelector": {"podset-test/none": "x"},
+            "containers": [{"name": "web", "image": "busybox", "command": ["sleep", "3600"]}]}),
+            &["Unschedulable"][..],
+            "nodes are available",
+        ),
+        (
+            "noimage",
+            serde_json::json!({"containers": [{"name": "web",
+            "image": "podset-test/no-such-image:1"}]}),
+            &["ErrImagePull", "ImagePullBackOff"][..],
+            "no-such-image",
+        ),
+    ];
+    for (name, spec, _, _) in &trouble {
+        let ps: PodSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+            "metadata": {"name": name},
+            "spec": {"replicas": 1, "template": {"spec": spec}},
+        }))?;
+        ns.api::<PodSet>()
+            .create(&PostParams::default(), &ps)
+            .await?;
+    }
+    for (name, _, reasons, words) in trouble {
+        let what = format!("{name}: PodsHealthy False, {reasons:?}, in kubectl describe");
+        let described = poll_some(PROMPTLY, &what, || async {
+            let ps = ns.api::<PodSet>().get(name).await?;
+            let status = ps.status.unwrap_or_default();
+            let told = status.conditions.iter().any(|c| {
+                c.type_ == "PodsHealthy"
+                    && c.status == "False"
+                    && reasons.contains(&c.reason.as_str())
+                    && c.message.contains(words)
+            });
+            if !told || status.available_replicas != 1 {
+                return Ok(None);
+            }
+            let described = ns.kubectl(&["describe", "podset", name])?;
+            let warned = reasons.iter().any(|r| {
+                described
+                    .lines()
+                    .any(|l| l.contains("Warning") && l.contains(r))
+            });
+            Ok(warned.then_some(described))
+        })
+        .await?;
+        ensure!(described.contains(words), "{described}");
+    }
+    Ok(())
+}

@@ -8,8 +8,10 @@
 mod index;
 mod intern;
 mod pod;
+mod trouble;
 
-pub use pod::{CachedPod, Ended, Owner, Phase, Stamp};
+pub use pod::{CachedPod, Ended, Notes, Owner, Phase, Stamp};
+pub use trouble::Trouble;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

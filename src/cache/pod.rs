@@ -10,6 +10,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::intern;
+use super::trouble::{Trouble, trouble};
 use crate::uid::Uid;
 
 /// A pod phase, as the API reports it.
@@ -81,8 +82,7 @@ impl std::fmt::Debug for Stamp {
     }
 }
 
-/// How a pod ended, in its own words (`status.reason`, `status.message`): rarely set, so
-/// kept out of line.
+/// How a pod ended, in its own words (`status.reason`, `status.message`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Ended {
     pub reason: Option<Box<str>>,
@@ -123,7 +123,32 @@ pub struct CachedPod {
     pub ready_since: Option<Stamp>,
     pub created: Option<Stamp>,
     pub node_name: Option<Arc<str>>,
-    pub ended: Option<Box<Ended>>,
+    /// What its status says beyond the phase: rarely anything, so kept out of line.
+    pub notes: Option<Box<Notes>>,
+}
+
+/// How a pod ended and why it is not getting on, as its status says.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Notes {
+    pub ended: Option<Ended>,
+    pub trouble: Option<Trouble>,
+}
+
+/// The pod's notes, if its status has any.
+fn notes(pod: &Pod) -> Option<Box<Notes>> {
+    let ended = pod
+        .status
+        .as_ref()
+        .filter(|s| s.reason.is_some() || s.message.is_some())
+        .map(|s| Ended {
+            reason: s.reason.as_deref().map(Box::from),
+            message: s.message.as_deref().map(Box::from),
+        });
+    let notes = Notes {
+        ended,
+        trouble: trouble(pod),
+    };
+    (notes != Notes::default()).then(|| Box::new(notes))
 }
 
 impl CachedPod {
@@ -178,18 +203,19 @@ impl CachedPod {
                 .map(|c| c.restart_count)
                 .max()
                 .unwrap_or(0),
-            ended: status
-                .filter(|s| s.reason.is_some() || s.message.is_some())
-                .map(|s| {
-                    Box::new(Ended {
-                        reason: s.reason.as_deref().map(Box::from),
-                        message: s.message.as_deref().map(Box::from),
-                    })
-                }),
+            notes: notes(pod),
             exit_code: container_statuses
                 .iter()
                 .find_map(|c| c.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code)),
         }
+    }
+
+    pub fn ended(&self) -> Option<&Ended> {
+        self.notes.as_ref()?.ended.as_ref()
+    }
+
+    pub fn trouble(&self) -> Option<&Trouble> {
+        self.notes.as_ref()?.trouble.as_ref()
     }
 
     /// A short name of where the pod is, for metrics.

@@ -221,15 +221,7 @@ pub fn progress(at: &At, pod: &CachedPod, now: Timestamp) -> AtStatus {
     let (completed, done) = match pod.phase {
         Phase::Succeeded => (finished(REASON_SUCCEEDED, pod), Some(true)),
         Phase::Failed => (finished(REASON_FAILED, pod), Some(false)),
-        _ => (
-            Want {
-                type_: CONDITION_COMPLETED,
-                status: false,
-                reason: REASON_STARTED,
-                message: format!("pod {} created; waiting for it to finish", pod.name),
-            },
-            None,
-        ),
+        _ => (running(pod), None),
     };
     let completed = conditions::condition(&previous.conditions, completed, generation, now);
     AtStatus {
@@ -249,6 +241,33 @@ pub fn progress(at: &At, pod: &CachedPod, now: Timestamp) -> AtStatus {
         succeeded: done,
         conditions: after_start_conditions(at, &previous, Some(completed), now),
     }
+}
+
+/// `Completed` while the pod has not ended: Started, or what keeps it from running, in the
+/// scheduler's or kubelet's words (Unschedulable, ImagePullBackOff, ...), a Warning.
+fn running(pod: &CachedPod) -> Want<'_> {
+    let (reason, message) = match pod.trouble() {
+        Some(t) => (&*t.reason, format!("pod {}: {}", pod.name, t.message)),
+        None => (
+            REASON_STARTED,
+            format!("pod {} created; waiting for it to finish", pod.name),
+        ),
+    };
+    Want {
+        type_: CONDITION_COMPLETED,
+        status: false,
+        reason,
+        message,
+    }
+}
+
+/// Whether a condition tells of something a user has to act on or know went wrong: its event
+/// is a Warning.
+fn warns(c: &Condition) -> bool {
+    let troubled_run = c.type_ == CONDITION_COMPLETED
+        && c.status == "False"
+        && ![REASON_STARTING, REASON_STARTED].contains(&c.reason.as_str());
+    troubled_run || WARNING_REASONS.contains(&c.reason.as_str())
 }
 
 /// DONE as not run: the recorded pod is gone before its end was seen. It may have run, so it
@@ -316,7 +335,7 @@ fn pending(at: &At, want: Want<'_>, now: Timestamp) -> AtStatus {
 /// `Completed` for a pod that ended, with the kubelet's reason, message and exit code.
 fn finished<'a>(reason: &'a str, pod: &CachedPod) -> Want<'a> {
     let mut message = format!("pod {} {}", pod.name, reason.to_lowercase());
-    let ended = pod.ended.as_deref().cloned().unwrap_or_default();
+    let ended = pod.ended().cloned().unwrap_or_default();
     for detail in [ended.reason, ended.message].into_iter().flatten() {
         message.push_str(&format!(": {detail}"));
     }
@@ -387,7 +406,7 @@ pub fn notes(old: Option<&AtStatus>, new: &AtStatus) -> Vec<Note> {
                 .is_some_and(|b| b.status == c.status && b.reason == c.reason)
         })
         .map(|c| Note {
-            type_: if WARNING_REASONS.contains(&c.reason.as_str()) {
+            type_: if warns(c) {
                 EventType::Warning
             } else {
                 EventType::Normal

@@ -26,7 +26,7 @@ pub fn pod(name: &str) -> CachedPod {
         created: at(50),
         deletion_cost: 0,
         restarts: 0,
-        ended: None,
+        notes: None,
         exit_code: None,
     }
 }

@@ -3,6 +3,7 @@
 pub mod at;
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod health;
 pub mod name;
 pub mod podset;
 pub mod rank;

@@ -14,6 +14,7 @@ use crate::api::decoded::Reported;
 use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet, PodSetStatus};
 use crate::cache::CachedPod;
 use crate::conditions::{self, Want};
+use crate::plan::health;
 
 /// The `version` label of every PodSet pod, as in the seeds.
 pub const POD_VERSION: &str = "v0.1";
@@ -165,6 +166,14 @@ pub fn status(
                 .cloned()
                 .unwrap_or_else(|| conditions::condition(&[], no_failure(), generation, now)),
         ),
+    }
+    if let Some(want) = health::pods_healthy(&previous.conditions, pods) {
+        conds.push(conditions::condition(
+            &previous.conditions,
+            want,
+            generation,
+            now,
+        ));
     }
     PodSetStatus {
         pod_names,

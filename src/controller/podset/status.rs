@@ -11,8 +11,9 @@ use kube::api::Patch;
 use super::{podsets_api, read};
 use crate::api::{PodSet, PodSetStatus};
 use crate::cache::CachedPod;
-use crate::controller::{Context, status_patch_params};
+use crate::controller::{Context, publish, status_patch_params};
 use crate::error::{Error, Result};
+use crate::plan::health;
 use crate::plan::podset::{self as plan, Outcome};
 use crate::status_writes::alike;
 
@@ -63,6 +64,11 @@ pub(super) async fn write(
     }
     match patched {
         Ok(Patched::Landed(version)) => {
+            let before = current.map(|s| s.conditions.as_slice()).unwrap_or_default();
+            if let Some((type_, c)) = health::note(before, &status.conditions) {
+                let note = c.message.clone();
+                publish(ps, ctx, type_, &c.reason, "Run", note).await;
+            }
             ctx.podset_statuses
                 .record(&uid, &seen, &version, status, Instant::now());
             Ok(())

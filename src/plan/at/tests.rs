@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::api::AtSpec;
-use crate::cache::Ended;
+use crate::cache::{Ended, Notes, Trouble};
 
 const SCHEDULE: &str = "2019-04-12T10:12:00Z";
 
@@ -40,7 +40,7 @@ fn pod(phase: Phase) -> CachedPod {
         created: Some(ts("2019-04-12T10:12:01Z").into()),
         deletion_cost: 0,
         restarts: 0,
-        ended: None,
+        notes: None,
         exit_code: None,
     }
 }
@@ -234,9 +234,12 @@ fn created_pod_means_running_then_done_with_the_outcome() {
     assert_eq!((n.len(), n[0].type_), (1, EventType::Normal));
 
     let mut bad = pod(Phase::Failed);
-    bad.ended = Some(Box::new(Ended {
-        reason: Some("Error".into()),
-        message: Some("boom".into()),
+    bad.notes = Some(Box::new(Notes {
+        ended: Some(Ended {
+            reason: Some("Error".into()),
+            message: Some("boom".into()),
+        }),
+        trouble: None,
     }));
     bad.exit_code = Some(3);
     let failed = record(decide(&at, Some(&bad), ts("2019-04-12T10:12:09Z")));
@@ -258,6 +261,44 @@ fn created_pod_means_running_then_done_with_the_outcome() {
         (n.len(), n[0].type_, n[0].reason.as_str()),
         (1, EventType::Warning, REASON_FAILED)
     );
+}
+
+/// Issue 31: a pod that cannot start (no node fits, an image that cannot be pulled) shows in
+/// `Completed`, in the scheduler's words, with a Warning; once it runs, Started again.
+#[test]
+fn a_pod_in_trouble_is_told_with_a_warning_and_cleared_once_it_runs() {
+    let now = ts("2019-04-12T10:12:01Z");
+    let pending = decide(&at_with(None), None, ts("2019-04-12T10:11:00Z"));
+    let at = at_with(Some(record(pending)));
+    let mut stuck = pod(Phase::Pending);
+    stuck.notes = Some(Box::new(Notes {
+        ended: None,
+        trouble: Some(Trouble {
+            reason: "Unschedulable".into(),
+            message: "0/1 nodes are available".into(),
+        }),
+    }));
+    let waiting = progress(&at, &stuck, now);
+    assert_eq!(waiting.phase, Some(AtPhase::Running));
+    assert_eq!(
+        condition(&waiting, CONDITION_COMPLETED),
+        ("False", "Unschedulable")
+    );
+    let told = notes(at.status.as_ref(), &waiting);
+    assert_eq!(
+        (told[0].type_, told[0].note.as_str()),
+        (
+            EventType::Warning,
+            "pod example-at-pod: 0/1 nodes are available"
+        )
+    );
+    let at = at_with(Some(waiting.clone()));
+    let running = progress(&at, &pod(Phase::Running), now);
+    assert_eq!(
+        condition(&running, CONDITION_COMPLETED),
+        ("False", REASON_STARTED)
+    );
+    assert_eq!(notes(Some(&waiting), &running)[0].type_, EventType::Normal);
 }
 
 #[test]
