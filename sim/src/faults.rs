@@ -129,6 +129,11 @@ pub enum Before {
     Status(u16, &'static str),
     /// Answered 500 by admission, whose webhook could not be called: nothing done.
     WebhookDown,
+    /// Carried out, the pod's `app.kubernetes.io/managed-by` label taken away by a mutating
+    /// webhook or policy: stored hidden from the operator's pod watch. Scripted only: a
+    /// replica that crashes (or loses the answer) between such a create and its delete leaves
+    /// a pod no replica can see, which the random search would find (see README).
+    StripLabel,
     Hang,
     /// Carried out after this long at the server.
     Hold(Duration),

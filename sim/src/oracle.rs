@@ -320,9 +320,10 @@ impl Oracle {
         let active = store
             .objects(Kind::Pod, Some(ns))
             .filter(|p| {
+                // Labelled or not: a pod admission took the operator's label from is still
+                // the PodSet's pod (AdmissionStrips), hidden from the operator or not.
                 controller(p).is_some_and(|(_, _, uid)| uid == owner)
                     && objects::active(p)
-                    && objects::managed(p)
                     && !self.excused.contains(&Key {
                         kind: Kind::Pod,
                         namespace: ns.clone(),

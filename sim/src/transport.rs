@@ -98,9 +98,14 @@ impl Transport {
         if mutating {
             self.leaving(&method, &path);
         }
+        let mut body = body;
         let hold = match plan.before {
             Before::Status(code, reason) => return Ok(json_reply(code, &status(code, reason))),
             Before::WebhookDown => return Ok(json_reply(500, &webhook_down())),
+            Before::StripLabel => {
+                body = strip_managed_by(&body);
+                Duration::ZERO
+            }
             Before::Hang => return hang(watch).await,
             Before::Hold(d) => d,
             Before::Pass => Duration::ZERO,
@@ -192,6 +197,20 @@ fn status(code: u16, reason: &'static str) -> Value {
 fn webhook_down() -> Value {
     let message = "Internal error occurred: failed calling webhook \"validate.sim\": failed to call webhook: Post \"https://validate.sim:443/pods?timeout=10s\": dial tcp 10.96.0.10:443: connect: connection refused";
     ApiError::new(500, "InternalError", message.to_string()).status()
+}
+
+/// The pod as a mutating webhook that takes away the operator's label would store it.
+fn strip_managed_by(body: &Bytes) -> Bytes {
+    let Ok(mut pod) = serde_json::from_slice::<Value>(body) else {
+        return body.clone();
+    };
+    if let Some(labels) = pod
+        .pointer_mut("/metadata/labels")
+        .and_then(Value::as_object_mut)
+    {
+        labels.remove(podset_operator::api::MANAGED_BY_LABEL);
+    }
+    Bytes::from(serde_json::to_vec(&pod).expect("a pod serializes"))
 }
 
 fn json_reply(code: u16, body: &Value) -> Reply {

@@ -8,16 +8,17 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::{Context, api_message, publish, retry_after, status_patch_params, timed};
 use crate::api::{At, AtPhase, AtStatus};
 use crate::cache::CachedPod;
 use crate::client;
 use crate::error::{Error, Result};
+use crate::plan::admitted;
 use crate::plan::at::{self as plan, Step};
 use crate::status_writes::alike;
 
@@ -161,7 +162,23 @@ async fn create(at: &At, ctx: &Context, now: Timestamp) -> Result<Outcome> {
         let status = plan::blocked(at, reason, message, now);
         Ok(Outcome::record_over(at, status, Next::Retry))
     };
-    let pod = match client::create(&api, &plan::pod_for(at)).await {
+    let sent = plan::pod_for(at);
+    let pod = match client::create(&api, &sent).await {
+        // Still gated, so it never ran: deleted, it is as if refused.
+        Ok(made) if let Some(message) = admitted::hidden(&sent, &made) => {
+            let uid = made.uid().unwrap_or_default();
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            if let Err(e) = api.delete(&pod_name, &dp).await {
+                warn!(controller = CONTROLLER, pod = pod_name, error = %e, "could not delete a pod admission hid");
+            }
+            return blocked(plan::REASON_FAILED_CREATE, message);
+        }
         Ok(pod) => pod,
         Err(kube::Error::Api(s)) if s.code == 409 => match read_pod(at, ctx).await? {
             Some(pod) if controlled_by(at, &pod) => pod,

@@ -20,8 +20,8 @@ use crate::client;
 use crate::error::{Error, Result};
 use crate::expectations::{Readiness, Unanswered};
 use crate::jitter::jittered;
-use crate::plan::name;
 use crate::plan::podset::{self as plan, Failure, Outcome, Plan};
+use crate::plan::{admitted, name};
 use crate::uid::Uid;
 
 const CONTROLLER: &str = "podset";
@@ -184,12 +184,17 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
                 Created::Made(_) => created.push(name),
                 Created::Unknown(e) => {
                     ctx.expectations.create_unsettled(&uid, &name, now);
-                    error.get_or_insert(e);
+                    error.get_or_insert(api_message(&e));
                 }
                 // Refused, or the name was taken (a one in 14 million chance): no pod of ours.
                 Created::Refused(e) | Created::Exists(e) => {
                     ctx.expectations.create_failed(&uid, &name, now);
-                    error.get_or_insert(e);
+                    error.get_or_insert(api_message(&e));
+                }
+                // Its watch will never show it: as if refused (it was deleted).
+                Created::Hidden(message) => {
+                    ctx.expectations.create_failed(&uid, &name, now);
+                    error.get_or_insert(message);
                 }
             }
         }
@@ -232,11 +237,11 @@ async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> 
             Deleted::Unknown(e) => {
                 let (pod_uid, name) = (&pod.uid, &pod.name);
                 ctx.expectations.delete_unsettled(&uid, pod_uid, name, now);
-                error.get_or_insert(e);
+                error.get_or_insert(api_message(&e));
             }
             Deleted::Refused(e) => {
                 ctx.expectations.delete_done(&uid, &pod.uid, now);
-                error.get_or_insert(e);
+                error.get_or_insert(api_message(&e));
             }
         }
     }
@@ -269,13 +274,25 @@ enum Created {
     Refused(kube::Error),
     /// The reply was lost: the pod may have been made.
     Unknown(kube::Error),
+    /// Made, but admission changed what the operator finds its pods by (why, in words): it
+    /// is deleted at once, as the operator would never see it.
+    Hidden(String),
 }
 
 async fn create(api: &Api<Pod>, template: &Pod, name: &str) -> Created {
     let mut pod = template.clone();
     pod.metadata.name = Some(name.to_string());
     match client::create(api, &pod).await {
-        Ok(pod) => Created::Made(Uid::from(pod.uid().unwrap_or_default().as_str())),
+        Ok(made) => {
+            let uid = Uid::from(made.uid().unwrap_or_default().as_str());
+            let Some(message) = admitted::hidden(&pod, &made) else {
+                return Created::Made(uid);
+            };
+            if let Deleted::Refused(e) | Deleted::Unknown(e) = delete(api, name, &uid).await {
+                warn!(pod = name, error = %e, "could not delete a pod admission hid");
+            }
+            Created::Hidden(message)
+        }
         Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
             Created::Exists(kube::Error::Api(s))
         }
@@ -323,7 +340,7 @@ async fn report(
     ctx: &Context,
     verb: Verb,
     done: &[String],
-    error: Option<kube::Error>,
+    error: Option<String>,
 ) -> Option<Failure> {
     let (action, past, success, failure) = match verb {
         Verb::Create => ("Create", "Created", "SuccessfulCreate", "FailedCreate"),
@@ -335,8 +352,7 @@ async fn report(
         let note = format!("{past} pods: {}", done.join(", "));
         publish(ps, ctx, EventType::Normal, success, action, note).await;
     }
-    let error = error?;
-    let message = api_message(&error);
+    let message = error?;
     warn!(controller = CONTROLLER, namespace, name, error = %message, "{action} pods failed");
     let note = format!("Error: {action} pods: {message}");
     publish(ps, ctx, EventType::Warning, failure, action, note).await;

@@ -1,5 +1,6 @@
 //! The functional core: pure decisions, unit-tested without I/O.
 
+pub mod admitted;
 pub mod at;
 #[cfg(test)]
 pub(crate) mod fixtures;

@@ -48,9 +48,8 @@ fn podset_unconverged(store: &Store, ps: &Value) -> Option<String> {
     let mut pods: Vec<&str> = store
         .objects(Kind::Pod, Some(ns))
         .filter(|p| {
-            controller(p).is_some_and(|(_, _, u)| u == uid)
-                && objects::active(p)
-                && objects::managed(p)
+            // Labelled or not: see `Oracle::podset_create_landed`.
+            controller(p).is_some_and(|(_, _, u)| u == uid) && objects::active(p)
         })
         .map(|p| objects::name(p))
         .collect();

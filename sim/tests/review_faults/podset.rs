@@ -411,3 +411,31 @@ fn a_status_write_refused_after_its_own_resend_landed_is_put_right() {
     });
     assert_ok(&report);
 }
+
+/// Issue 31, item 5: a mutating webhook takes the operator's label from the first five pods
+/// created. The pod watch selects on that label, so such a pod was never seen: the PodSet
+/// waited for it, wrote no status, and once the expectations' TTL (5 minutes) passed made its
+/// replicas again, leaving the hidden ones (one pod over the spec at the first replacement).
+/// Now the create's answer shows the pod as stored: it is deleted, the create reported as
+/// refused and retried with backoff, and once the webhook stops the PodSet has exactly its
+/// replicas.
+#[test]
+fn a_pod_admission_hides_is_deleted_and_reported_not_left_behind() {
+    let setup = Setup {
+        replicas: 1,
+        ..Setup::default()
+    };
+    let report = play(31, setup, |scene| async move {
+        leader(&scene).await?;
+        let stripped = plan(Before::StripLabel, After::Reply);
+        scene.rule(rule(None, Method::POST, "/pods", stripped, 5));
+        scene.user(create_web(3));
+        // Five creates, backing off 1, 2, 4, 8, 16 s; then the PodSet converges, and stays so
+        // past the expectations' TTL.
+        scene.converged(secs(90)).await;
+        scene.sleep(secs(360)).await;
+        scene.converged(secs(10)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use super::{Created, Deleted, Verb, create, delete, pods_api, report};
 use crate::api::PodSet;
 use crate::controller::Context;
+use crate::controller::api_message;
 use crate::expectations::{Resent, Unanswered, Unsettled};
 use crate::plan::podset::{self as plan, Outcome};
 use crate::uid::Uid;
@@ -53,7 +54,7 @@ pub(super) async fn settle(ps: &PodSet, ctx: &Context) -> Outcome {
             None => {}
         }
         match e {
-            Some(e) => delete_error = delete_error.or(Some(e)),
+            Some(e) => delete_error = delete_error.or(Some(api_message(&e))),
             None if terminating == Some(true) => deleted.push(name),
             None => {}
         }
@@ -73,7 +74,7 @@ async fn resend(
     api: &Api<Pod>,
     template: &Pod,
     name: &str,
-) -> (Resent, bool, Option<kube::Error>) {
+) -> (Resent, bool, Option<String>) {
     ctx.expectations.create_resending(uid, name, Instant::now());
     let unanswered = Unanswered::create(&ctx.expectations, uid, name);
     let result = resend_create(api, template, name).await;
@@ -90,19 +91,20 @@ async fn resend_create(
     api: &Api<Pod>,
     template: &Pod,
     name: &str,
-) -> (Resent, bool, Option<kube::Error>) {
+) -> (Resent, bool, Option<String>) {
     match create(api, template, name).await {
         Created::Made(uid) => (Resent::Pod(uid), true, None),
         Created::Exists(_) => match look_up(api, name).await {
             Ok(resent) => (resent, false, None),
-            Err(e) => (Resent::Unknown, false, Some(e)),
+            Err(e) => (Resent::Unknown, false, Some(api_message(&e))),
         },
         Created::Refused(e) => (
             look_up(api, name).await.unwrap_or(Resent::Unknown),
             false,
-            Some(e),
+            Some(api_message(&e)),
         ),
-        Created::Unknown(e) => (Resent::Unknown, false, Some(e)),
+        Created::Unknown(e) => (Resent::Unknown, false, Some(api_message(&e))),
+        Created::Hidden(message) => (Resent::NoPod, false, Some(message)),
     }
 }
 
