@@ -1,4 +1,4 @@
-//! Issue 31, item 5: pods that are never scheduled or never start. A Pending pod counts as
+//! Issue 31, item 5: pods that are never scheduled or never start, OOMKilled or evicted. A Pending pod counts as
 //! available, so without more a PodSet whose pods can never run shows "2 of 2 available" and
 //! an At stays RUNNING with nothing said. The operator tells what the scheduler or kubelet
 //! said: the PodSet's `PodsHealthy` and the At's `Completed` conditions, and Warning events,
@@ -12,8 +12,8 @@ use common::{PROMPTLY, TestNs, at, cluster_without_nodes, podset, poll_some, set
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams, PostParams};
-use podset_operator::api::{At, PodSet};
-use podset_operator::plan::at::{CONDITION_COMPLETED, REASON_STARTED};
+use podset_operator::api::{At, AtPhase, PodSet};
+use podset_operator::plan::at::{CONDITION_COMPLETED, REASON_FAILED, REASON_STARTED};
 use podset_operator::plan::health::{CONDITION_PODS_HEALTHY, REASON_HEALTHY};
 use serde_json::json;
 
@@ -43,6 +43,16 @@ async fn runs(ns: &TestNs, pod: &str) -> Result<()> {
     set_pod_phase(ns, pod, "Running", None).await
 }
 
+/// Writes what the kubelet says of a container killed for its memory and now backing off.
+async fn oom_killed(ns: &TestNs, pod: &str) -> Result<()> {
+    let status = json!({"status": {"phase": "Running", "containerStatuses": [{
+        "name": "busybox", "image": "busybox", "imageID": "", "restartCount": 3,
+        "ready": false, "state": {"waiting": {"reason": "CrashLoopBackOff",
+            "message": "back-off 40s restarting failed container"}},
+        "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}]}});
+    patch_status(ns, pod, status).await
+}
+
 async fn patch_status(ns: &TestNs, pod: &str, status: serde_json::Value) -> Result<()> {
     ns.api::<Pod>()
         .patch_status(pod, &PatchParams::default(), &Patch::Merge(&status))
@@ -50,13 +60,14 @@ async fn patch_status(ns: &TestNs, pod: &str, status: serde_json::Value) -> Resu
     Ok(())
 }
 
-/// Waits for condition `type_` of the object at `get` to show `status` and `reason`, and for
-/// an event of `event_type` with that reason about `name`; the condition's message.
+/// Waits for condition `type_` of the object at `get` to show `status` and `reason`, its
+/// message containing `part`, and for an event (a Warning if `warning`) with that reason
+/// about `name`; the condition's message.
 async fn told<F, Fut>(
     ns: &TestNs,
     name: &str,
     get: F,
-    (type_, status, reason): (&str, &str, &str),
+    (type_, status, reason, part): (&str, &str, &str, &str),
     warning: bool,
 ) -> Result<String>
 where
@@ -71,6 +82,7 @@ where
         let Some(c) = conditions
             .iter()
             .find(|c| c.type_ == type_ && c.status == status && c.reason == reason)
+            .filter(|c| c.message.contains(part))
         else {
             return Ok(None);
         };
@@ -114,7 +126,12 @@ async fn pods_that_cannot_start_are_told_on_the_podset_until_they_run() -> Resul
         &ns,
         "web",
         conditions,
-        (CONDITION_PODS_HEALTHY, "False", "Unschedulable"),
+        (
+            CONDITION_PODS_HEALTHY,
+            "False",
+            "Unschedulable",
+            "(2 pods in trouble)",
+        ),
         true,
     )
     .await?;
@@ -134,7 +151,7 @@ async fn pods_that_cannot_start_are_told_on_the_podset_until_they_run() -> Resul
         &ns,
         "web",
         conditions,
-        (CONDITION_PODS_HEALTHY, "False", "ImagePullBackOff"),
+        (CONDITION_PODS_HEALTHY, "False", "ImagePullBackOff", ""),
         true,
     )
     .await?;
@@ -143,10 +160,20 @@ async fn pods_that_cannot_start_are_told_on_the_podset_until_they_run() -> Resul
         &ns,
         "web",
         conditions,
-        (CONDITION_PODS_HEALTHY, "True", REASON_HEALTHY),
+        (CONDITION_PODS_HEALTHY, "True", REASON_HEALTHY, ""),
         false,
     )
     .await?;
+    oom_killed(&ns, &pods[1]).await?;
+    let message = told(
+        &ns,
+        "web",
+        conditions,
+        (CONDITION_PODS_HEALTHY, "False", "OOMKilled", ""),
+        true,
+    )
+    .await?;
+    assert!(message.contains("restarted 3 times"), "{message}");
     operator.assert_healthy();
     Ok(())
 }
@@ -179,7 +206,7 @@ async fn an_at_whose_pod_cannot_start_says_why_while_running() -> Result<()> {
         &ns,
         "yay",
         conditions,
-        (CONDITION_COMPLETED, "False", "Unschedulable"),
+        (CONDITION_COMPLETED, "False", "Unschedulable", ""),
         true,
     )
     .await?;
@@ -189,10 +216,31 @@ async fn an_at_whose_pod_cannot_start_says_why_while_running() -> Result<()> {
         &ns,
         "yay",
         conditions,
-        (CONDITION_COMPLETED, "False", REASON_STARTED),
+        (CONDITION_COMPLETED, "False", REASON_STARTED, ""),
         false,
     )
     .await?;
+    // Evicted while it ran: DONE, not succeeded, the kubelet's words in the message.
+    let evicted = json!({"status": {"phase": "Failed", "reason": "Evicted",
+        "message": "The node was low on resource: memory."}});
+    patch_status(&ns, "yay-pod", evicted).await?;
+    let message = told(
+        &ns,
+        "yay",
+        conditions,
+        (CONDITION_COMPLETED, "True", REASON_FAILED, ""),
+        true,
+    )
+    .await?;
+    assert!(
+        message.contains("Evicted: The node was low on resource: memory."),
+        "{message}"
+    );
+    let status = api.get("yay").await?.status.unwrap_or_default();
+    assert_eq!(
+        (status.phase, status.succeeded),
+        (Some(AtPhase::Done), Some(false))
+    );
     operator.assert_healthy();
     Ok(())
 }
