@@ -44,6 +44,7 @@ pub fn crd<K: CustomResourceExt>() -> CustomResourceDefinition {
             .and_then(|s| s.open_api_v3_schema.as_mut())
         {
             bounds::bound(schema);
+            podset::prune_template_metadata(schema);
             schema
                 .properties
                 .get_or_insert_default()

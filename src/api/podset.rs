@@ -1,6 +1,7 @@
 //! `PodSet` (app.example.com/v1alpha1): keeps `spec.replicas` pods running.
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -74,9 +75,35 @@ pub struct PodSetStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// The fields of a pod template's metadata a PodSet's pods take: the CRD keeps only these, and
+/// the API server prunes the rest (names, times, owners, finalizers: meaningless on a
+/// template). Typed as `ObjectMeta`, they made a PodSet whose template had an admitted
+/// `deletionTimestamp: []` unreadable (issue 31's input search).
+pub const TEMPLATE_METADATA: [&str; 2] = ["annotations", "labels"];
+
+/// Keeps only [`TEMPLATE_METADATA`] in the schema of `spec.template.metadata`, if `schema` (a
+/// CRD's root) has one.
+pub(super) fn prune_template_metadata(schema: &mut JSONSchemaProps) {
+    let metadata = ["spec", "template", "metadata"]
+        .iter()
+        .try_fold(schema, |s, field| s.properties.as_mut()?.get_mut(*field));
+    if let Some(fields) = metadata.and_then(|m| m.properties.as_mut()) {
+        fields.retain(|name, _| TEMPLATE_METADATA.contains(&name.as_str()));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_crd_keeps_only_the_template_metadata_pods_take() {
+        let crd = serde_json::to_value(crate::api::crd::<PodSet>()).unwrap();
+        let metadata = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["template"]["properties"]["metadata"]["properties"];
+        let fields: Vec<&String> = metadata.as_object().unwrap().keys().collect();
+        assert_eq!(fields, TEMPLATE_METADATA);
+    }
 
     /// Every PodSet in the controller's store carries this width, its template set or not.
     #[test]

@@ -148,6 +148,21 @@ pub fn cases() -> Vec<Case> {
                 Available(2),
             )
         },
+        // Found by the input search: admitted (the API server did not type-check it), it
+        // made the PodSet unreadable; only labels and annotations are kept now.
+        Case {
+            pruned: &[
+                "/spec/template/metadata/deletionTimestamp",
+                "/spec/template/metadata/name",
+            ],
+            ..ps(
+                "template metadata beyond labels",
+                50,
+                json!({"replicas": 1, "template": {"metadata": {"deletionTimestamp": [],
+                    "name": "x", "labels": {"tier": "web"}}}}),
+                Available(1),
+            )
+        },
         Case {
             pruned: &["/bogus"],
             ..case(
