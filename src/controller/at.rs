@@ -13,7 +13,9 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
-use super::{Context, api_message, publish, retry_after, status_patch_params, timed};
+use super::context::{
+    Context, api_message, publish, reconcile_within_deadline, retry_after, status_patch_params,
+};
 use crate::api::{At, AtPhase, AtStatus};
 use crate::cache::CachedPod;
 use crate::client;
@@ -25,7 +27,7 @@ use crate::status_writes::alike;
 const CONTROLLER: &str = "at";
 
 pub async fn reconcile(at: Arc<At>, ctx: Arc<Context>) -> Result<Action> {
-    timed(&ctx, CONTROLLER, reconcile_at(&at, &ctx)).await
+    reconcile_within_deadline(&ctx, CONTROLLER, at.as_ref(), reconcile_at(&at, &ctx)).await
 }
 
 /// Only decides the delay: the failure is logged once, where the controller reports it.

@@ -10,11 +10,8 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tower::BoxError;
 
-use super::{Backoff, Context};
+use super::context::Context;
 use crate::api::PodSet;
-use crate::events::Recorder;
-use crate::expectations::Expectations;
-use crate::status_writes::StatusWrites;
 
 /// A Context whose API answers nothing (for tests that never call it).
 pub fn context() -> Arc<Context> {
@@ -25,19 +22,9 @@ pub fn context() -> Arc<Context> {
 }
 
 fn context_over(client: Client) -> Arc<Context> {
-    Arc::new(Context {
-        client: client.clone(),
-        pods: Default::default(),
-        expectations: Expectations::default(),
-        recorder: Recorder::new(client, "test", "test", Default::default()),
-        metrics: Default::default(),
-        backoff: Backoff::default(),
-        podset_statuses: StatusWrites::default(),
-        gone: Default::default(),
-        rounds: Default::default(),
-        resync: std::time::Duration::from_secs(300),
-        clock: Default::default(),
-    })
+    let resync = std::time::Duration::from_secs(300);
+    let pods = Default::default();
+    Arc::new(Context::new(client, pods, Default::default(), "test", resync, Default::default()))
 }
 
 /// A request the scripted API received.

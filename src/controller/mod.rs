@@ -7,6 +7,7 @@
 
 pub mod at;
 mod backoff;
+pub(crate) mod context;
 #[cfg(test)]
 pub(crate) mod fixtures;
 mod gone;
@@ -16,9 +17,7 @@ mod routing;
 mod unreadable;
 mod wakes;
 
-pub use backoff::Backoff;
-use gone::Gone;
-use rounds::CreateRounds;
+use context::{Context, api_in};
 use routing::{Router, primary, watch_pods};
 
 use std::future::Future;
@@ -28,25 +27,20 @@ use std::time::Duration;
 use futures::channel::mpsc::UnboundedReceiver;
 use futures::{FutureExt, StreamExt};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
-use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Client, Resource};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{debug, info, warn};
 
-use crate::api::PodSetStatus;
 use crate::api::decoded::{Decoded, Watched};
 use crate::cache::PodCache;
 use crate::clock::Clock;
 use crate::error::Error;
-use crate::events::{Note, Recorder};
-use crate::expectations::Expectations;
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::status_writes::StatusWrites;
 
 /// How long a starting instance watches before it acts (see `run`).
 pub const STARTUP_GRACE: Duration = Duration::from_secs(2);
@@ -77,33 +71,6 @@ pub struct Shared {
     pub health: Arc<Health>,
 }
 
-/// Shared by every reconcile.
-pub struct Context {
-    pub client: Client,
-    pub pods: Arc<PodCache>,
-    pub expectations: Expectations,
-    pub recorder: Recorder,
-    pub metrics: Arc<Metrics>,
-    pub backoff: Backoff,
-    pub podset_statuses: StatusWrites<PodSetStatus>,
-    /// PodSets a write found deleted before the watch said so.
-    pub gone: Gone,
-    pub rounds: CreateRounds,
-    pub resync: Duration,
-    pub clock: Clock,
-}
-
-impl Context {
-    /// Drops everything kept for an object that was deleted.
-    fn forget(&self, uid: &str) {
-        self.expectations.forget(uid);
-        self.backoff.reset(uid);
-        self.podset_statuses.forget(uid);
-        self.gone.forget(uid);
-        self.rounds.forget(uid);
-    }
-}
-
 /// Empties the pod cache when a term's controllers stop, or are dropped (a leader stepping
 /// down): what it held is no longer watched, nor managed.
 struct Emptied(Arc<PodCache>);
@@ -111,16 +78,6 @@ struct Emptied(Arc<PodCache>);
 impl Drop for Emptied {
     fn drop(&mut self) {
         self.0.clear();
-    }
-}
-
-pub fn scoped<K>(client: Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client, ns),
-        None => Api::all(client),
     }
 }
 
@@ -138,24 +95,14 @@ pub async fn run(
         pods,
         health,
     } = shared;
-    let ctx = Arc::new(Context {
-        client: client.clone(),
+    let ctx = Arc::new(Context::new(
+        client.clone(),
         pods,
-        expectations: Expectations::default(),
-        recorder: Recorder::new(
-            client.clone(),
-            "podset-operator",
-            &settings.instance,
-            settings.clock.clone(),
-        ),
         metrics,
-        backoff: Backoff::default(),
-        podset_statuses: StatusWrites::default(),
-        gone: Gone::default(),
-        rounds: CreateRounds::default(),
-        resync: settings.resync,
-        clock: settings.clock.clone(),
-    });
+        &settings.instance,
+        settings.resync,
+        settings.clock.clone(),
+    ));
     ctx.pods.unready();
     let _emptied = Emptied(ctx.pods.clone());
     let (router, queues) = Router::new(&settings);
@@ -274,7 +221,7 @@ impl Launch<'_> {
     {
         let (reader, writer) = reflector::store();
         let (synced, ready) = tokio::sync::watch::channel(false);
-        let api = scoped::<Decoded<K>>(self.client.clone(), self.settings.namespace.as_deref());
+        let api = api_in::<Decoded<K>>(self.client.clone(), self.settings.namespace.as_deref());
         let events = watcher(api, watcher::Config::default()).default_backoff();
         let events = unreadable::readable(events, self.ctx.clone());
         let primary = primary(events, writer, synced, self.ctx.clone());
@@ -306,86 +253,6 @@ fn log_result<K: Resource, E: std::fmt::Display>(
         }
         Err(e) => debug!(controller, error = %e, "controller event"),
     }
-}
-
-/// The delay after a failed reconcile, growing per object.
-pub fn retry_after<K: Resource>(obj: &K, ctx: &Context) -> Action {
-    Action::requeue(ctx.backoff.next(&obj.uid().unwrap_or_default()))
-}
-
-/// Status writes name the operator as their field manager (`kubectl get -o yaml
-/// --show-managed-fields` shows who wrote what).
-pub fn status_patch_params() -> kube::api::PatchParams {
-    kube::api::PatchParams {
-        field_manager: Some("podset-operator".into()),
-        ..Default::default()
-    }
-}
-
-/// Publishes an event on `obj`; a failure is logged, never fatal to the reconcile.
-pub async fn publish<K: Resource<DynamicType = ()>>(
-    obj: &K,
-    ctx: &Context,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: String,
-) {
-    let note = Note {
-        type_,
-        reason,
-        action,
-        note: truncate_note(note),
-    };
-    if let Err(e) = ctx.recorder.publish(&obj.object_ref(&()), note).await {
-        warn!(error = %e, reason, "could not publish event");
-    }
-}
-
-/// The API server refuses an event note over 1024 bytes, and an API error message (a pod
-/// template with many invalid fields, say) can be longer: cut it, at a character boundary.
-fn truncate_note(mut note: String) -> String {
-    const MAX: usize = 1024;
-    const ELLIPSIS: &str = "...";
-    if note.len() > MAX {
-        let mut end = MAX - ELLIPSIS.len();
-        while !note.is_char_boundary(end) {
-            end -= 1;
-        }
-        note.truncate(end);
-        note.push_str(ELLIPSIS);
-    }
-    note
-}
-
-/// The API server's own words for a failed call (a quota message, say).
-pub fn api_message(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => s.message.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// How long a reconcile may take: a few requests, each bounded by `client::REQUEST_TIMEOUT`
-/// and its retries. kube never starts another reconcile of an object whose reconcile hangs,
-/// so without a bound one hung request would stop that object for good.
-pub const RECONCILE_DEADLINE: Duration = Duration::from_secs(120);
-
-/// Runs `f` with a timer and within [`RECONCILE_DEADLINE`]; kept separate so both controllers
-/// count reconciles the same way.
-pub async fn timed<F: Future<Output = crate::error::Result<Action>>>(
-    ctx: &Context,
-    controller: &'static str,
-    f: F,
-) -> crate::error::Result<Action> {
-    let _timer = ctx.metrics.reconcile(controller);
-    let res = tokio::time::timeout(RECONCILE_DEADLINE, f)
-        .await
-        .unwrap_or(Err(crate::error::Error::Timeout(RECONCILE_DEADLINE)));
-    if let Err(e) = &res {
-        ctx.metrics.error(controller, e.metric_label());
-    }
-    res
 }
 
 #[cfg(test)]
@@ -443,18 +310,6 @@ mod tests {
     }
     use crate::controller::fixtures::{context, podset};
     use std::sync::Mutex;
-
-    #[test]
-    fn event_notes_fit_the_api_limit() {
-        assert_eq!(truncate_note("short".into()), "short");
-        let long = "é".repeat(1000); // 2000 bytes, 2 per character
-        let cut = truncate_note(long);
-        assert!(cut.len() <= 1024, "{}", cut.len());
-        assert!(cut.ends_with("..."));
-        assert!(cut.starts_with("éé"));
-        let exact = "a".repeat(1024);
-        assert_eq!(truncate_note(exact.clone()), exact);
-    }
 
     /// Collects what `f` logs.
     fn logs(f: impl FnOnce()) -> String {

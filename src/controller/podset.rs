@@ -13,7 +13,7 @@ use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::{Context, api_message, publish, retry_after, timed};
+use super::context::{Context, api_message, publish, reconcile_within_deadline, retry_after};
 use crate::api::PodSet;
 use crate::cache::CachedPod;
 use crate::client;
@@ -27,7 +27,7 @@ use crate::uid::Uid;
 const CONTROLLER: &str = "podset";
 
 pub async fn reconcile(ps: Arc<PodSet>, ctx: Arc<Context>) -> Result<Action> {
-    timed(&ctx, CONTROLLER, reconcile_podset(&ps, &ctx)).await
+    reconcile_within_deadline(&ctx, CONTROLLER, ps.as_ref(), reconcile_podset(&ps, &ctx)).await
 }
 
 /// Only decides the delay: the failure is logged once, where the controller reports it.

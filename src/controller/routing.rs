@@ -16,7 +16,8 @@ use tracing::warn;
 use serde::Serialize;
 
 use super::wakes::Wakes;
-use super::{Context, Settings, scoped};
+use super::Settings;
+use super::context::{Context, api_in};
 use crate::api::{At, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet};
 use crate::cache::Touched;
 use crate::status_writes::status_hash;
@@ -127,7 +128,7 @@ fn enqueue<K: Resource<DynamicType = ()>>(
 }
 
 pub(super) async fn watch_pods(ctx: Arc<Context>, namespace: Option<String>, router: Router) {
-    let api = scoped::<Pod>(ctx.client.clone(), namespace.as_deref());
+    let api = api_in::<Pod>(ctx.client.clone(), namespace.as_deref());
     let config =
         watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
     let mut events = std::pin::pin!(watcher(api, config).default_backoff());

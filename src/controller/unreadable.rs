@@ -11,7 +11,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::watcher::{self, Event};
 use tracing::warn;
 
-use super::{Context, publish, status_patch_params};
+use super::context::{Context, publish, status_patch_params};
 use crate::api::decoded::{Decoded, Unreadable, Watched};
 use crate::plan::unreadable::{REASON_UNREADABLE, report};
 

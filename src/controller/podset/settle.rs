@@ -8,8 +8,7 @@ use tokio::time::Instant;
 
 use super::{Created, Deleted, Verb, create, delete, pods_api, report};
 use crate::api::PodSet;
-use crate::controller::Context;
-use crate::controller::api_message;
+use crate::controller::context::{Context, api_message};
 use crate::expectations::{Resent, Unanswered, Unsettled};
 use crate::plan::podset::{self as plan, Outcome};
 use crate::uid::Uid;

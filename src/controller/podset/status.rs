@@ -11,7 +11,7 @@ use kube::api::Patch;
 use super::{podsets_api, read};
 use crate::api::{PodSet, PodSetStatus};
 use crate::cache::CachedPod;
-use crate::controller::{Context, publish, status_patch_params};
+use crate::controller::context::{Context, publish, status_patch_params};
 use crate::error::{Error, Result};
 use crate::plan::health;
 use crate::plan::podset::{self as plan, Outcome};

@@ -1,0 +1,198 @@
+//! What every reconcile is given and does the same way: the shared [`Context`], the frame
+//! a reconcile runs in (its span, its deadline, its metrics), its retry delay, and how it
+//! publishes events and words an API error.
+
+use std::future::Future;
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, Client, Resource, ResourceExt};
+use tracing::{Instrument, warn};
+
+use super::backoff::Backoff;
+use super::gone::Gone;
+use super::rounds::CreateRounds;
+use crate::api::PodSetStatus;
+use crate::cache::PodCache;
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::events::{Note, Recorder};
+use crate::expectations::Expectations;
+use crate::metrics::Metrics;
+use crate::status_writes::StatusWrites;
+use std::sync::Arc;
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub pods: Arc<PodCache>,
+    pub expectations: Expectations,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    pub backoff: Backoff,
+    pub podset_statuses: StatusWrites<PodSetStatus>,
+    /// PodSets a write found deleted before the watch said so.
+    pub gone: Gone,
+    pub rounds: CreateRounds,
+    pub resync: Duration,
+    pub clock: Clock,
+}
+
+impl Context {
+    /// Nothing expected, failing or written yet; events are reported as from `instance`.
+    pub fn new(
+        client: Client,
+        pods: Arc<PodCache>,
+        metrics: Arc<Metrics>,
+        instance: &str,
+        resync: Duration,
+        clock: Clock,
+    ) -> Self {
+        Context {
+            recorder: Recorder::new(client.clone(), "podset-operator", instance, clock.clone()),
+            client,
+            pods,
+            expectations: Expectations::default(),
+            metrics,
+            backoff: Backoff::default(),
+            podset_statuses: StatusWrites::default(),
+            gone: Gone::default(),
+            rounds: CreateRounds::default(),
+            resync,
+            clock,
+        }
+    }
+
+    /// Drops everything kept for an object that was deleted.
+    pub(super) fn forget(&self, uid: &str) {
+        self.expectations.forget(uid);
+        self.backoff.reset(uid);
+        self.podset_statuses.forget(uid);
+        self.gone.forget(uid);
+        self.rounds.forget(uid);
+    }
+}
+
+/// The API of `K` in `namespace`, or in all namespaces.
+pub fn api_in<K>(client: Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    }
+}
+
+/// The delay after a failed reconcile, growing per object.
+pub fn retry_after<K: Resource>(obj: &K, ctx: &Context) -> Action {
+    Action::requeue(ctx.backoff.next(&obj.uid().unwrap_or_default()))
+}
+
+/// Status writes name the operator as their field manager (`kubectl get -o yaml
+/// --show-managed-fields` shows who wrote what).
+pub fn status_patch_params() -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some("podset-operator".into()),
+        ..Default::default()
+    }
+}
+
+/// Publishes an event on `obj`; a failure is logged, never fatal to the reconcile.
+pub async fn publish<K: Resource<DynamicType = ()>>(
+    obj: &K,
+    ctx: &Context,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let note = Note {
+        type_,
+        reason,
+        action,
+        note: truncate_note(note),
+    };
+    if let Err(e) = ctx.recorder.publish(&obj.object_ref(&()), note).await {
+        warn!(error = %e, reason, "could not publish event");
+    }
+}
+
+/// The API server refuses an event note over 1024 bytes, and an API error message (a pod
+/// template with many invalid fields, say) can be longer: cut it, at a character boundary.
+fn truncate_note(mut note: String) -> String {
+    const MAX: usize = 1024;
+    const ELLIPSIS: &str = "...";
+    if note.len() > MAX {
+        let mut end = MAX - ELLIPSIS.len();
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str(ELLIPSIS);
+    }
+    note
+}
+
+/// The API server's own words for a failed call (a quota message, say).
+pub fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// How long a reconcile may take: a few requests, each bounded by `client::REQUEST_TIMEOUT`
+/// and its retries. kube never starts another reconcile of an object whose reconcile hangs,
+/// so without a bound one hung request would stop that object for good.
+pub const RECONCILE_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Runs one reconcile of `obj`, as both controllers do: in a span naming the controller and
+/// the object (every line logged inside carries them), timed, cut off at
+/// [`RECONCILE_DEADLINE`], and counted by its error's kind.
+pub async fn reconcile_within_deadline<K, F>(
+    ctx: &Context,
+    controller: &'static str,
+    obj: &K,
+    reconcile: F,
+) -> Result<Action>
+where
+    K: Resource,
+    F: Future<Output = Result<Action>>,
+{
+    let span = tracing::info_span!(
+        "reconcile",
+        controller,
+        namespace = obj.namespace().unwrap_or_default(),
+        name = obj.name_any(),
+        generation = obj.meta().generation.unwrap_or_default(),
+    );
+    let _timer = ctx.metrics.reconcile(controller);
+    let res = tokio::time::timeout(RECONCILE_DEADLINE, reconcile)
+        .instrument(span)
+        .await
+        .unwrap_or(Err(Error::Timeout(RECONCILE_DEADLINE)));
+    if let Err(e) = &res {
+        ctx.metrics.error(controller, e.metric_label());
+    }
+    res
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_notes_fit_the_api_limit() {
+        assert_eq!(truncate_note("short".into()), "short");
+        let long = "é".repeat(1000); // 2000 bytes, 2 per character
+        let cut = truncate_note(long);
+        assert!(cut.len() <= 1024, "{}", cut.len());
+        assert!(cut.ends_with("..."));
+        assert!(cut.starts_with("éé"));
+        let exact = "a".repeat(1024);
+        assert_eq!(truncate_note(exact.clone()), exact);
+    }
+}
