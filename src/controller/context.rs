@@ -179,7 +179,6 @@ where
     res
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,7 +24,14 @@ pub fn context() -> Arc<Context> {
 fn context_over(client: Client) -> Arc<Context> {
     let resync = std::time::Duration::from_secs(300);
     let pods = Default::default();
-    Arc::new(Context::new(client, pods, Default::default(), "test", resync, Default::default()))
+    Arc::new(Context::new(
+        client,
+        pods,
+        Default::default(),
+        "test",
+        resync,
+        Default::default(),
+    ))
 }
 
 /// A request the scripted API received.

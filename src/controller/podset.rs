@@ -1,8 +1,8 @@
 //! The PodSet reconcile: act on the plan (respecting expectations), then write the status if
 //! it changed.
 
+use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::time::Instant;
 
 use futures::future::join_all;
@@ -18,9 +18,9 @@ use crate::api::PodSet;
 use crate::cache::CachedPod;
 use crate::client;
 use crate::error::{Error, Result};
-use crate::expectations::{Readiness, Unanswered};
+use crate::expectations::{Answer, Readiness, Unanswered, Write};
 use crate::jitter::jittered;
-use crate::plan::podset::{self as plan, Failure, Outcome, Plan};
+use crate::plan::podset::{self as plan, Failure, Next, Outcome, Plan, Seen, Step};
 use crate::plan::{admitted, name};
 use crate::uid::Uid;
 
@@ -44,47 +44,43 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
         || ctx.expectations.readiness(&uid, Instant::now()),
         || ctx.pods.owned_by(&namespace, &uid),
     );
-    // Deleted, as a write found, though the watch has not said so yet.
-    if ctx.gone.is_gone(&uid) {
-        return Ok(Action::await_change());
-    }
-    let deleting = ps.meta().deletion_timestamp.is_some();
-    let outcome = match readiness {
-        // Being deleted: the garbage collector removes the pods; creating more would race it.
-        _ if deleting => Outcome::NotActed,
-        Readiness::Satisfied => {
-            let plan = plan::plan(ps.spec.replicas, &pods);
-            if matches!(plan, Plan::Create(_)) {
-                if doubtful(ps, ctx) && !exists(ps, ctx).await? {
-                    return Ok(Action::await_change());
-                }
+    let step = plan::decide(&Seen {
+        replicas: ps.spec.replicas,
+        deleting: ps.meta().deletion_timestamp.is_some(),
+        gone: ctx.gone.is_gone(&uid),
+        in_doubt: doubtful(ps, ctx),
+        readiness: &readiness,
+        pods: &pods,
+    });
+    let outcome = match step {
+        Step::AwaitChange => return Ok(Action::await_change()),
+        Step::Report => Outcome::NotActed,
+        Step::SendAgain => settle::settle(ps, ctx).await,
+        Step::Act {
+            plan,
+            read_first,
+            trim,
+        } => {
+            if read_first && !exists(ps, ctx).await? {
+                return Ok(Action::await_change());
+            }
+            if let Plan::Create(_) = plan {
                 ctx.rounds.made(&uid, generation(ps), Instant::now());
             }
-            manage(ps, plan, &pods, ctx).await
+            act(ps, plan, &trim, ctx).await
         }
-        Readiness::Waiting(_) => settle::settle(ps, ctx).await,
     };
-    // While our own creates or deletes are still on their way to the watch, a status would
-    // describe a moment already over: it is written once the watch has shown them all (one
-    // write per scale-up instead of one per pod). A failure is reported at once.
-    let pending = match ctx.expectations.readiness(&uid, Instant::now()) {
-        Readiness::Satisfied => None,
-        Readiness::Waiting(left) => Some(left),
-    };
-    if pending.is_none() || matches!(outcome, Outcome::Failed(_)) {
+    let now = ctx.expectations.readiness(&uid, Instant::now());
+    let after = plan::after(&outcome, &readiness, &now);
+    if after.write_status {
         // Read again: the watch may have shown this reconcile's own creates by now.
         status::write(ps, &ctx.pods.owned_by(&namespace, &uid), &outcome, ctx).await?;
     }
-    Ok(match (&outcome, pending) {
-        (Outcome::Failed(_), _) => retry_after(ps, ctx),
-        (_, Some(left)) => Action::requeue(left),
-        // Settled, and nothing left to wait for: the scale-up goes on at once. The pods that
-        // settled it may all have been seen already, so no watch event would bring it back.
-        (Outcome::Succeeded, None) if matches!(readiness, Readiness::Waiting(_)) => {
-            Action::requeue(Duration::ZERO)
-        }
+    Ok(match after.next {
+        Next::Retry => retry_after(ps, ctx),
+        Next::In(delay) => Action::requeue(delay),
         // Spread out, so that PodSets made together are not all looked at in one burst.
-        _ => {
+        Next::Resync => {
             ctx.backoff.reset(&uid);
             Action::requeue(jittered(ctx.resync))
         }
@@ -141,14 +137,15 @@ async fn read(ps: &PodSet, ctx: &Context) -> Result<Option<PodSet>> {
     Ok(now)
 }
 
-async fn manage(ps: &PodSet, plan: Plan, pods: &[Arc<CachedPod>], ctx: &Context) -> Outcome {
+/// Carries out `plan`, then, if it went well, deletes the finished pods in `trim`.
+async fn act(ps: &PodSet, plan: Plan, trim: &[Arc<CachedPod>], ctx: &Context) -> Outcome {
     let failure = match plan {
         Plan::Create(n) => create_pods(ps, n, ctx).await,
         Plan::Delete(victims) => delete_pods(ps, &victims, ctx).await,
         Plan::Steady => None,
     };
     let failure = match failure {
-        None => delete_pods(ps, &plan::finished_excess(pods), ctx).await,
+        None => delete_pods(ps, trim, ctx).await,
         failed => failed,
     };
     match failure {
@@ -157,9 +154,27 @@ async fn manage(ps: &PodSet, plan: Plan, pods: &[Arc<CachedPod>], ctx: &Context)
     }
 }
 
+/// Sends `write` under its expectation, and records what its answer says (unknown, if it is
+/// dropped unanswered).
+async fn expected<R>(
+    ctx: &Context,
+    owner_uid: &str,
+    write: Write,
+    send: impl Future<Output = R>,
+    says: impl FnOnce(&R) -> Answer,
+) -> R {
+    let unanswered = Unanswered::new(&ctx.expectations, owner_uid, write);
+    let result = send.await;
+    unanswered.answered(says(&result));
+    result
+}
+
 /// Creates `n` pods in slow-start batches, stopping at the first batch with a failure.
 async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
-    let uid = ps.uid().unwrap_or_default();
+    let (uid, namespace) = (
+        ps.uid().unwrap_or_default(),
+        ps.namespace().unwrap_or_default(),
+    );
     let (api, template) = (pods_api(ps, ctx), plan::pod_for(ps));
     let mut created = Vec::new();
     let mut error = None;
@@ -167,34 +182,24 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
         let names: Vec<String> = (0..batch)
             .map(|_| name::random(prefix(&template)))
             .collect();
-        let namespace = ps.namespace().unwrap_or_default();
-        let expected = names.iter().map(String::as_str);
+        let writes: Vec<Write> = names.iter().cloned().map(Write::Create).collect();
         ctx.expectations
-            .expect_creates(&uid, &namespace, expected, Instant::now());
-        let results = join_all(names.iter().map(|n| async {
-            let unanswered = Unanswered::create(&ctx.expectations, &uid, n);
-            let result = create(&api, &template, n).await;
-            unanswered.answered();
-            result
-        }))
-        .await;
+            .expect(&uid, &namespace, &writes, Instant::now());
+        let sends = names.iter().zip(writes).map(|(name, write)| {
+            expected(
+                ctx,
+                &uid,
+                write,
+                create(&api, &template, name),
+                Created::answer,
+            )
+        });
+        let results = join_all(sends).await;
         for (name, result) in names.into_iter().zip(results) {
-            let now = Instant::now();
-            match result {
-                Created::Made(_) => created.push(name),
-                Created::Unknown(e) => {
-                    ctx.expectations.create_unsettled(&uid, &name, now);
-                    error.get_or_insert(api_message(&e));
-                }
-                // Refused, or the name was taken (a one in 14 million chance): no pod of ours.
-                Created::Refused(e) | Created::Exists(e) => {
-                    ctx.expectations.create_failed(&uid, &name, now);
-                    error.get_or_insert(api_message(&e));
-                }
-                // Its watch will never show it: as if refused (it was deleted).
-                Created::Hidden(message) => {
-                    ctx.expectations.create_failed(&uid, &name, now);
-                    error.get_or_insert(message);
+            match result.error() {
+                None => created.push(name),
+                Some(e) => {
+                    error.get_or_insert(e);
                 }
             }
         }
@@ -212,35 +217,33 @@ async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> 
     if victims.is_empty() {
         return None;
     }
-    let (uid, api) = (ps.uid().unwrap_or_default(), pods_api(ps, ctx));
-    let namespace = ps.namespace().unwrap_or_default();
-    ctx.expectations.expect_deletes(
-        &uid,
-        &namespace,
-        victims.iter().map(|p| &p.uid),
-        Instant::now(),
+    let (uid, namespace) = (
+        ps.uid().unwrap_or_default(),
+        ps.namespace().unwrap_or_default(),
     );
-    let results = join_all(victims.iter().map(|p| async {
-        let unanswered = Unanswered::delete(&ctx.expectations, &uid, &p.uid, &p.name);
-        let result = delete(&api, &p.name, &p.uid).await;
-        unanswered.answered();
-        result
-    }))
-    .await;
+    let api = pods_api(ps, ctx);
+    let writes: Vec<Write> = victims
+        .iter()
+        .map(|p| Write::Delete(p.uid.clone(), p.name.to_string()))
+        .collect();
+    ctx.expectations
+        .expect(&uid, &namespace, &writes, Instant::now());
+    let sends = victims.iter().zip(writes).map(|(pod, write)| {
+        expected(
+            ctx,
+            &uid,
+            write,
+            delete(&api, &pod.name, &pod.uid),
+            Deleted::answer,
+        )
+    });
     let mut deleted = Vec::new();
     let mut error = None;
-    for (pod, result) in victims.iter().zip(results) {
-        let now = Instant::now();
+    for (pod, result) in victims.iter().zip(join_all(sends).await) {
         match result {
             Deleted::Sent => deleted.push(pod.name.to_string()),
-            Deleted::Gone => ctx.expectations.delete_done(&uid, &pod.uid, now),
-            Deleted::Unknown(e) => {
-                let (pod_uid, name) = (&pod.uid, &pod.name);
-                ctx.expectations.delete_unsettled(&uid, pod_uid, name, now);
-                error.get_or_insert(api_message(&e));
-            }
-            Deleted::Refused(e) => {
-                ctx.expectations.delete_done(&uid, &pod.uid, now);
+            Deleted::Gone => {}
+            Deleted::Unknown(e) | Deleted::Refused(e) => {
                 error.get_or_insert(api_message(&e));
             }
         }
@@ -279,6 +282,28 @@ enum Created {
     Hidden(String),
 }
 
+impl Created {
+    /// What it says of the expected create.
+    fn answer(&self) -> Answer {
+        match self {
+            Created::Made(uid) => Answer::Made(uid.clone()),
+            // Refused, or the name was taken (a one in 14 million chance): no pod of ours.
+            // A pod admission hid was deleted: its watch will never show it.
+            Created::Exists(_) | Created::Refused(_) | Created::Hidden(_) => Answer::Nothing,
+            Created::Unknown(_) => Answer::Unknown,
+        }
+    }
+
+    /// The API server's words for a create that made no pod of ours, or may not have.
+    fn error(&self) -> Option<String> {
+        match self {
+            Created::Made(_) => None,
+            Created::Exists(e) | Created::Refused(e) | Created::Unknown(e) => Some(api_message(e)),
+            Created::Hidden(message) => Some(message.clone()),
+        }
+    }
+}
+
 async fn create(api: &Api<Pod>, template: &Pod, name: &str) -> Created {
     let mut pod = template.clone();
     pod.metadata.name = Some(name.to_string());
@@ -309,6 +334,17 @@ enum Deleted {
     Refused(kube::Error),
     /// The reply was lost: the pod may be terminating.
     Unknown(kube::Error),
+}
+
+impl Deleted {
+    /// What it says of the expected delete.
+    fn answer(&self) -> Answer {
+        match self {
+            Deleted::Sent => Answer::Deleting,
+            Deleted::Gone | Deleted::Refused(_) => Answer::Nothing,
+            Deleted::Unknown(_) => Answer::Unknown,
+        }
+    }
 }
 
 async fn delete(api: &Api<Pod>, name: &str, uid: &Uid) -> Deleted {

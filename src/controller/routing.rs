@@ -15,9 +15,9 @@ use tracing::warn;
 
 use serde::Serialize;
 
-use super::wakes::Wakes;
 use super::Settings;
 use super::context::{Context, api_in};
+use super::wakes::Wakes;
 use crate::api::{At, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet};
 use crate::cache::Touched;
 use crate::status_writes::status_hash;
@@ -227,8 +227,12 @@ mod tests {
         let ctx = context();
         let ps = podset();
         ctx.backoff.next("ps-uid");
-        ctx.expectations
-            .expect_creates("ps-uid", "ns", ["web-pod1"], Instant::now());
+        ctx.expectations.expect(
+            "ps-uid",
+            "ns",
+            [&crate::expectations::Write::Create("web-pod1".into())],
+            Instant::now(),
+        );
         let events = futures::stream::iter([
             Ok(watcher::Event::Init),
             Ok(watcher::Event::InitApply(ps.clone())),

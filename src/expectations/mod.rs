@@ -65,6 +65,43 @@ impl Pending {
     fn expired(&self, now: Instant) -> bool {
         self.expires <= now
     }
+
+    fn record_create(&mut self, name: &str, answer: Answer) {
+        let Some(create) = self.creates.get_mut(name) else {
+            return;
+        };
+        match (answer, &*create) {
+            (Answer::Made(uid), Create::Resending(seen)) if seen.contains(&uid) => {
+                self.creates.remove(name);
+            }
+            // Any pod of its name the watch shows is this one.
+            (Answer::Made(_), Create::Sent) => {}
+            (Answer::Made(uid), _) => *create = Create::Made(uid),
+            (Answer::Nothing, _) => {
+                self.creates.remove(name);
+            }
+            (Answer::Unknown, _) => *create = Create::Unsettled(create.take_seen()),
+            (Answer::Deleting, _) => debug_assert!(false, "a create answered as a delete"),
+        }
+    }
+
+    fn record_delete(&mut self, pod: &Uid, name: &str, answer: Answer) {
+        match answer {
+            Answer::Deleting => {
+                self.unsettled_deletes.remove(pod);
+            }
+            Answer::Nothing => {
+                self.deletes.remove(pod);
+                self.unsettled_deletes.remove(pod);
+            }
+            // Unless the watch showed it done meanwhile.
+            Answer::Unknown if self.deletes.contains(pod) => {
+                self.unsettled_deletes.insert(pod.clone(), name.to_string());
+            }
+            Answer::Unknown => {}
+            Answer::Made(_) => debug_assert!(false, "a delete answered as a create"),
+        }
+    }
 }
 
 /// Where a create expected to show in the watch stands.
@@ -92,14 +129,28 @@ impl Create {
     }
 }
 
-/// What a create sent again says of the pod of its name.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Resent {
-    /// The pod of the name is this one (made now, or found there).
-    Pod(Uid),
-    /// There is none, and none will come of either send.
-    NoPod,
-    /// No answer again.
+/// A create or delete sent under an expectation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    /// The create of the pod of this name.
+    Create(String),
+    /// The delete of this pod (UID, name).
+    Delete(Uid, String),
+}
+
+/// What the API server's answer to a [`Write`] says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The pod of the create's name is this one (made now, or found there by a create sent
+    /// again).
+    Made(Uid),
+    /// The delete is under way: the watch shows when it is done.
+    Deleting,
+    /// Nothing will come of it: refused, or there is nothing to do (no pod of ours has the
+    /// name; the pod to delete is gone).
+    Nothing,
+    /// No answer: it may have happened or not. It stays expected, and is sent again until an
+    /// answer says which.
     Unknown,
 }
 
@@ -147,120 +198,57 @@ impl Expectations {
         r
     }
 
-    /// Records the creates of pods of these names, about to be sent for the owner in
-    /// `namespace`.
-    pub fn expect_creates<'a>(
+    /// Records creates and deletes about to be sent for the owner in `namespace`.
+    pub fn expect<'a>(
         &self,
         owner_uid: &str,
         namespace: &str,
-        names: impl IntoIterator<Item = &'a str>,
+        writes: impl IntoIterator<Item = &'a Write>,
         now: Instant,
     ) {
         self.with(owner_uid, now, |p| {
             p.namespace = Some(namespace.into());
-            let sent = names.into_iter().map(|n| (n.to_string(), Create::Sent));
-            p.creates.extend(sent);
-        });
-    }
-
-    /// A create that failed: the watch will never show its pod.
-    pub fn create_failed(&self, owner_uid: &str, name: &str, now: Instant) {
-        self.with(owner_uid, now, |p| p.creates.remove(name));
-    }
-
-    /// Records deletes about to be sent for the owner in `namespace`.
-    pub fn expect_deletes<'a>(
-        &self,
-        owner_uid: &str,
-        namespace: &str,
-        pod_uids: impl IntoIterator<Item = &'a Uid>,
-        now: Instant,
-    ) {
-        self.with(owner_uid, now, |p| {
-            p.namespace = Some(namespace.into());
-            p.deletes.extend(pod_uids.into_iter().cloned())
-        });
-    }
-
-    /// A delete that failed, or found the pod already gone: nothing left to expect or to
-    /// send again.
-    pub fn delete_done(&self, owner_uid: &str, pod_uid: &Uid, now: Instant) {
-        self.with(owner_uid, now, |p| {
-            p.deletes.remove(pod_uid);
-            p.unsettled_deletes.remove(pod_uid);
-        });
-    }
-
-    /// A create of pod `name` whose reply was lost: still expected, and to be sent again,
-    /// unless the watch showed its pod already (it landed; nothing is pending).
-    pub fn create_unsettled(&self, owner_uid: &str, name: &str, now: Instant) {
-        self.with(owner_uid, now, |p| {
-            if let Some(create) = p.creates.get_mut(name) {
-                *create = Create::Unsettled(Vec::new());
-            }
-        });
-    }
-
-    /// The create of pod `name` is about to be sent again.
-    pub fn create_resending(&self, owner_uid: &str, name: &str, now: Instant) {
-        self.with(owner_uid, now, |p| {
-            if let Some(create) = p.creates.get_mut(name) {
-                *create = Create::Resending(create.take_seen());
-            }
-        });
-    }
-
-    /// What the create of pod `name`, sent again, says.
-    pub fn create_resent(&self, owner_uid: &str, name: &str, resent: Resent, now: Instant) {
-        self.with(owner_uid, now, |p| {
-            let Some(create) = p.creates.get_mut(name) else {
-                return;
-            };
-            match (resent, &*create) {
-                (Resent::Pod(uid), Create::Resending(seen)) if seen.contains(&uid) => {
-                    p.creates.remove(name);
-                }
-                (Resent::Pod(uid), _) => *create = Create::Made(uid),
-                (Resent::NoPod, _) => {
-                    p.creates.remove(name);
-                }
-                (Resent::Unknown, _) => {
-                    *create = Create::Unsettled(create.take_seen());
+            for write in writes {
+                match write {
+                    Write::Create(name) => {
+                        p.creates.insert(name.clone(), Create::Sent);
+                    }
+                    Write::Delete(pod, _) => {
+                        p.deletes.insert(pod.clone());
+                    }
                 }
             }
         });
     }
 
-    /// A delete whose reply was lost: still expected, and to be sent again.
-    pub fn delete_unsettled(&self, owner_uid: &str, pod_uid: &Uid, name: &str, now: Instant) {
-        self.with(owner_uid, now, |p| {
-            p.unsettled_deletes
-                .insert(pod_uid.clone(), name.to_string())
+    /// What the answer to `write` says, sent the first time or again.
+    pub fn record(&self, owner_uid: &str, write: &Write, answer: Answer, now: Instant) {
+        self.with(owner_uid, now, |p| match write {
+            Write::Create(name) => p.record_create(name, answer),
+            Write::Delete(pod, name) => p.record_delete(pod, name, answer),
         });
     }
 
-    /// A delete sent again was answered and is under way: the watch says when it is done.
-    pub fn delete_settled(&self, owner_uid: &str, pod_uid: &Uid, now: Instant) {
-        self.with(owner_uid, now, |p| p.unsettled_deletes.remove(pod_uid));
-    }
-
-    /// The owner's creates and deletes to send again (none once its record expired).
-    pub fn unsettled(&self, owner_uid: &str, now: Instant) -> Unsettled {
-        let owners = self.owners.lock();
+    /// The owner's creates and deletes to send again (none once its record expired), marked
+    /// as being sent again.
+    pub fn to_send_again(&self, owner_uid: &str, now: Instant) -> Unsettled {
+        let mut owners = self.owners.lock();
         let Some(p) = owners
-            .get(&Uid::from(owner_uid))
+            .get_mut(&Uid::from(owner_uid))
             .filter(|p| !p.expired(now))
         else {
             return Unsettled::default();
         };
-        let creates = p
-            .creates
-            .iter()
-            .filter(|(_, c)| matches!(c, Create::Unsettled(_)));
         let mut unsettled = Unsettled {
-            creates: creates.map(|(name, _)| name.clone()).collect(),
+            creates: Vec::new(),
             deletes: p.unsettled_deletes.clone().into_iter().collect(),
         };
+        for (name, create) in &mut p.creates {
+            if let Create::Unsettled(seen) = create {
+                *create = Create::Resending(std::mem::take(seen));
+                unsettled.creates.push(name.clone());
+            }
+        }
         unsettled.creates.sort();
         unsettled.deletes.sort();
         unsettled

@@ -5,6 +5,23 @@ fn uid(s: &str) -> Uid {
     Uid::from(s)
 }
 
+fn create(name: &str) -> Write {
+    Write::Create(name.into())
+}
+
+fn creates<const N: usize>(names: [&str; N]) -> Vec<Write> {
+    names.map(create).into()
+}
+
+/// The delete of pod `uid`, named `web-pod<uid>`.
+fn delete(pod: &str) -> Write {
+    Write::Delete(uid(pod), format!("web-pod{pod}"))
+}
+
+fn deletes<const N: usize>(pods: [&str; N]) -> Vec<Write> {
+    pods.map(delete).into()
+}
+
 fn touched(owner: &str, pod: &str, change: Change) -> Touched {
     Touched {
         owner: Owner {
@@ -24,7 +41,7 @@ fn creates_are_met_when_the_watch_shows_them() {
     let e = Expectations::default();
     let t0 = Instant::now();
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
-    e.expect_creates("o", "ns", ["p1", "p2"], t0);
+    e.expect("o", "ns", &creates(["p1", "p2"]), t0);
     assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)));
     e.observe(&touched("o", "p1", Change::Added), t0);
     e.observe(&touched("o", "p1", Change::Updated), t0);
@@ -50,9 +67,9 @@ fn creates_are_met_when_the_watch_shows_them() {
 fn failed_creates_are_not_expected() {
     let e = Expectations::default();
     let t0 = Instant::now();
-    e.expect_creates("o", "ns", ["p1", "p2", "p3", "p4"], t0);
+    e.expect("o", "ns", &creates(["p1", "p2", "p3", "p4"]), t0);
     for name in ["p2", "p3", "p4"] {
-        e.create_failed("o", name, t0);
+        e.record("o", &create(name), Answer::Nothing, t0);
     }
     e.observe(&touched("o", "p1", Change::Added), t0);
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
@@ -62,21 +79,21 @@ fn failed_creates_are_not_expected() {
 fn an_unsettled_create_is_expected_until_an_answer_says_whether_it_landed() {
     let e = Expectations::default();
     let t0 = Instant::now();
-    e.expect_creates("o", "ns", ["web-poda", "web-podb"], t0);
-    e.create_unsettled("o", "web-podb", t0);
+    e.expect("o", "ns", &creates(["web-poda", "web-podb"]), t0);
+    e.record("o", &create("web-podb"), Answer::Unknown, t0);
     e.observe(&touched("o", "web-poda", Change::Added), t0);
     assert!(
         matches!(e.readiness("o", t0), Readiness::Waiting(_)),
         "web-podb may still land"
     );
-    assert_eq!(e.unsettled("o", t0).creates, ["web-podb"]);
-    e.create_resending("o", "web-podb", t0);
-    e.create_resent("o", "web-podb", Resent::Pod(uid("b")), t0);
+    assert_eq!(e.to_send_again("o", t0).creates, ["web-podb"]);
+    e.to_send_again("o", t0);
+    e.record("o", &create("web-podb"), Answer::Made(uid("b")), t0);
     assert!(
         matches!(e.readiness("o", t0), Readiness::Waiting(_)),
         "made, but the watch has not shown it"
     );
-    assert_eq!(e.unsettled("o", t0), Unsettled::default());
+    assert_eq!(e.to_send_again("o", t0), Unsettled::default());
     e.observe(&touched("o", "b", Change::Added), t0);
     let mut made = touched("o", "b", Change::Added);
     made.pod_name = "web-podb".into();
@@ -84,12 +101,12 @@ fn an_unsettled_create_is_expected_until_an_answer_says_whether_it_landed() {
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
 
     // Settled as never made: no pod to wait for.
-    e.expect_creates("o", "ns", ["web-podc"], t0);
-    e.create_unsettled("o", "web-podc", t0);
-    e.create_resending("o", "web-podc", t0);
-    e.create_resent("o", "web-podc", Resent::NoPod, t0);
+    e.expect("o", "ns", &creates(["web-podc"]), t0);
+    e.record("o", &create("web-podc"), Answer::Unknown, t0);
+    e.to_send_again("o", t0);
+    e.record("o", &create("web-podc"), Answer::Nothing, t0);
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
-    assert_eq!(e.unsettled("o", t0), Unsettled::default());
+    assert_eq!(e.to_send_again("o", t0), Unsettled::default());
 }
 
 /// Found by the simulation (seed 306401): the watch showed the pod of a create whose answer
@@ -99,10 +116,10 @@ fn an_unsettled_create_is_expected_until_an_answer_says_whether_it_landed() {
 fn a_create_whose_pod_the_watch_showed_is_never_sent_again() {
     let e = Expectations::default();
     let t0 = Instant::now();
-    e.expect_creates("o", "ns", ["web-poda"], t0);
+    e.expect("o", "ns", &creates(["web-poda"]), t0);
     e.observe(&touched("o", "web-poda", Change::Added), t0);
-    e.create_unsettled("o", "web-poda", t0);
-    assert_eq!(e.unsettled("o", t0), Unsettled::default());
+    e.record("o", &create("web-poda"), Answer::Unknown, t0);
+    assert_eq!(e.to_send_again("o", t0), Unsettled::default());
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
 }
 
@@ -114,13 +131,18 @@ fn a_pod_shown_while_a_create_was_sent_again_still_meets_it_after_another_send()
     let e = Expectations::default();
     let t0 = Instant::now();
     let shown = touched("o", "web-poda", Change::Added);
-    e.expect_creates("o", "ns", ["web-poda"], t0);
-    e.create_unsettled("o", "web-poda", t0);
-    e.create_resending("o", "web-poda", t0);
+    e.expect("o", "ns", &creates(["web-poda"]), t0);
+    e.record("o", &create("web-poda"), Answer::Unknown, t0);
+    e.to_send_again("o", t0);
     e.observe(&shown, t0);
-    e.create_resent("o", "web-poda", Resent::Unknown, t0);
-    e.create_resending("o", "web-poda", t0);
-    e.create_resent("o", "web-poda", Resent::Pod(shown.pod_uid.clone()), t0);
+    e.record("o", &create("web-poda"), Answer::Unknown, t0);
+    e.to_send_again("o", t0);
+    e.record(
+        "o",
+        &create("web-poda"),
+        Answer::Made(shown.pod_uid.clone()),
+        t0,
+    );
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
 }
 
@@ -135,11 +157,11 @@ fn a_create_sent_again_is_met_only_by_the_pod_its_answer_names() {
         t.pod_name = "web-poda".into();
         t
     };
-    e.expect_creates("o", "ns", ["web-poda"], t0);
-    e.create_unsettled("o", "web-poda", t0);
-    e.create_resending("o", "web-poda", t0);
+    e.expect("o", "ns", &creates(["web-poda"]), t0);
+    e.record("o", &create("web-poda"), Answer::Unknown, t0);
+    e.to_send_again("o", t0);
     e.observe(&pod("first"), t0);
-    e.create_resent("o", "web-poda", Resent::Pod(uid("second")), t0);
+    e.record("o", &create("web-poda"), Answer::Made(uid("second")), t0);
     assert!(
         matches!(e.readiness("o", t0), Readiness::Waiting(_)),
         "the first send's pod met the second's create"
@@ -148,11 +170,11 @@ fn a_create_sent_again_is_met_only_by_the_pod_its_answer_names() {
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
 
     // Shown before the answer came.
-    e.expect_creates("o", "ns", ["web-poda"], t0);
-    e.create_unsettled("o", "web-poda", t0);
-    e.create_resending("o", "web-poda", t0);
+    e.expect("o", "ns", &creates(["web-poda"]), t0);
+    e.record("o", &create("web-poda"), Answer::Unknown, t0);
+    e.to_send_again("o", t0);
     e.observe(&pod("third"), t0);
-    e.create_resent("o", "web-poda", Resent::Pod(uid("third")), t0);
+    e.record("o", &create("web-poda"), Answer::Made(uid("third")), t0);
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
 }
 
@@ -160,27 +182,27 @@ fn a_create_sent_again_is_met_only_by_the_pod_its_answer_names() {
 fn an_unsettled_delete_is_settled_by_an_answer_or_the_watch() {
     let e = Expectations::default();
     let t0 = Instant::now();
-    e.expect_deletes("o", "ns", &[uid("a"), uid("b")], t0);
-    e.delete_unsettled("o", &uid("a"), "web-poda", t0);
-    e.delete_unsettled("o", &uid("b"), "web-podb", t0);
+    e.expect("o", "ns", &deletes(["a", "b"]), t0);
+    e.record("o", &delete("a"), Answer::Unknown, t0);
+    e.record("o", &delete("b"), Answer::Unknown, t0);
     assert_eq!(
-        e.unsettled("o", t0).deletes,
+        e.to_send_again("o", t0).deletes,
         [
             ("a".into(), "web-poda".into()),
             ("b".into(), "web-podb".into())
         ]
     );
     e.observe(&touched("o", "a", Change::Removed), t0);
-    e.delete_settled("o", &uid("b"), t0);
+    e.record("o", &delete("b"), Answer::Deleting, t0);
     assert!(
         matches!(e.readiness("o", t0), Readiness::Waiting(_)),
         "b's delete answered, but the watch has not shown it"
     );
-    assert_eq!(e.unsettled("o", t0), Unsettled::default());
-    e.delete_done("o", &uid("b"), t0);
+    assert_eq!(e.to_send_again("o", t0), Unsettled::default());
+    e.record("o", &delete("b"), Answer::Nothing, t0);
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
     assert_eq!(
-        e.unsettled("o", t0 + EXPECTATIONS_TTL),
+        e.to_send_again("o", t0 + EXPECTATIONS_TTL),
         Unsettled::default()
     );
 }
@@ -194,7 +216,7 @@ fn a_panic_under_the_lock_does_not_poison_the_records() {
         e.with("o", t0, |_| panic!("a bug in one reconcile"))
     }));
     assert!(panicked.is_err());
-    e.expect_creates("o", "ns", ["p"], t0);
+    e.expect("o", "ns", &creates(["p"]), t0);
     assert!(matches!(e.readiness("o", t0), Readiness::Waiting(_)));
 }
 
@@ -204,12 +226,12 @@ fn a_panic_under_the_lock_does_not_poison_the_records() {
 fn a_write_dropped_unanswered_is_unsettled() {
     let e = Expectations::default();
     let t0 = Instant::now();
-    e.expect_creates("o", "ns", ["web-podb", "web-podc"], t0);
-    e.expect_deletes("o", "ns", &[uid("a")], t0);
-    Unanswered::create(&e, "o", "web-podb").answered();
-    drop(Unanswered::create(&e, "o", "web-podc"));
-    drop(Unanswered::delete(&e, "o", &uid("a"), "web-poda"));
-    let unsettled = e.unsettled("o", t0);
+    e.expect("o", "ns", &creates(["web-podb", "web-podc"]), t0);
+    e.expect("o", "ns", &deletes(["a"]), t0);
+    Unanswered::new(&e, "o", create("web-podb")).answered(Answer::Made(uid("b")));
+    drop(Unanswered::new(&e, "o", create("web-podc")));
+    drop(Unanswered::new(&e, "o", delete("a")));
+    let unsettled = e.to_send_again("o", t0);
     assert_eq!(unsettled.creates, ["web-podc"]);
     assert_eq!(unsettled.deletes, [("a".into(), "web-poda".into())]);
 }
@@ -220,7 +242,7 @@ fn a_write_dropped_unanswered_is_unsettled() {
 fn only_pods_in_the_owners_namespace_meet_its_expectations() {
     let e = Expectations::default();
     let t0 = Instant::now();
-    e.expect_creates("o", "ns", ["p"], t0);
+    e.expect("o", "ns", &creates(["p"]), t0);
     let mut forged = touched("o", "p", Change::Added);
     forged.namespace = "elsewhere".into();
     e.observe(&forged, t0);
@@ -233,14 +255,14 @@ fn only_pods_in_the_owners_namespace_meet_its_expectations() {
 fn deletes_are_tracked_by_uid() {
     let e = Expectations::default();
     let t0 = Instant::now();
-    e.expect_deletes("o", "ns", &[uid("a"), uid("b")], t0);
+    e.expect("o", "ns", &deletes(["a", "b"]), t0);
     e.observe(&touched("o", "c", Change::Removed), t0);
     assert!(
         matches!(e.readiness("o", t0), Readiness::Waiting(_)),
         "not a pod we deleted"
     );
     e.observe(&touched("o", "a", Change::Removed), t0);
-    e.delete_done("o", &uid("b"), t0);
+    e.record("o", &delete("b"), Answer::Nothing, t0);
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
 }
 
@@ -249,11 +271,11 @@ fn an_expired_record_counts_as_nothing_and_lowering_keeps_its_expiry() {
     let e = Expectations::default();
     let t0 = Instant::now();
     // Two creates whose pods the watch never showed: the record expires.
-    e.expect_creates("o", "ns", ["p1", "p2"], t0);
+    e.expect("o", "ns", &creates(["p1", "p2"]), t0);
     let later = t0 + EXPECTATIONS_TTL + Duration::from_secs(1);
     assert_eq!(e.readiness("o", later), Readiness::Satisfied);
     // A fresh round of one create is met by its pod alone.
-    e.expect_creates("o", "ns", ["p3"], later);
+    e.expect("o", "ns", &creates(["p3"]), later);
     e.observe(&touched("o", "p3", Change::Added), later);
     assert_eq!(
         e.readiness("o", later),
@@ -261,8 +283,13 @@ fn an_expired_record_counts_as_nothing_and_lowering_keeps_its_expiry() {
         "the expired creates were added to the new ones"
     );
     // Lowering a record does not push its expiry out.
-    e.expect_creates("q", "ns", ["p4", "p5"], t0);
-    e.create_failed("q", "p4", t0 + Duration::from_secs(240));
+    e.expect("q", "ns", &creates(["p4", "p5"]), t0);
+    e.record(
+        "q",
+        &create("p4"),
+        Answer::Nothing,
+        t0 + Duration::from_secs(240),
+    );
     assert_eq!(
         e.readiness("q", t0 + EXPECTATIONS_TTL),
         Readiness::Satisfied,
@@ -275,8 +302,8 @@ fn records_of_owners_never_seen_again_are_dropped() {
     let e = Expectations::default();
     let t0 = Instant::now();
     // An owner deleted while the watch was away: nothing reads or lowers its record again.
-    e.expect_creates("gone", "ns", ["p1"], t0);
-    e.expect_creates("o", "ns", ["p2"], t0 + EXPECTATIONS_TTL);
+    e.expect("gone", "ns", &creates(["p1"]), t0);
+    e.expect("o", "ns", &creates(["p2"]), t0 + EXPECTATIONS_TTL);
     assert_eq!(e.owners.lock().len(), 1, "an expired record kept");
 }
 
@@ -284,7 +311,7 @@ fn records_of_owners_never_seen_again_are_dropped() {
 fn expectations_expire() {
     let e = Expectations::default();
     let t0 = Instant::now();
-    e.expect_creates("o", "ns", ["p"], t0);
+    e.expect("o", "ns", &creates(["p"]), t0);
     match e.readiness("o", t0 + Duration::from_secs(60)) {
         Readiness::Waiting(left) => {
             assert_eq!(left, EXPECTATIONS_TTL - Duration::from_secs(60))

@@ -1,43 +1,122 @@
-//! What a PodSet needs, decided without I/O: how many pods to create, which to delete and in
-//! what order, the status to report, and the pod to create.
+//! What a PodSet needs, decided without I/O: one [`Step`] per reconcile (how many pods to
+//! create, which to delete and in what order, which finished pods to trim), and what follows
+//! it ([`after`]: whether to write the status, when to look again). The status it reports
+//! and the pod it creates are decided in [`status`] and [`pod`].
+
+mod pod;
+mod status;
+pub use pod::{POD_VERSION, pod_for, selector};
+pub use status::{CONDITION_AVAILABLE, CONDITION_REPLICA_FAILURE, Failure, Outcome, status};
 
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
-use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::{Resource, ResourceExt};
-
-use crate::api::decoded::Reported;
-use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet, PodSetStatus};
 use crate::cache::CachedPod;
-use crate::conditions::{self, Want};
-use crate::plan::health;
-
-/// The `version` label of every PodSet pod, as in the seeds.
-pub const POD_VERSION: &str = "v0.1";
+use crate::expectations::Readiness;
 
 /// Finished (Succeeded/Failed) pods kept per PodSet for `kubectl logs`; older ones are deleted
 /// so that replaced pods do not pile up.
 pub const MAX_FINISHED_PODS: usize = 3;
 
-pub const CONDITION_AVAILABLE: &str = "Available";
-pub const CONDITION_REPLICA_FAILURE: &str = "ReplicaFailure";
+/// What the shell knows of a PodSet when it decides.
+pub struct Seen<'a> {
+    pub replicas: i32,
+    /// Its deletion has begun: the garbage collector removes its pods.
+    pub deleting: bool,
+    /// A write found it deleted, though its watch has not said so yet.
+    pub gone: bool,
+    /// The cache's word that it exists is in doubt: it is read from the API server before
+    /// pods are made for it.
+    pub in_doubt: bool,
+    /// Whether the watch has shown all of this instance's own creates and deletes.
+    pub readiness: &'a Readiness,
+    /// Its pods, read after `readiness`.
+    pub pods: &'a [Arc<CachedPod>],
+}
 
-impl Reported for PodSet {
-    const CONDITION: (&'static str, &'static str) = (CONDITION_REPLICA_FAILURE, "True");
+/// What one reconcile of a PodSet does.
+#[derive(Debug, PartialEq)]
+pub enum Step {
+    /// Nothing, until its watch says more.
+    AwaitChange,
+    /// Only report the status (it is being deleted: creating pods would race the garbage
+    /// collector).
+    Report,
+    /// Some creates or deletes of its own are not in the watch yet: send again those whose
+    /// answers were lost, and act on it once the watch has shown them all.
+    SendAgain,
+    /// Carry out `plan` (after reading the PodSet, if `read_first`), then, if that went
+    /// well, delete the finished pods in `trim`.
+    Act {
+        plan: Plan,
+        read_first: bool,
+        trim: Vec<Arc<CachedPod>>,
+    },
+}
 
-    fn placeholder(metadata: ObjectMeta) -> Self {
-        PodSet {
-            metadata,
-            spec: crate::api::PodSetSpec {
-                replicas: 0,
-                template: None,
-            },
-            status: None,
+/// The one step for the PodSet seen.
+pub fn decide(seen: &Seen) -> Step {
+    if seen.gone {
+        return Step::AwaitChange;
+    }
+    if seen.deleting {
+        return Step::Report;
+    }
+    if let Readiness::Waiting(_) = seen.readiness {
+        return Step::SendAgain;
+    }
+    let plan = plan(seen.replicas, seen.pods);
+    Step::Act {
+        read_first: seen.in_doubt && matches!(plan, Plan::Create(_)),
+        plan,
+        trim: finished_excess(seen.pods),
+    }
+}
+
+/// What follows a step.
+#[derive(Debug, PartialEq, Eq)]
+pub struct After {
+    /// Write the status now. While the step's own creates or deletes are still on their way
+    /// to the watch, a status would describe a moment already over: it is written once the
+    /// watch has shown them all (one write per scale-up instead of one per pod). A failure
+    /// is reported at once.
+    pub write_status: bool,
+    pub next: Next,
+}
+
+/// When to reconcile the PodSet again.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    /// After a delay that grows with each failure in a row.
+    Retry,
+    /// After this long.
+    In(Duration),
+    /// After the resync period (jittered), the failures in a row forgotten.
+    Resync,
+}
+
+/// What follows a step that came to `outcome`, taken when the watch showed `before` of this
+/// instance's own writes, and now `now`.
+pub fn after(outcome: &Outcome, before: &Readiness, now: &Readiness) -> After {
+    let failed = matches!(outcome, Outcome::Failed(_));
+    let pending = match now {
+        Readiness::Satisfied => None,
+        Readiness::Waiting(left) => Some(*left),
+    };
+    let next = match (outcome, pending) {
+        (Outcome::Failed(_), _) => Next::Retry,
+        (_, Some(left)) => Next::In(left),
+        // Settled, and nothing left to wait for: the scale-up goes on at once. The pods that
+        // settled it may all have been seen already, so no watch event would bring it back.
+        (Outcome::Succeeded, None) if matches!(before, Readiness::Waiting(_)) => {
+            Next::In(Duration::ZERO)
         }
+        _ => Next::Resync,
+    };
+    After {
+        write_status: pending.is_none() || failed,
+        next,
     }
 }
 
@@ -88,168 +167,11 @@ pub fn slow_start_batches(total: usize) -> Vec<usize> {
     batches
 }
 
-/// Why the last create or delete failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Failure {
-    pub reason: &'static str,
-    pub message: String,
-}
-
-/// What this reconcile's pod actions came to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// Nothing was attempted (waiting for the watch): keep the failure condition as it was.
-    NotActed,
-    Succeeded,
-    Failed(Failure),
-}
-
-/// The label selector of a PodSet's pods.
-pub fn selector(name: &str) -> String {
-    format!("app={name},version={POD_VERSION}")
-}
-
-/// The status for the pods observed, keeping the condition timestamps of `previous` (the
-/// freshest status known) that did not change.
-pub fn status(
-    ps: &PodSet,
-    previous: Option<&PodSetStatus>,
-    pods: &[Arc<CachedPod>],
-    outcome: &Outcome,
-    now: Timestamp,
-) -> PodSetStatus {
-    let previous = previous.cloned().unwrap_or_default();
-    let mut pod_names: Vec<String> = pods
-        .iter()
-        .filter(|p| p.is_active())
-        .map(|p| p.name.to_string())
-        .collect();
-    pod_names.sort();
-    let available = i32::try_from(pod_names.len()).unwrap_or(i32::MAX);
-    let generation = ps.meta().generation;
-    let replicas = ps.spec.replicas;
-    let available_condition = Want {
-        type_: CONDITION_AVAILABLE,
-        status: available >= replicas,
-        reason: if available >= replicas {
-            "AllReplicasAvailable"
-        } else {
-            "ReplicasMissing"
-        },
-        message: format!("{available} of {replicas} pods available"),
-    };
-    let failure_condition = match outcome {
-        Outcome::Failed(f) => Some(Want {
-            type_: CONDITION_REPLICA_FAILURE,
-            status: true,
-            reason: f.reason,
-            message: f.message.clone(),
-        }),
-        Outcome::Succeeded => Some(no_failure()),
-        Outcome::NotActed => None,
-    };
-    let mut conds = vec![conditions::condition(
-        &previous.conditions,
-        available_condition,
-        generation,
-        now,
-    )];
-    match failure_condition {
-        Some(want) => conds.push(conditions::condition(
-            &previous.conditions,
-            want,
-            generation,
-            now,
-        )),
-        None => conds.push(
-            conditions::find(&previous.conditions, CONDITION_REPLICA_FAILURE)
-                .cloned()
-                .unwrap_or_else(|| conditions::condition(&[], no_failure(), generation, now)),
-        ),
-    }
-    if let Some(want) = health::pods_healthy(&previous.conditions, pods) {
-        conds.push(conditions::condition(
-            &previous.conditions,
-            want,
-            generation,
-            now,
-        ));
-    }
-    PodSetStatus {
-        pod_names,
-        available_replicas: available,
-        observed_generation: generation,
-        selector: Some(selector(&ps.name_any())),
-        conditions: conds,
-    }
-}
-
-fn no_failure() -> Want<'static> {
-    Want {
-        type_: CONDITION_REPLICA_FAILURE,
-        status: false,
-        reason: "NoFailure",
-        message: "the last pod creates and deletes succeeded".into(),
-    }
-}
-
-/// The pod to create for `ps`: its template (or busybox `sleep 3600`), the PodSet's labels,
-/// and a controller ownerReference that blocks the owner's foreground deletion. Its
-/// `generateName` is the prefix of the name the controller gives each pod ([`super::name`]).
-pub fn pod_for(ps: &PodSet) -> Pod {
-    let name = ps.name_any();
-    let template = ps.spec.template.as_deref().cloned().unwrap_or_default();
-    let template_meta = template.metadata.unwrap_or_default();
-    let mut labels: BTreeMap<String, String> = template_meta.labels.unwrap_or_default();
-    labels.insert("app".into(), name.clone());
-    labels.insert("version".into(), POD_VERSION.into());
-    labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY_VALUE.into());
-    let owner = super::controller_ref(ps);
-    let mut spec = template.spec.unwrap_or_else(default_pod_spec);
-    // As a ReplicaSet requires: a PodSet replaces pods that end, so containers restart in place.
-    spec.restart_policy = Some("Always".into());
-    Pod {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{name}-pod")),
-            namespace: ps.namespace(),
-            labels: Some(labels),
-            annotations: template_meta.annotations,
-            owner_references: Some(vec![owner]),
-            ..Default::default()
-        },
-        spec: Some(spec),
-        status: None,
-    }
-}
-
-/// The seeds' busybox pod under the restricted pod security profile.
-fn default_pod_spec() -> PodSpec {
-    PodSpec {
-        automount_service_account_token: Some(false),
-        security_context: Some(super::restricted_pod_security_context()),
-        containers: vec![Container {
-            name: "busybox".into(),
-            image: Some("busybox".into()),
-            command: Some(vec!["sleep".into(), "3600".into()]),
-            security_context: Some(super::restricted_container_security_context()),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cache::Phase;
-    use crate::plan::fixtures::{self, arcs, at, names, pod};
-    use k8s_openapi::api::core::v1::PodTemplateSpec;
-
-    fn podset(replicas: i32) -> PodSet {
-        let mut ps = fixtures::podset(replicas);
-        ps.metadata.generation = Some(3);
-        ps
-    }
+    use crate::plan::fixtures::{arcs, at, names, pod};
 
     #[test]
     fn counts_only_active_pods() {
@@ -276,6 +198,7 @@ mod tests {
     }
 
     /// As upstream's `FilterActivePods`: a pod whose node stopped reporting still counts.
+
     #[test]
     fn pods_in_phase_unknown_count_as_active() {
         let mut unknown = pod("u");
@@ -310,143 +233,116 @@ mod tests {
         assert_eq!(names(&excess), ["f2", "f1"]);
     }
 
-    #[test]
-    fn status_names_available_pods_sorted_with_conditions() {
-        let ps = podset(3);
-        let mut gone = pod("c-gone");
-        gone.terminating = true;
-        let pods = arcs(vec![pod("b"), pod("a"), gone]);
-        let now = Timestamp::from_second(1_000).unwrap();
-        let s = status(&ps, ps.status.as_ref(), &pods, &Outcome::Succeeded, now);
-        assert_eq!(s.pod_names, ["a", "b"]);
-        assert_eq!(s.available_replicas, 2);
-        assert_eq!(s.observed_generation, Some(3));
-        assert_eq!(s.selector.as_deref(), Some("app=web,version=v0.1"));
-        let available = conditions::find(&s.conditions, CONDITION_AVAILABLE).unwrap();
-        assert_eq!(
-            (available.status.as_str(), available.reason.as_str()),
-            ("False", "ReplicasMissing")
-        );
-        assert_eq!(available.message, "2 of 3 pods available");
-        let failure = conditions::find(&s.conditions, CONDITION_REPLICA_FAILURE).unwrap();
-        assert_eq!(failure.status, "False");
+    fn seen<'a>(readiness: &'a Readiness, pods: &'a [Arc<CachedPod>]) -> Seen<'a> {
+        Seen {
+            replicas: 2,
+            deleting: false,
+            gone: false,
+            in_doubt: false,
+            readiness,
+            pods,
+        }
     }
 
     #[test]
-    fn status_is_stable_when_nothing_changed() {
-        let mut ps = podset(2);
-        let pods = arcs(vec![pod("a"), pod("b")]);
-        let first = status(
-            &ps,
-            ps.status.as_ref(),
-            &pods,
-            &Outcome::Succeeded,
-            Timestamp::from_second(1_000).unwrap(),
+    fn one_step_per_podset() {
+        let (ready, waiting) = (
+            Readiness::Satisfied,
+            Readiness::Waiting(Duration::from_secs(9)),
         );
-        ps.status = Some(first.clone());
-        let later = Timestamp::from_second(9_000).unwrap();
-        assert_eq!(
-            status(&ps, ps.status.as_ref(), &pods, &Outcome::Succeeded, later),
-            first
-        );
-        assert_eq!(
-            status(&ps, ps.status.as_ref(), &pods, &Outcome::NotActed, later),
-            first
-        );
-    }
-
-    #[test]
-    fn failure_is_reported_and_kept_until_an_action_succeeds() {
-        let mut ps = podset(2);
-        let failure = Failure {
-            reason: "FailedCreate",
-            message: "pods \"web-pod\" is forbidden: exceeded quota".into(),
+        let old: Vec<_> = (0..4)
+            .map(|i| {
+                let mut p = pod(&format!("f{i}"));
+                p.phase = Phase::Failed;
+                p.created = at(i);
+                p
+            })
+            .collect();
+        let pods = arcs(old.into_iter().chain([pod("a")]).collect());
+        let gone = Seen {
+            gone: true,
+            deleting: true,
+            ..seen(&ready, &pods)
         };
-        let t = Timestamp::from_second(1_000).unwrap();
-        let failed = status(&ps, ps.status.as_ref(), &[], &Outcome::Failed(failure), t);
-        let cond = conditions::find(&failed.conditions, CONDITION_REPLICA_FAILURE)
-            .unwrap()
-            .clone();
+        assert_eq!(decide(&gone), Step::AwaitChange);
+        let deleting = Seen {
+            deleting: true,
+            ..seen(&waiting, &pods)
+        };
+        assert_eq!(decide(&deleting), Step::Report);
+        assert_eq!(decide(&seen(&waiting, &pods)), Step::SendAgain);
+        let Step::Act {
+            plan,
+            read_first,
+            trim,
+        } = decide(&seen(&ready, &pods))
+        else {
+            panic!("not acted on");
+        };
+        assert_eq!((plan, read_first), (Plan::Create(1), false));
+        assert_eq!(names(&trim), ["f0"], "the oldest finished pod beyond three");
+        let in_doubt = Seen {
+            in_doubt: true,
+            ..seen(&ready, &pods)
+        };
+        assert!(matches!(
+            decide(&in_doubt),
+            Step::Act {
+                read_first: true,
+                ..
+            }
+        ));
+        let enough = Seen {
+            in_doubt: true,
+            replicas: 1,
+            ..seen(&ready, &pods)
+        };
+        let Step::Act {
+            plan, read_first, ..
+        } = decide(&enough)
+        else {
+            panic!("not acted on");
+        };
         assert_eq!(
-            (cond.status.as_str(), cond.reason.as_str()),
-            ("True", "FailedCreate")
-        );
-        assert!(cond.message.contains("exceeded quota"));
-        ps.status = Some(failed);
-        let waiting = status(&ps, ps.status.as_ref(), &[], &Outcome::NotActed, t);
-        assert_eq!(
-            conditions::find(&waiting.conditions, CONDITION_REPLICA_FAILURE),
-            Some(&cond)
-        );
-        let recovered = status(&ps, ps.status.as_ref(), &[], &Outcome::Succeeded, t);
-        assert_eq!(
-            conditions::find(&recovered.conditions, CONDITION_REPLICA_FAILURE)
-                .unwrap()
-                .status,
-            "False"
+            (plan, read_first),
+            (Plan::Steady, false),
+            "read only to create"
         );
     }
 
     #[test]
-    fn default_pod_is_the_seeds_busybox_restricted() {
-        let p = pod_for(&podset(1));
-        assert_eq!(p.metadata.generate_name.as_deref(), Some("web-pod"));
-        assert_eq!(p.metadata.namespace.as_deref(), Some("ns"));
-        let labels = p.metadata.labels.unwrap();
-        assert_eq!(labels["app"], "web");
-        assert_eq!(labels["version"], "v0.1");
-        assert_eq!(labels[MANAGED_BY_LABEL], MANAGED_BY_VALUE);
-        let owner = &p.metadata.owner_references.unwrap()[0];
+    fn what_follows_a_step() {
+        let failed = Outcome::Failed(Failure {
+            reason: "FailedCreate",
+            message: "quota".into(),
+        });
+        let (ready, waiting) = (
+            Readiness::Satisfied,
+            Readiness::Waiting(Duration::from_secs(9)),
+        );
+        let after_ = |outcome: &Outcome, before: &Readiness, now: &Readiness| {
+            let After { write_status, next } = after(outcome, before, now);
+            (write_status, next)
+        };
+        // A failure is reported at once and retried with backoff, whatever is pending.
+        assert_eq!(after_(&failed, &ready, &waiting), (true, Next::Retry));
+        // Own writes on their way: no status yet, look again when they are due.
+        let wait = Next::In(Duration::from_secs(9));
+        assert_eq!(after_(&Outcome::Succeeded, &ready, &waiting), (false, wait));
+        // Settled now: write, and go on at once.
+        let at_once = Next::In(Duration::ZERO);
         assert_eq!(
-            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
-            ("PodSet", "web", "ps-uid")
+            after_(&Outcome::Succeeded, &waiting, &ready),
+            (true, at_once)
+        );
+        // Nothing pending: write if changed, and resync.
+        assert_eq!(
+            after_(&Outcome::Succeeded, &ready, &ready),
+            (true, Next::Resync)
         );
         assert_eq!(
-            (owner.controller, owner.block_owner_deletion),
-            (Some(true), Some(true))
+            after_(&Outcome::NotActed, &waiting, &ready),
+            (true, Next::Resync)
         );
-        let spec = p.spec.unwrap();
-        let c = &spec.containers[0];
-        assert_eq!(
-            (c.name.as_str(), c.image.as_deref()),
-            ("busybox", Some("busybox"))
-        );
-        assert_eq!(c.command.as_deref().unwrap(), ["sleep", "3600"]);
-        let sc = c.security_context.as_ref().unwrap();
-        assert_eq!(sc.allow_privilege_escalation, Some(false));
-        assert_eq!(
-            sc.capabilities.as_ref().unwrap().drop.as_deref().unwrap(),
-            ["ALL"]
-        );
-        assert_eq!(sc.run_as_non_root, Some(true));
-        assert!(
-            sc.run_as_user.is_some_and(|u| u != 0),
-            "busybox needs a non-root uid to start"
-        );
-        assert_eq!(sc.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
-        assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
-    }
-
-    #[test]
-    fn template_is_used_with_enforced_labels() {
-        let mut ps = podset(1);
-        let mut template: PodTemplateSpec = serde_json::from_value(serde_json::json!({
-            "metadata": {"labels": {"tier": "web", "app": "spoofed"}, "annotations": {"a": "b"}},
-            "spec": {"restartPolicy": "Never", "containers": [{"name": "nginx", "image": "nginx:1.25"}]}
-        }))
-        .unwrap();
-        template.metadata.as_mut().unwrap().name = Some("ignored".into());
-        ps.spec.template = Some(Box::new(template));
-        let p = pod_for(&ps);
-        let labels = p.metadata.labels.unwrap();
-        assert_eq!(
-            (labels["tier"].as_str(), labels["app"].as_str()),
-            ("web", "web")
-        );
-        assert_eq!(p.metadata.annotations.unwrap()["a"], "b");
-        assert_eq!(p.metadata.name, None);
-        let spec = p.spec.unwrap();
-        assert_eq!(spec.containers[0].image.as_deref(), Some("nginx:1.25"));
-        assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
     }
 }

@@ -6,58 +6,38 @@ use kube::api::Api;
 use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
-use super::{Created, Deleted, Verb, create, delete, pods_api, report};
+use super::{Created, Deleted, Verb, create, delete, expected, pods_api, report};
 use crate::api::PodSet;
 use crate::controller::context::{Context, api_message};
-use crate::expectations::{Resent, Unanswered, Unsettled};
+use crate::expectations::{Answer, Unsettled, Write};
 use crate::plan::podset::{self as plan, Outcome};
 use crate::uid::Uid;
 
 pub(super) async fn settle(ps: &PodSet, ctx: &Context) -> Outcome {
     let uid = ps.uid().unwrap_or_default();
-    let unsettled = ctx.expectations.unsettled(&uid, Instant::now());
+    let unsettled = ctx.expectations.to_send_again(&uid, Instant::now());
     if unsettled == Unsettled::default() {
         return Outcome::NotActed;
     }
     let (api, template) = (pods_api(ps, ctx), plan::pod_for(ps));
     let (uid, api, template) = (&uid, &api, &template);
+    let creates = unsettled.creates.iter().map(|name| {
+        let write = Write::Create(name.clone());
+        let send = resend_create(api, template, name);
+        expected(ctx, uid, write, send, |r: &Resent| r.answer.clone())
+    });
+    let deletes = unsettled.deletes.iter().map(|(pod, name)| {
+        let write = Write::Delete(pod.clone(), name.clone());
+        let send = resend_delete(api, name, pod);
+        expected(ctx, uid, write, send, |r: &Resent| r.answer.clone())
+    });
     let (creates, deletes) = futures::join!(
-        futures::future::join_all(
-            unsettled
-                .creates
-                .iter()
-                .map(|n| resend(ctx, uid, api, template, n))
-        ),
-        futures::future::join_all(
-            unsettled
-                .deletes
-                .iter()
-                .map(|(pod_uid, n)| resend_delete(api, n, pod_uid))
-        ),
+        futures::future::join_all(creates),
+        futures::future::join_all(deletes)
     );
-    let (mut created, mut create_error) = (Vec::new(), None);
-    for (name, (resent, made, e)) in unsettled.creates.into_iter().zip(creates) {
-        ctx.expectations
-            .create_resent(uid, &name, resent, Instant::now());
-        if made {
-            created.push(name);
-        }
-        create_error = create_error.or(e);
-    }
-    let (mut deleted, mut delete_error) = (Vec::new(), None);
-    for ((pod_uid, name), (terminating, e)) in unsettled.deletes.into_iter().zip(deletes) {
-        let now = Instant::now();
-        match terminating {
-            Some(true) => ctx.expectations.delete_settled(uid, &pod_uid, now),
-            Some(false) => ctx.expectations.delete_done(uid, &pod_uid, now),
-            None => {}
-        }
-        match e {
-            Some(e) => delete_error = delete_error.or(Some(api_message(&e))),
-            None if terminating == Some(true) => deleted.push(name),
-            None => {}
-        }
-    }
+    let (created, create_error) = done(unsettled.creates.into_iter(), creates);
+    let names = unsettled.deletes.into_iter().map(|(_, name)| name);
+    let (deleted, delete_error) = done(names, deletes);
     let failed_create = report(ps, ctx, Verb::Create, &created, create_error).await;
     let failed_delete = report(ps, ctx, Verb::Delete, &deleted, delete_error).await;
     match failed_create.or(failed_delete) {
@@ -66,74 +46,105 @@ pub(super) async fn settle(ps: &PodSet, ctx: &Context) -> Outcome {
     }
 }
 
-/// Sends the create of pod `name` again, recorded as such while it is under way.
-async fn resend(
-    ctx: &Context,
-    uid: &str,
-    api: &Api<Pod>,
-    template: &Pod,
-    name: &str,
-) -> (Resent, bool, Option<String>) {
-    ctx.expectations.create_resending(uid, name, Instant::now());
-    let unanswered = Unanswered::create(&ctx.expectations, uid, name);
-    let result = resend_create(api, template, name).await;
-    unanswered.answered();
-    result
+/// The names of the pods the sends carried out (made, or now terminating), and the first
+/// error.
+fn done(
+    names: impl Iterator<Item = String>,
+    results: Vec<Resent>,
+) -> (Vec<String>, Option<String>) {
+    let (mut names_done, mut error) = (Vec::new(), None);
+    for (name, resent) in names.zip(results) {
+        match resent.error {
+            Some(e) => error = error.or(Some(e)),
+            None if resent.by_this_send => names_done.push(name),
+            None => {}
+        }
+    }
+    (names_done, error)
 }
 
-/// A create sent again: which pod now has its name, once known; whether this send made it;
-/// the error to report. A refusal now does not say the first send made nothing, and a
+/// What a create or delete sent again came to.
+struct Resent {
+    /// What it says of the expected write.
+    answer: Answer,
+    /// This send made the pod, or put it in deletion.
+    by_this_send: bool,
+    /// The error to report.
+    error: Option<String>,
+}
+
+/// A create sent again. A refusal now does not say the first send made nothing, and a
 /// conflict does not say which pod has the name, so a read decides. While that is unknown
 /// the reconcile failed, and is retried as a failure is: taken for success, it would wait
 /// out the expectations' TTL instead.
-async fn resend_create(
-    api: &Api<Pod>,
-    template: &Pod,
-    name: &str,
-) -> (Resent, bool, Option<String>) {
-    match create(api, template, name).await {
-        Created::Made(uid) => (Resent::Pod(uid), true, None),
+async fn resend_create(api: &Api<Pod>, template: &Pod, name: &str) -> Resent {
+    let (answer, error) = match create(api, template, name).await {
+        made @ Created::Made(_) => {
+            return Resent {
+                answer: made.answer(),
+                by_this_send: true,
+                error: None,
+            };
+        }
         Created::Exists(_) => match look_up(api, name).await {
-            Ok(resent) => (resent, false, None),
-            Err(e) => (Resent::Unknown, false, Some(api_message(&e))),
+            Ok(answer) => (answer, None),
+            Err(e) => (Answer::Unknown, Some(api_message(&e))),
         },
         Created::Refused(e) => (
-            look_up(api, name).await.unwrap_or(Resent::Unknown),
-            false,
+            look_up(api, name).await.unwrap_or(Answer::Unknown),
             Some(api_message(&e)),
         ),
-        Created::Unknown(e) => (Resent::Unknown, false, Some(api_message(&e))),
-        Created::Hidden(message) => (Resent::NoPod, false, Some(message)),
+        unknown @ Created::Unknown(_) => (Answer::Unknown, unknown.error()),
+        hidden @ Created::Hidden(_) => (Answer::Nothing, hidden.error()),
+    };
+    Resent {
+        answer,
+        by_this_send: false,
+        error,
     }
 }
 
 /// Which pod has this name.
-async fn look_up(api: &Api<Pod>, name: &str) -> Result<Resent, kube::Error> {
+async fn look_up(api: &Api<Pod>, name: &str) -> Result<Answer, kube::Error> {
     Ok(match api.get_opt(name).await? {
-        Some(pod) => Resent::Pod(Uid::from(pod.uid().unwrap_or_default().as_str())),
-        None => Resent::NoPod,
+        Some(pod) => Answer::Made(Uid::from(pod.uid().unwrap_or_default().as_str())),
+        None => Answer::Nothing,
     })
 }
 
 /// A delete whose first answer was lost, sent again: whether the pod is now terminating (the
-/// watch will show it gone), or nothing of it is pending (`false`: gone, or never deleted);
-/// `None` while that is unknown. A refusal says nothing of the first send, so the pod is
-/// looked up, as a refused create's is.
-async fn resend_delete(
-    api: &Api<Pod>,
-    name: &str,
-    uid: &Uid,
-) -> (Option<bool>, Option<kube::Error>) {
-    match delete(api, name, uid).await {
-        Deleted::Sent => (Some(true), None),
-        Deleted::Gone => (Some(false), None),
-        Deleted::Unknown(e) => (None, Some(e)),
-        Deleted::Refused(e) => match api.get_opt(name).await {
-            Ok(Some(pod)) if pod.metadata.uid.as_deref().is_some_and(|u| uid == u) => {
-                (Some(pod.meta().deletion_timestamp.is_some()), Some(e))
-            }
-            Ok(_) => (Some(false), Some(e)),
-            Err(_) => (None, Some(e)),
-        },
+/// watch will show it gone), or nothing of it is pending (gone, or never deleted); unknown
+/// while that is. A refusal says nothing of the first send, so the pod is looked up, as a
+/// refused create's is.
+async fn resend_delete(api: &Api<Pod>, name: &str, uid: &Uid) -> Resent {
+    let (answer, error) = match delete(api, name, uid).await {
+        Deleted::Sent => {
+            return Resent {
+                answer: Answer::Deleting,
+                by_this_send: true,
+                error: None,
+            };
+        }
+        Deleted::Gone => (Answer::Nothing, None),
+        Deleted::Unknown(e) => (Answer::Unknown, Some(e)),
+        Deleted::Refused(e) => {
+            let answer = match api.get_opt(name).await {
+                Ok(Some(pod)) if pod.metadata.uid.as_deref().is_some_and(|u| uid == u) => {
+                    if pod.meta().deletion_timestamp.is_some() {
+                        Answer::Deleting
+                    } else {
+                        Answer::Nothing
+                    }
+                }
+                Ok(_) => Answer::Nothing,
+                Err(_) => Answer::Unknown,
+            };
+            (answer, Some(e))
+        }
+    };
+    Resent {
+        answer,
+        by_this_send: false,
+        error: error.map(|e| api_message(&e)),
     }
 }

@@ -17,39 +17,65 @@ fn owned_pod(name: &str, uid: &str) -> Pod {
     .unwrap()
 }
 
-/// The watch adds the one expected pod while a reconcile takes its snapshot: whichever
-/// read comes first, the event lands right after it.
+/// The watch adds the one expected pod before a reconcile takes its snapshot, or while it
+/// does (whichever read comes first, the event lands right after it): either way the
+/// reconcile acts on a snapshot that holds the pod, or waits. Read the other way round, the
+/// pods before the expectations, the second case would create the pod again.
 #[test]
 fn a_pod_seen_between_the_reads_is_not_created_again() {
-    let (cache, expectations, now) = (PodCache::default(), Expectations::default(), Instant::now());
-    expectations.expect_creates("ps-uid", "ns", ["web-pod1"], now);
-    let pod = owned_pod("web-pod1", "p1");
-    let landed = Cell::new(false);
-    let land = || {
-        if !landed.replace(true) {
-            for t in cache.apply(kube::runtime::watcher::Event::Apply(pod.clone())) {
-                expectations.observe(&t, now);
+    for land_first in [true, false] {
+        let (cache, expectations, now) =
+            (PodCache::default(), Expectations::default(), Instant::now());
+        let write = crate::expectations::Write::Create("web-pod1".into());
+        expectations.expect("ps-uid", "ns", [&write], now);
+        let pod = owned_pod("web-pod1", "p1");
+        let landed = Cell::new(false);
+        let land = || {
+            if !landed.replace(true) {
+                for t in cache.apply(kube::runtime::watcher::Event::Apply(pod.clone())) {
+                    expectations.observe(&t, now);
+                }
             }
+        };
+        if land_first {
+            land();
         }
-    };
-    let (readiness, pods) = snapshot(
-        || {
-            let r = expectations.readiness("ps-uid", now);
-            land();
-            r
-        },
-        || {
-            let p = cache.owned_by("ns", "ps-uid");
-            land();
-            p
-        },
-    );
-    if readiness == Readiness::Satisfied {
-        assert_eq!(
-            plan::plan(1, &pods),
-            Plan::Steady,
-            "acted on a snapshot that lacks a pod the expectations already counted"
+        let (readiness, pods) = snapshot(
+            || {
+                let r = expectations.readiness("ps-uid", now);
+                land();
+                r
+            },
+            || {
+                let p = cache.owned_by("ns", "ps-uid");
+                land();
+                p
+            },
         );
+        let step = plan::decide(&Seen {
+            replicas: 1,
+            deleting: false,
+            gone: false,
+            in_doubt: false,
+            readiness: &readiness,
+            pods: &pods,
+        });
+        if land_first {
+            assert_eq!(readiness, Readiness::Satisfied);
+            let steady = Step::Act {
+                plan: Plan::Steady,
+                read_first: false,
+                trim: vec![],
+            };
+            assert_eq!(step, steady, "acted on a snapshot that lacks the pod");
+        } else {
+            assert!(matches!(readiness, Readiness::Waiting(_)), "{readiness:?}");
+            assert_eq!(
+                step,
+                Step::SendAgain,
+                "acted before the watch showed the pod"
+            );
+        }
     }
 }
 

@@ -1,0 +1,221 @@
+//! The status a PodSet reports, decided without I/O.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Resource, ResourceExt};
+
+use super::pod::selector;
+use crate::api::decoded::Reported;
+use crate::api::{PodSet, PodSetStatus};
+use crate::cache::CachedPod;
+use crate::conditions::{self, Want};
+use crate::plan::health;
+
+pub const CONDITION_AVAILABLE: &str = "Available";
+pub const CONDITION_REPLICA_FAILURE: &str = "ReplicaFailure";
+
+impl Reported for PodSet {
+    const CONDITION: (&'static str, &'static str) = (CONDITION_REPLICA_FAILURE, "True");
+
+    fn placeholder(metadata: ObjectMeta) -> Self {
+        PodSet {
+            metadata,
+            spec: crate::api::PodSetSpec {
+                replicas: 0,
+                template: None,
+            },
+            status: None,
+        }
+    }
+}
+
+/// Why the last create or delete failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// What this reconcile's pod actions came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing was attempted (waiting for the watch): keep the failure condition as it was.
+    NotActed,
+    Succeeded,
+    Failed(Failure),
+}
+
+/// The status for the pods observed, keeping the condition timestamps of `previous` (the
+/// freshest status known) that did not change.
+pub fn status(
+    ps: &PodSet,
+    previous: Option<&PodSetStatus>,
+    pods: &[Arc<CachedPod>],
+    outcome: &Outcome,
+    now: Timestamp,
+) -> PodSetStatus {
+    let previous = previous.cloned().unwrap_or_default();
+    let mut pod_names: Vec<String> = pods
+        .iter()
+        .filter(|p| p.is_active())
+        .map(|p| p.name.to_string())
+        .collect();
+    pod_names.sort();
+    let available = i32::try_from(pod_names.len()).unwrap_or(i32::MAX);
+    let generation = ps.meta().generation;
+    let replicas = ps.spec.replicas;
+    let available_condition = Want {
+        type_: CONDITION_AVAILABLE,
+        status: available >= replicas,
+        reason: if available >= replicas {
+            "AllReplicasAvailable"
+        } else {
+            "ReplicasMissing"
+        },
+        message: format!("{available} of {replicas} pods available"),
+    };
+    let failure_condition = match outcome {
+        Outcome::Failed(f) => Some(Want {
+            type_: CONDITION_REPLICA_FAILURE,
+            status: true,
+            reason: f.reason,
+            message: f.message.clone(),
+        }),
+        Outcome::Succeeded => Some(no_failure()),
+        Outcome::NotActed => None,
+    };
+    let mut conds = vec![conditions::condition(
+        &previous.conditions,
+        available_condition,
+        generation,
+        now,
+    )];
+    match failure_condition {
+        Some(want) => conds.push(conditions::condition(
+            &previous.conditions,
+            want,
+            generation,
+            now,
+        )),
+        None => conds.push(
+            conditions::find(&previous.conditions, CONDITION_REPLICA_FAILURE)
+                .cloned()
+                .unwrap_or_else(|| conditions::condition(&[], no_failure(), generation, now)),
+        ),
+    }
+    if let Some(want) = health::pods_healthy(&previous.conditions, pods) {
+        conds.push(conditions::condition(
+            &previous.conditions,
+            want,
+            generation,
+            now,
+        ));
+    }
+    PodSetStatus {
+        pod_names,
+        available_replicas: available,
+        observed_generation: generation,
+        selector: Some(selector(&ps.name_any())),
+        conditions: conds,
+    }
+}
+
+fn no_failure() -> Want<'static> {
+    Want {
+        type_: CONDITION_REPLICA_FAILURE,
+        status: false,
+        reason: "NoFailure",
+        message: "the last pod creates and deletes succeeded".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::fixtures::{self, arcs, pod};
+
+    fn podset(replicas: i32) -> PodSet {
+        let mut ps = fixtures::podset(replicas);
+        ps.metadata.generation = Some(3);
+        ps
+    }
+
+    #[test]
+    fn status_names_available_pods_sorted_with_conditions() {
+        let ps = podset(3);
+        let mut gone = pod("c-gone");
+        gone.terminating = true;
+        let pods = arcs(vec![pod("b"), pod("a"), gone]);
+        let now = Timestamp::from_second(1_000).unwrap();
+        let s = status(&ps, ps.status.as_ref(), &pods, &Outcome::Succeeded, now);
+        assert_eq!(s.pod_names, ["a", "b"]);
+        assert_eq!(s.available_replicas, 2);
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(s.selector.as_deref(), Some("app=web,version=v0.1"));
+        let available = conditions::find(&s.conditions, CONDITION_AVAILABLE).unwrap();
+        assert_eq!(
+            (available.status.as_str(), available.reason.as_str()),
+            ("False", "ReplicasMissing")
+        );
+        assert_eq!(available.message, "2 of 3 pods available");
+        let failure = conditions::find(&s.conditions, CONDITION_REPLICA_FAILURE).unwrap();
+        assert_eq!(failure.status, "False");
+    }
+
+    #[test]
+    fn status_is_stable_when_nothing_changed() {
+        let mut ps = podset(2);
+        let pods = arcs(vec![pod("a"), pod("b")]);
+        let first = status(
+            &ps,
+            ps.status.as_ref(),
+            &pods,
+            &Outcome::Succeeded,
+            Timestamp::from_second(1_000).unwrap(),
+        );
+        ps.status = Some(first.clone());
+        let later = Timestamp::from_second(9_000).unwrap();
+        assert_eq!(
+            status(&ps, ps.status.as_ref(), &pods, &Outcome::Succeeded, later),
+            first
+        );
+        assert_eq!(
+            status(&ps, ps.status.as_ref(), &pods, &Outcome::NotActed, later),
+            first
+        );
+    }
+
+    #[test]
+    fn failure_is_reported_and_kept_until_an_action_succeeds() {
+        let mut ps = podset(2);
+        let failure = Failure {
+            reason: "FailedCreate",
+            message: "pods \"web-pod\" is forbidden: exceeded quota".into(),
+        };
+        let t = Timestamp::from_second(1_000).unwrap();
+        let failed = status(&ps, ps.status.as_ref(), &[], &Outcome::Failed(failure), t);
+        let cond = conditions::find(&failed.conditions, CONDITION_REPLICA_FAILURE)
+            .unwrap()
+            .clone();
+        assert_eq!(
+            (cond.status.as_str(), cond.reason.as_str()),
+            ("True", "FailedCreate")
+        );
+        assert!(cond.message.contains("exceeded quota"));
+        ps.status = Some(failed);
+        let waiting = status(&ps, ps.status.as_ref(), &[], &Outcome::NotActed, t);
+        assert_eq!(
+            conditions::find(&waiting.conditions, CONDITION_REPLICA_FAILURE),
+            Some(&cond)
+        );
+        let recovered = status(&ps, ps.status.as_ref(), &[], &Outcome::Succeeded, t);
+        assert_eq!(
+            conditions::find(&recovered.conditions, CONDITION_REPLICA_FAILURE)
+                .unwrap()
+                .status,
+            "False"
+        );
+    }
+}
