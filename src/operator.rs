@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{Instrument, info, warn};
 
 use crate::controller::{self, Settings, Shared};
 pub use crate::leader::Election;
@@ -88,7 +88,7 @@ impl Operator {
             self.shared.health.clone(),
         );
         let (lease, namespace) = (&election.name, &election.namespace);
-        loop {
+        for term in 1.. {
             // A standby is healthy and ready: it is only waiting.
             self.shared.health.set_ready(true);
             info!(%lease, %namespace, "waiting for the leader lease");
@@ -98,7 +98,11 @@ impl Operator {
             info!(%lease, "became the leader");
             self.shared.metrics.leader.set(1);
             self.shared.health.set_ready(false);
-            let controllers = self.run_controllers(self.controllers.clone(), &shutdown);
+            // Every line of this term carries the lease and the term's number in this process.
+            let span = tracing::info_span!("term", %lease, term);
+            let controllers = self
+                .run_controllers(self.controllers.clone(), &shutdown)
+                .instrument(span);
             // Losing the lease drops the controllers at once (their tasks are aborted): a
             // standby may already be acting. It comes first when both are ready.
             let result = tokio::select! {
@@ -115,5 +119,6 @@ impl Operator {
                 None => warn!("stepped down; back to waiting for the lease with fresh caches"),
             }
         }
+        Ok(())
     }
 }

@@ -118,14 +118,7 @@ async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
 async fn carry_out(at: &At, step: Step, ctx: &Context, now: Timestamp) -> Result<Outcome> {
     Ok(match step {
         Step::Wait(status, left) => {
-            debug!(
-                controller = CONTROLLER,
-                namespace = at.namespace(),
-                name = at.name_any(),
-                phase = "PENDING",
-                ?left,
-                "waiting for the schedule"
-            );
+            debug!(phase = "PENDING", ?left, "waiting for the schedule");
             Outcome::record(status, Next::Then(Action::requeue(left)))
         }
         Step::Record(status) => Outcome::record(status, Next::Then(Action::await_change())),
@@ -159,7 +152,7 @@ async fn carry_out(at: &At, step: Step, ctx: &Context, now: Timestamp) -> Result
 async fn create(at: &At, ctx: &Context, now: Timestamp) -> Result<Outcome> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
     let pod_name = plan::pod_name(at);
-    info!(controller = CONTROLLER, namespace = at.namespace(), name = at.name_any(), phase = "RUNNING", command = %at.spec.command, "schedule due: creating pod");
+    info!(phase = "RUNNING", command = %at.spec.command, "schedule due: creating pod");
     let blocked = |reason, message| {
         let status = plan::blocked(at, reason, message, now);
         Ok(Outcome::record_over(at, status, Next::Retry))
@@ -177,7 +170,7 @@ async fn create(at: &At, ctx: &Context, now: Timestamp) -> Result<Outcome> {
                 ..DeleteParams::default()
             };
             if let Err(e) = api.delete(&pod_name, &dp).await {
-                warn!(controller = CONTROLLER, pod = pod_name, error = %e, "could not delete a pod admission hid");
+                warn!(pod = pod_name, error = %e, "could not delete a pod admission hid");
             }
             return blocked(plan::REASON_FAILED_CREATE, message);
         }
@@ -281,12 +274,7 @@ async fn write_status(at: &At, status: &AtStatus, ctx: &Context) -> Result<Optio
         Err(kube::Error::Api(s)) if s.code == 409 => match ours_landed(&api, at, status).await? {
             Some(written) => written,
             None => {
-                debug!(
-                    controller = CONTROLLER,
-                    namespace = at.namespace(),
-                    name = at.name_any(),
-                    "the At changed since it was read; retrying"
-                );
+                debug!("the At changed since it was read; retrying");
                 return Ok(None);
             }
         },
@@ -294,7 +282,7 @@ async fn write_status(at: &At, status: &AtStatus, ctx: &Context) -> Result<Optio
     };
     let phase = phase_name(status.phase);
     for note in plan::notes(at.status.as_ref(), status) {
-        info!(controller = CONTROLLER, namespace = at.namespace(), name = at.name_any(), phase, reason = %note.reason, message = %note.note, "status changed");
+        info!(phase, reason = %note.reason, note = %note.note, "status changed");
         publish(at, ctx, note.type_, &note.reason, note.action, note.note).await;
     }
     Ok(Some(written))

@@ -148,8 +148,8 @@ pub fn api_message(e: &kube::Error) -> String {
 /// so without a bound one hung request would stop that object for good.
 pub const RECONCILE_DEADLINE: Duration = Duration::from_secs(120);
 
-/// Runs one reconcile of `obj`, as both controllers do: in a span naming the controller and
-/// the object (every line logged inside carries them), timed, cut off at
+/// Runs one reconcile of `obj`, as both controllers do: in a span naming the object (every
+/// line logged inside carries it, beside its controller's span), timed, cut off at
 /// [`RECONCILE_DEADLINE`], and counted by its error's kind.
 pub async fn reconcile_within_deadline<K, F>(
     ctx: &Context,
@@ -163,9 +163,8 @@ where
 {
     let span = tracing::info_span!(
         "reconcile",
-        controller,
         namespace = obj.namespace().unwrap_or_default(),
-        name = obj.name_any(),
+        object = obj.name_any(),
         generation = obj.meta().generation.unwrap_or_default(),
     );
     let _timer = ctx.metrics.reconcile(controller);

@@ -33,7 +33,7 @@ use kube::{Client, Resource};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, warn};
 
 use crate::api::decoded::{Decoded, Watched};
 use crate::cache::PodCache;
@@ -119,10 +119,11 @@ pub async fn run(
     // Aborted when `run` ends or is dropped (a leader stepping down): never left behind.
     let _pod_watch = {
         let (ctx, health, namespace) = (ctx.clone(), health.clone(), settings.namespace.clone());
-        AbortOnDropHandle::new(tokio::spawn(async move {
+        let watch = async move {
             watch_pods(ctx, namespace, router).await;
             health.set_dead();
-        }))
+        };
+        AbortOnDropHandle::new(tokio::spawn(watch.in_current_span()))
     };
 
     // Reconciling before the first full pod list would see no pods and create them all again.
@@ -230,28 +231,30 @@ impl Launch<'_> {
             .reconcile_on(owned)
             .graceful_shutdown_on(self.shutdown.clone().cancelled_owned())
             .run(reconcile, error_policy, self.ctx.clone())
-            .for_each(move |res| async move { log_result(name, res) });
-        set.spawn(controller.map(move |()| name));
+            .for_each(|res| async move { log_result(res) })
+            .instrument(tracing::info_span!("controller", controller = name));
+        // In the current span (the leadership term's): a spawned task starts in none.
+        set.spawn(controller.map(move |()| name).in_current_span());
         ready
     }
 }
 
+/// Logs what the controller reports of a reconcile (inside the controller's span).
 fn log_result<K: Resource, E: std::fmt::Display>(
-    controller: &'static str,
     res: Result<(ObjectRef<K>, Action), kube::runtime::controller::Error<Error, E>>,
 ) {
     match res {
         Ok((obj, action)) => {
-            debug!(controller, namespace = obj.namespace.as_deref(), name = %obj.name, ?action, "reconciled")
+            debug!(namespace = obj.namespace.as_deref(), object = %obj.name, ?action, "reconciled")
         }
         Err(kube::runtime::controller::Error::ReconcilerFailed(e, obj)) => {
-            warn!(controller, namespace = obj.namespace.as_deref(), name = %obj.name, error = %e, "reconcile failed")
+            warn!(namespace = obj.namespace.as_deref(), object = %obj.name, error = %e, "reconcile failed")
         }
         // Its watch failing (a CRD missing, a 403): nothing is reconciled until it recovers.
         Err(kube::runtime::controller::Error::QueueError(e)) => {
-            warn!(controller, error = %e, "watch failed; retrying with backoff")
+            warn!(error = %e, "watch failed; retrying with backoff")
         }
-        Err(e) => debug!(controller, error = %e, "controller event"),
+        Err(e) => debug!(error = %e, "controller event"),
     }
 }
 
@@ -348,7 +351,7 @@ mod tests {
                 failure(),
                 Box::new(ObjectRef::from_obj(ps.as_ref()).erase()),
             ));
-            log_result("podset", res);
+            log_result(res);
         });
         assert_eq!(out.matches("reconcile failed").count(), 1, "{out}");
     }

@@ -382,14 +382,13 @@ async fn report(
         Verb::Create => ("Create", "Created", "SuccessfulCreate", "FailedCreate"),
         Verb::Delete => ("Delete", "Deleted", "SuccessfulDelete", "FailedDelete"),
     };
-    let (namespace, name) = (ps.namespace(), ps.name_any());
     if !done.is_empty() {
-        info!(controller = CONTROLLER, namespace, name, pods = ?done, "{past} pods");
+        info!(pods = ?done, "{past} pods");
         let note = format!("{past} pods: {}", done.join(", "));
         publish(ps, ctx, EventType::Normal, success, action, note).await;
     }
     let message = error?;
-    warn!(controller = CONTROLLER, namespace, name, error = %message, "{action} pods failed");
+    warn!(error = %message, "{action} pods failed");
     let note = format!("Error: {action} pods: {message}");
     publish(ps, ctx, EventType::Warning, failure, action, note).await;
     Some(Failure {

@@ -69,7 +69,7 @@ where
         object.metadata.namespace.clone(),
         object.metadata.name.clone(),
     );
-    warn!(kind = %K::kind(&()), namespace, name, error = %object.error, "cannot read this object: it is reported, and left alone until it is fixed or deleted");
+    warn!(kind = %K::kind(&()), namespace, object = name, error = %object.error, "cannot read this object: it is reported, and left alone until it is fixed or deleted");
     let (Some(namespace), Some(name)) = (namespace, name) else {
         return;
     };
@@ -98,7 +98,7 @@ where
                 .await;
             }
             Err(e) => {
-                warn!(kind = %K::kind(&()), namespace, name, error = %e, "could not report an unreadable object")
+                warn!(kind = %K::kind(&()), namespace, object = name, error = %e, "could not report an unreadable object")
             }
         }
     });
