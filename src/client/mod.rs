@@ -35,22 +35,25 @@ use tower::retry::{Policy, RetryLayer};
 use tower::util::option_layer;
 use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt as _};
 
-use crate::leader::fence::{Fence, FenceLayer};
+use crate::leader::Fence;
 use crate::metrics::Metrics;
 
 mod connection;
 mod deadline;
+mod fence;
 mod gated;
 mod outcome;
 mod warnings;
 pub use connection::READ_IDLE_TIMEOUT;
 use connection::{tcp_connector, with_timeouts};
 pub use deadline::REQUEST_TIMEOUT;
+use fence::FenceLayer;
+pub use fence::{Admit, NotLeading};
 pub use outcome::{NotSent, may_have_acted};
 pub use warnings::LOGGED_AS as WARNING_LOGGED_AS;
 
 /// The controllers' lane: their writes wait for one of `max_in_flight` slots, and leave only
-/// while `fence` is open (see `leader::fence`).
+/// while `fence` is open (see `client::fence`).
 pub struct Lane {
     pub max_in_flight: usize,
     pub fence: Fence,
