@@ -3,10 +3,10 @@
 //! checked when its future is first polled ([`FenceLayer`]), and again as its bytes leave
 //! (`client::gated`). A request refused here was never sent (see `client::may_have_acted`).
 
-use futures::future::BoxFuture;
 use http::Request;
-use tower::{BoxError, Layer, Service};
+use tower::BoxError;
 
+use super::guard::{Answer, Guard};
 use super::mutating;
 use crate::leader::Fence;
 
@@ -37,57 +37,19 @@ impl Admit for Fence {
 #[derive(Clone)]
 pub struct FenceLayer(pub Fence);
 
-impl<S> Layer<S> for FenceLayer {
-    type Service = Fenced<S>;
-
-    fn layer(&self, inner: S) -> Fenced<S> {
-        Fenced {
-            inner,
-            fence: self.0.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct Fenced<S> {
-    inner: S,
-    fence: Fence,
-}
-
-impl<S, B> Service<Request<B>> for Fenced<S>
-where
-    S: Service<Request<B>>,
-    S::Error: Into<BoxError>,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = BoxError;
-    type Future = BoxFuture<'static, Result<S::Response, BoxError>>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+impl Guard for FenceLayer {
+    fn keeps<B>(&self, req: &Request<B>) -> bool {
+        mutating(req.method())
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        let fence = mutating(req.method()).then(|| self.fence.clone());
-        // The HTTP client sends nothing until its future is polled: the check, made when this
-        // future is first polled, comes after any wait outside this layer (a write slot). The
-        // transport checks again as the bytes leave (`client::gated`): a connection can take
-        // seconds to open, and a process can be paused at any point in between.
-        let response = self.inner.call(req);
-        Box::pin(async move {
-            let Some(fence) = fence else {
-                return response.await.map_err(Into::into);
-            };
-            fence.admit()?;
-            let in_flight = fence.let_through();
-            let answer = response.await;
-            in_flight.answered();
-            answer.map_err(Into::into)
-        })
+    // A connection can take seconds to open, and a process can be paused at any point in
+    // between: the transport checks again as the bytes leave (`client::gated`).
+    async fn around<T: Send + 'static>(self, answer: impl Answer<T>) -> Result<T, BoxError> {
+        self.0.admit()?;
+        let in_flight = self.0.let_through();
+        let answer = answer.await;
+        in_flight.answered();
+        answer
     }
 }
 
@@ -99,7 +61,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
     use tokio::time::Instant;
-    use tower::ServiceExt;
+    use tower::{Layer, ServiceExt};
 
     /// Issue 26, fault 8: a write let through and dropped before its answer may still land;
     /// one answered, or refused, leaves nothing behind. A new term starts clean.
