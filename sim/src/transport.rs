@@ -17,6 +17,7 @@ use http_body::Frame;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use kube::client::Body;
+use podset_operator::client::Admit as _;
 use podset_operator::client::NotSent;
 use podset_operator::client::READ_IDLE_TIMEOUT;
 use podset_operator::leader::Fence;

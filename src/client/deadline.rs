@@ -5,30 +5,19 @@
 
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use http::Request;
-use tower::{BoxError, Layer, Service};
+use tower::BoxError;
+
+use super::guard::{Answer, Guard};
 
 /// How long a request may take, answer included. The API server gives up on a request after
 /// 60 s (`--request-timeout`); a create or patch that long is already in trouble, and one
 /// sent again under its name (creates) or its resourceVersion (patches) is safe.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Gives every request but a watch [`REQUEST_TIMEOUT`] to be answered.
 #[derive(Clone)]
 pub struct RequestDeadline;
-
-impl<S> Layer<S> for RequestDeadline {
-    type Service = Deadlined<S>;
-
-    fn layer(&self, inner: S) -> Deadlined<S> {
-        Deadlined { inner }
-    }
-}
-
-#[derive(Clone)]
-pub struct Deadlined<S> {
-    inner: S,
-}
 
 /// The error of a request that ran out of time.
 #[derive(Debug, thiserror::Error)]
@@ -41,42 +30,23 @@ fn is_watch<B>(req: &Request<B>) -> bool {
         .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
 }
 
-impl<S, B> Service<Request<B>> for Deadlined<S>
-where
-    S: Service<Request<B>>,
-    S::Error: Into<BoxError>,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = BoxError;
-    type Future = BoxFuture<'static, Result<S::Response, BoxError>>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+impl Guard for RequestDeadline {
+    fn keeps<B>(&self, req: &Request<B>) -> bool {
+        !is_watch(req)
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        let watch = is_watch(&req);
-        let response = self.inner.call(req);
-        Box::pin(async move {
-            if watch {
-                return response.await.map_err(Into::into);
-            }
-            match tokio::time::timeout(REQUEST_TIMEOUT, response).await {
-                Ok(answer) => answer.map_err(Into::into),
-                Err(_) => Err(TimedOut.into()),
-            }
-        })
+    async fn around<T: Send + 'static>(self, answer: impl Answer<T>) -> Result<T, BoxError> {
+        match tokio::time::timeout(REQUEST_TIMEOUT, answer).await {
+            Ok(answer) => answer,
+            Err(_) => Err(TimedOut.into()),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tower::ServiceExt;
+    use tower::{Layer, Service, ServiceExt};
 
     /// A server that takes the request and never answers.
     fn silent() -> impl Service<Request<()>, Response = (), Error = BoxError, Future: Send> + Clone

@@ -14,6 +14,7 @@ use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use tower::{BoxError, Service};
 
+use super::Admit;
 use crate::leader::Fence;
 
 /// A connector whose connections are [`Gated`] by `fence`.
@@ -132,7 +133,7 @@ mod tests {
         assert!(
             refused
                 .get_ref()
-                .is_some_and(|e| e.is::<crate::leader::NotLeading>()),
+                .is_some_and(|e| e.is::<crate::client::NotLeading>()),
             "{refused}"
         );
         drop(gated);

@@ -21,11 +21,10 @@
 //! on, the body waits for the ACK of the headers, which the server delays by 40 ms. Every
 //! create and patch paid that.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::{BoxFuture, Either};
+use futures::future::Either;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioExecutor;
@@ -33,24 +32,29 @@ use kube::client::{Body, ClientBuilder, ConfigExt};
 use tokio::sync::Semaphore;
 use tower::retry::{Policy, RetryLayer};
 use tower::util::option_layer;
-use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt as _};
+use tower::{BoxError, Service, ServiceBuilder, ServiceExt as _};
 
-use crate::leader::fence::{Fence, FenceLayer};
+use crate::leader::Fence;
 use crate::metrics::Metrics;
 
 mod connection;
 mod deadline;
+mod fence;
 mod gated;
+mod guard;
 mod outcome;
 mod warnings;
 pub use connection::READ_IDLE_TIMEOUT;
 use connection::{tcp_connector, with_timeouts};
 pub use deadline::REQUEST_TIMEOUT;
+use fence::FenceLayer;
+pub use fence::{Admit, NotLeading};
+use guard::{Answer, Guard};
 pub use outcome::{NotSent, may_have_acted};
 pub use warnings::LOGGED_AS as WARNING_LOGGED_AS;
 
 /// The controllers' lane: their writes wait for one of `max_in_flight` slots, and leave only
-/// while `fence` is open (see `leader::fence`).
+/// while `fence` is open (see `client::fence`).
 pub struct Lane {
     pub max_in_flight: usize,
     pub fence: Fence,
@@ -301,54 +305,18 @@ impl MutatingLimit {
     }
 }
 
-impl<S> Layer<S> for MutatingLimit {
-    type Service = Limited<S>;
-
-    fn layer(&self, inner: S) -> Limited<S> {
-        Limited {
-            inner,
-            permits: self.permits.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct Limited<S> {
-    inner: S,
-    permits: Arc<Semaphore>,
-}
-
-impl<S, B> Service<Request<B>> for Limited<S>
-where
-    S: Service<Request<B>>,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = BoxFuture<'static, Result<S::Response, S::Error>>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+impl Guard for MutatingLimit {
+    fn keeps<B>(&self, req: &Request<B>) -> bool {
+        mutating(req.method())
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        let permits = mutating(req.method()).then(|| self.permits.clone());
-        // The HTTP client sends nothing until its future is polled, so the request waits here.
-        let response: Pin<Box<S::Future>> = Box::pin(self.inner.call(req));
-        Box::pin(async move {
-            let _permit = match permits {
-                Some(p) => Some(
-                    p.acquire_owned()
-                        .await
-                        .expect("the semaphore is never closed"),
-                ),
-                None => None,
-            };
-            response.await
-        })
+    async fn around<T: Send + 'static>(self, answer: impl Answer<T>) -> Result<T, BoxError> {
+        let _permit = self
+            .permits
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        answer.await
     }
 }
 
@@ -356,7 +324,7 @@ where
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use tower::ServiceExt;
+    use tower::{Layer, ServiceExt};
 
     #[test]
     fn refusals_are_retried_for_every_verb_honouring_retry_after() {

@@ -40,7 +40,7 @@ pub struct NotSent(pub tower::BoxError);
 fn never_sent(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(error);
     while let Some(e) = cause {
-        if e.is::<crate::leader::NotLeading>() || e.is::<NotSent>() {
+        if e.is::<super::NotLeading>() || e.is::<NotSent>() {
             return true;
         }
         // The connection refused to write (`client::gated`): io::Error hides its cause from
@@ -48,7 +48,7 @@ fn never_sent(error: &(dyn std::error::Error + 'static)) -> bool {
         if let Some(io) = e.downcast_ref::<std::io::Error>()
             && io
                 .get_ref()
-                .is_some_and(|inner| inner.is::<crate::leader::NotLeading>())
+                .is_some_and(|inner| inner.is::<super::NotLeading>())
         {
             return true;
         }

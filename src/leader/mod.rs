@@ -44,7 +44,7 @@ use crate::clock::Clock;
 use crate::health::Health;
 use crate::jitter::jittered;
 use blocked::needs_a_person;
-pub use fence::{Fence, NotLeading};
+pub use fence::Fence;
 use record::{Decision, Observed, Timing};
 
 pub struct LeaderElection {

@@ -1,0 +1,87 @@
+//! The shape the client's guards share: the request deadline ([`RequestDeadline`]), the
+//! leader's fence ([`FenceLayer`]) and the cap on writes in flight ([`MutatingLimit`]). Each
+//! keeps some requests (not watches; writes) and runs their answer under a rule of its own; a
+//! [`Guarded`] service does the rest, once for all three.
+//!
+//! The HTTP client sends nothing until its future is polled, and a guard's future is first
+//! polled when the request's is: its check comes after any wait outside its layer (a write
+//! slot, a retry's back-off), and before the request is sent.
+
+use std::future::Future;
+
+use futures::TryFutureExt as _;
+use futures::future::BoxFuture;
+use http::Request;
+use tower::{BoxError, Service};
+
+use super::MutatingLimit;
+use super::deadline::RequestDeadline;
+use super::fence::FenceLayer;
+
+/// A rule that some requests are sent under.
+pub trait Guard: Clone + Send + 'static {
+    /// Whether this guard keeps `req`; the others pass untouched.
+    fn keeps<B>(&self, req: &Request<B>) -> bool;
+
+    /// The answer to a request this guard keeps, under its rule.
+    fn around<T: Send + 'static>(self, answer: impl Answer<T>) -> impl Answer<T>;
+}
+
+/// A request's answer, to come: the request is sent when this is first polled, and not before.
+pub trait Answer<T>: Future<Output = Result<T, BoxError>> + Send + 'static {}
+
+impl<T, F: Future<Output = Result<T, BoxError>> + Send + 'static> Answer<T> for F {}
+
+/// A service whose requests pass `guard` on their way to `inner`.
+#[derive(Clone)]
+pub struct Guarded<S, G> {
+    inner: S,
+    guard: G,
+}
+
+impl<S, G, B> Service<Request<B>> for Guarded<S, G>
+where
+    S: Service<Request<B>>,
+    S::Response: Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+    G: Guard,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<S::Response, BoxError>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let guard = self.guard.keeps(&req).then(|| self.guard.clone());
+        let answer = self.inner.call(req).err_into();
+        match guard {
+            Some(guard) => Box::pin(guard.around(answer)),
+            None => Box::pin(answer),
+        }
+    }
+}
+
+/// Makes each guard a layer that puts its service under it.
+macro_rules! layers {
+    ($($guard:ty),+) => {$(
+        impl<S> tower::Layer<S> for $guard {
+            type Service = Guarded<S, $guard>;
+
+            fn layer(&self, inner: S) -> Self::Service {
+                Guarded {
+                    inner,
+                    guard: self.clone(),
+                }
+            }
+        }
+    )+};
+}
+
+layers!(RequestDeadline, FenceLayer, MutatingLimit);
