@@ -5,6 +5,7 @@
 # its runc shim, and the helm CLI. Each build is skipped when its binaries are there; a cold one takes minutes
 # and says how far it is. Prints nothing on stdout.
 # Usage: hack/build-kubernetes.sh [VERSION...]   (default: $K8S_VERSION, else versions.env's)
+#        hack/build-kubernetes.sh --helm-only    (the helm CLI alone: make helm-lint)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SAY_AS=build-kubernetes
@@ -144,6 +145,10 @@ link_tool() {
 }
 
 main() {
+  if [ "${1:-}" = --helm-only ]; then
+    build_helm
+    return
+  fi
   local versions=("$@") v
   [ ${#versions[@]} -gt 0 ] || versions=("${K8S_VERSION}")
   build_etcd
