@@ -40,7 +40,7 @@ pub async fn run(args: &[&str]) -> Result<String> {
     let helm = binary();
     if !helm.exists() {
         bail!(
-            "{} is missing: run `hack/build-kubernetes.sh` (make kubernetes) first, or set $HELM",
+            "{} is missing: build it with `hack/build-kubernetes.sh --helm-only` (or make kubernetes), or set $HELM",
             helm.display()
         );
     }
