@@ -26,8 +26,6 @@ BIN := target/debug/podset-operator
 # Each test control plane leaves there the requests of the operator's ServiceAccount (testenv::audit).
 AUDIT_DIR := $(CURDIR)/target/audit
 IMG ?= podset-operator:0.1.0
-HELM_VENV := $(CURDIR)/.local/helm-venv
-HELM_SDK_VERSION := 0.2.2
 CARGO ?= cargo
 # `make test` runs these seeds of the simulation: the same on every run, so a red one replays.
 SIM_SEEDS ?= 10000
@@ -47,7 +45,7 @@ deps: ## Install system packages the project needs (apt) and check the Rust tool
 	@bash hack/install-deps.sh
 
 .PHONY: kubernetes
-kubernetes: deps ## Build (once, cached) Kubernetes $K8S_VERSION, etcd and containerd from the Go module proxy, and the node images
+kubernetes: deps ## Build (once, cached) Kubernetes $K8S_VERSION, etcd, containerd and the helm CLI from the Go module proxy, and the node images
 	@bash hack/build-kubernetes.sh $(K8S_VERSION)
 	@bash hack/build-node-images.sh
 
@@ -57,8 +55,8 @@ build: deps ## Build the operator and the local-cluster tool
 	$(CARGO) build --workspace --bins
 
 .PHONY: test
-test: deps helm-sdk ## Build everything and run every test (unit, end to end on real local clusters of $K8S_VERSION, some also on $K8S_OLDEST)
-	$(call say,building Kubernetes $(K8S_VERSION) and $(K8S_OLDEST) (etcd, containerd, node images) beside the cargo builds)
+test: deps ## Build everything and run every test (unit, end to end on real local clusters of $K8S_VERSION, some also on $K8S_OLDEST)
+	$(call say,building Kubernetes $(K8S_VERSION) and $(K8S_OLDEST) (etcd, containerd, the helm CLI, node images) beside the cargo builds)
 	@bash hack/in-background.sh start kubernetes bash -c 'bash hack/build-kubernetes.sh $(K8S_VERSION) $(K8S_OLDEST) && bash hack/build-node-images.sh'
 	$(call say,cargo build --workspace --all-targets)
 	$(CARGO) build --workspace --all-targets
@@ -148,10 +146,6 @@ install: build ## Install the CRDs into the kubeconfig's cluster (server-side ap
 uninstall: build ## Remove the CRDs (and with them every PodSet and At)
 	$(BIN) crds | kubectl delete --ignore-not-found -f -
 
-.PHONY: helm-sdk
-helm-sdk: ## Install real Helm v4 for the tests: PyPI helm-python-sdk in .local/helm-venv
-	@bash hack/helm-sdk.sh "$(HELM_VENV)" "$(HELM_SDK_VERSION)"
-
 .PHONY: deploy
 deploy: ## Install CRDs, namespace, RBAC and the Deployment into the kubeconfig's cluster (kustomize)
 	kubectl apply --server-side -k config/default
@@ -181,6 +175,7 @@ docker-build: ## Build the container image $(IMG) with Docker (for real registri
 	docker build -t $(IMG) .
 
 .PHONY: helm-lint
-helm-lint: helm-sdk ## Lint the Helm chart with real Helm (both watch scopes)
-	$(HELM_VENV)/bin/python hack/helm.py lint charts/podset-operator --strict
-	$(HELM_VENV)/bin/python hack/helm.py lint charts/podset-operator --strict --set-string watchNamespace=example
+helm-lint: deps ## Lint the Helm chart with the helm CLI (built once, cached), both watch scopes
+	@bash hack/build-kubernetes.sh --helm-only
+	helm lint charts/podset-operator --strict
+	helm lint charts/podset-operator --strict --set-string watchNamespace=example

@@ -5,6 +5,7 @@
 # its runc shim, and the helm CLI. Each build is skipped when its binaries are there; a cold one takes minutes
 # and says how far it is. Prints nothing on stdout.
 # Usage: hack/build-kubernetes.sh [VERSION...]   (default: $K8S_VERSION, else versions.env's)
+#        hack/build-kubernetes.sh --helm-only    (the helm CLI alone: make helm-lint)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SAY_AS=build-kubernetes
@@ -69,50 +70,62 @@ build_kubernetes() {
   say "Kubernetes v$v: $("$bin/kubectl" version --client 2>/dev/null | head -n1) in $bin"
 }
 
+# The name `go build -o DIR/` gives PACKAGE's binary: its last element, a major version
+# suffix (/v3) skipped.
+go_binary_name() {
+  local p=$1
+  [[ ${p##*/} =~ ^v[0-9]+$ ]] && p=${p%/*}
+  echo "${p##*/}"
+}
+
+# build_go_tool NAME VERSION MODULE_DIR TAGS LDFLAGS "[BINARY=]PACKAGE..." VERSION_ARGS
+# Builds the main PACKAGEs of the wrapper module MODULE_DIR (hack/go/NAME) into
+# $CACHE/NAME-vVERSION/bin, each as BINARY (else go's name for it), unless all are there, then
+# says the first one's `VERSION_ARGS` (its first line). Without cgo (CGO_ENABLED=0 above).
+build_go_tool() {
+  local name=$1 version=$2 module=$3 tags=$4 ldflags=$5 specs=$6 version_args=$7
+  local bin="$CACHE/$name-v$version/bin" spec pkg first="" cached=1
+  local -a pkgs=() outs=()
+  for spec in $specs; do
+    pkg=${spec#*=}
+    pkgs+=("$pkg")
+    if [[ $spec == *=* ]]; then outs+=("${spec%%=*}"); else outs+=("$(go_binary_name "$pkg")"); fi
+    [ -x "$bin/${outs[-1]}" ] || cached=0
+  done
+  first=${outs[0]}
+  if [ $cached = 1 ]; then say "$name v$version cached in $bin"; return; fi
+  say "$name v$version: downloading and compiling ${outs[*]} (a few minutes the first time)"
+  (cd "$module" && go mod download)
+  go_build_with_progress "$module" "$bin.tmp" -trimpath -tags "$tags" -ldflags "$ldflags" -- "${pkgs[@]}"
+  mkdir -p "$bin"
+  local i
+  for i in "${!pkgs[@]}"; do mv "$bin.tmp/$(go_binary_name "${pkgs[$i]}")" "$bin/${outs[$i]}"; done
+  rmdir "$bin.tmp"
+  # shellcheck disable=SC2086 # VERSION_ARGS are words
+  say "$name: $("$bin/$first" $version_args | head -n1) in $bin"
+}
+
 # etcd's main package is the root of go.etcd.io/etcd/server/v3; its version is a constant.
 build_etcd() {
-  local bin="$CACHE/etcd-v$ETCD_VERSION/bin"
-  if [ -x "$bin/etcd" ]; then say "etcd v$ETCD_VERSION cached in $bin"; return; fi
-  say "etcd v$ETCD_VERSION: downloading and compiling (a minute or two the first time)"
-  (cd hack/go/etcd && go mod download)
-  go_build_with_progress hack/go/etcd "$bin.tmp" -trimpath -ldflags "-s -w" -- go.etcd.io/etcd/server/v3
-  mkdir -p "$bin"
-  mv "$bin.tmp/server" "$bin/etcd"
-  rmdir "$bin.tmp"
-  say "etcd: $("$bin/etcd" --version | head -n1)"
+  build_go_tool etcd "$ETCD_VERSION" hack/go/etcd "" "-s -w" \
+    "etcd=go.etcd.io/etcd/server/v3" --version
 }
 
 # containerd and its runc shim (built without cgo, as upstream builds the shim; the btrfs
 # snapshotter needs cgo and is left out). runc itself is Debian's, built with seccomp.
 build_containerd() {
-  local bin="$CACHE/containerd-v$CONTAINERD_VERSION/bin"
-  if [ -x "$bin/containerd" ] && [ -x "$bin/containerd-shim-runc-v2" ]; then
-    say "containerd v$CONTAINERD_VERSION cached in $bin"
-    return
-  fi
-  say "containerd v$CONTAINERD_VERSION: downloading and compiling (a few minutes the first time)"
-  (cd hack/go/containerd && go mod download)
-  go_build_with_progress hack/go/containerd "$bin.tmp" -trimpath -tags no_btrfs \
-    -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=v$CONTAINERD_VERSION" -- \
-    github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
-  mkdir -p "$bin"
-  mv "$bin.tmp"/* "$bin/"
-  rmdir "$bin.tmp"
-  say "containerd: $("$bin/containerd" --version)"
+  build_go_tool containerd "$CONTAINERD_VERSION" hack/go/containerd no_btrfs \
+    "-s -w -X github.com/containerd/containerd/v2/version.Version=v$CONTAINERD_VERSION" \
+    "github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2" \
+    --version
 }
 
-# The helm CLI, for the README's Helm commands (the tests use helm-python-sdk).
+# The helm CLI: the README's Helm commands, `make helm-lint`, and every Helm test
+# (testenv::helm runs it).
 build_helm() {
-  local bin="$CACHE/helm-v$HELM_VERSION/bin"
-  if [ -x "$bin/helm" ]; then say "helm v$HELM_VERSION cached in $bin"; return; fi
-  say "helm v$HELM_VERSION: downloading and compiling (a minute or two the first time)"
-  (cd hack/go/helm && go mod download)
-  go_build_with_progress hack/go/helm "$bin.tmp" -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=v$HELM_VERSION" -- helm.sh/helm/v4/cmd/helm
-  mkdir -p "$bin"
-  mv "$bin.tmp/helm" "$bin/helm"
-  rmdir "$bin.tmp"
-  say "helm: $("$bin/helm" version --short)"
+  build_go_tool helm "$HELM_VERSION" hack/go/helm "" \
+    "-s -w -X helm.sh/helm/v4/internal/version.version=v$HELM_VERSION" \
+    helm.sh/helm/v4/cmd/helm "version --short"
 }
 
 # `kubectl` and `helm` in a new terminal: /usr/local/bin links to ours (kubectl of the local
@@ -132,6 +145,10 @@ link_tool() {
 }
 
 main() {
+  if [ "${1:-}" = --helm-only ]; then
+    build_helm
+    return
+  fi
   local versions=("$@") v
   [ ${#versions[@]} -gt 0 ] || versions=("${K8S_VERSION}")
   build_etcd

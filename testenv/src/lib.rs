@@ -11,6 +11,7 @@
 mod access;
 pub mod audit;
 mod components;
+pub mod helm;
 mod max_pods;
 pub mod node;
 pub mod pki;

@@ -38,11 +38,9 @@ async fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<Strin
     testenv::run_command(repo(), program, args, env).await
 }
 
-/// `helm <verb>` of the release `ps` of charts/podset-operator in `ns`, then `more`.
-async fn helm(verb: &str, ns: &str, kubeconfig: &str, more: &[&str]) -> Result<String> {
-    let release = [verb, "ps", "charts/podset-operator", "--namespace", ns];
-    let args = [&release[..], &["--kubeconfig", kubeconfig], more].concat();
-    run("helm", &args, &[]).await
+/// The chart the Helm test installs.
+fn chart() -> PathBuf {
+    repo().join("charts/podset-operator")
 }
 
 /// One image build at a time: both tests build it, and hack/build-static.sh writes one
@@ -303,12 +301,18 @@ async fn helm_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
         "extraEnv[1].name=KUBERNETES_SERVICE_PORT".into(),
         format!("extraEnv[1].value={port}"),
     ];
-    // The helm CLI, as a user installs and upgrades: Helm 4 applies server-side under the
-    // program's name, so a release installed by another client (the Python SDK: "python")
-    // cannot be upgraded by the CLI without field conflicts.
+    // The helm CLI, as a user installs and upgrades (Helm 4 applies server-side, under the
+    // field manager "helm").
     let kc = cluster.kubeconfig().display().to_string();
     let sets = values.join(",");
-    helm("install", ns, &kc, &["--set-string", &sets]).await?;
+    testenv::helm::install(
+        cluster.kubeconfig(),
+        "ps",
+        &chart(),
+        ns,
+        &["--set-string", &sets],
+    )
+    .await?;
     let install = Install {
         cluster: cluster.clone(),
         client: cluster.client().await?,
@@ -333,7 +337,9 @@ async fn helm_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
         let crds = [&crds[..], &["-f", "charts/podset-operator/crds/"]].concat();
         run("kubectl", &crds, &[]).await?;
         let more = ["--reuse-values", "--set", "image.tag=upgraded"];
-        helm("upgrade", ns, &kc, &more).await.map(drop)
+        testenv::helm::upgrade(cluster.kubeconfig(), "ps", &chart(), ns, &more)
+            .await
+            .map(drop)
     };
     upgrade::loses_nothing(&install, upgrade).await
 }

@@ -2,8 +2,8 @@
 //! kustomize layout (`kubectl apply --server-side -k`), on a real local control plane, with the
 //! RBAC proof by `kubectl auth can-i` as the operator's ServiceAccount.
 //!
-//! Helm runs through hack/helm.py on the helm-python-sdk venv that `make helm-sdk` makes
-//! (`HELM_PYTHON` overrides the interpreter).
+//! Helm is the helm CLI hack/build-kubernetes.sh builds, through [`testenv::helm`], as the
+//! in-cluster tests and a user run it.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -53,23 +53,6 @@ async fn run(program: &str, args: &[&str]) -> Result<String> {
     testenv::run_command(repo(), program, args, &[]).await
 }
 
-/// hack/helm.py under the helm-python-sdk venv.
-async fn helm(args: &[&str]) -> Result<String> {
-    let python = std::env::var("HELM_PYTHON").unwrap_or_else(|_| {
-        repo()
-            .join(".local/helm-venv/bin/python")
-            .display()
-            .to_string()
-    });
-    ensure!(
-        Path::new(&python).exists(),
-        "{python} is missing: run `make helm-sdk` (it installs helm-python-sdk)"
-    );
-    let mut full = vec!["hack/helm.py"];
-    full.extend_from_slice(args);
-    run(&python, &full).await
-}
-
 async fn kubectl(kubeconfig: &Path, args: &[&str]) -> Result<String> {
     let kc = kubeconfig.display().to_string();
     let mut full = vec!["--kubeconfig", kc.as_str()];
@@ -79,7 +62,6 @@ async fn kubectl(kubeconfig: &Path, args: &[&str]) -> Result<String> {
 
 #[tokio::test]
 async fn chart_lints_and_renders_both_scopes() -> Result<()> {
-    let chart = chart().display().to_string();
     for values in [
         &[][..],
         &["--set-string", "watchNamespace=team-a"][..],
@@ -88,9 +70,9 @@ async fn chart_lints_and_renders_both_scopes() -> Result<()> {
             "metrics.serviceMonitor.enabled=true,leaderElection.enabled=false",
         ][..],
     ] {
-        let mut args = vec!["lint", chart.as_str(), "--strict"];
-        args.extend_from_slice(values);
-        helm(&args).await.context("helm lint")?;
+        testenv::helm::lint(&chart(), values)
+            .await
+            .context("helm lint")?;
     }
 
     // Cluster-wide: the manager rules in a ClusterRole, bound cluster-wide.
@@ -410,7 +392,7 @@ struct Release {
 }
 
 impl Release {
-    /// Installs the chart with `values` (hack/helm.py flags) and waits for the release's
+    /// Installs the chart with `values` (helm flags) and waits for the release's
     /// objects, the chart's CRDs, and both replicas scheduled and Running on hollow nodes.
     async fn install(cluster: &Cluster, name: &'static str, values: &[&str]) -> Result<Self> {
         let ns = unique(name);
@@ -422,28 +404,11 @@ impl Release {
             selector: format!("app.kubernetes.io/instance={name}"),
             ns,
         };
-        let chart = chart().display().to_string();
-        let mut args = vec!["install", chart.as_str()];
-        args.extend_from_slice(values);
-        helm(&release.with_target(&args)).await?;
+        testenv::helm::install(&release.kc, name, &chart(), &release.ns, values).await?;
         wait_objects(&release.kc, &release.ns, &release.objects(), true).await?;
         wait_crds_established(&release.kc).await?;
         wait_pods_scheduled(&release.kc, &release.ns, &release.selector).await?;
         Ok(release)
-    }
-
-    fn with_target<'a>(&'a self, args: &[&'a str]) -> Vec<&'a str> {
-        let mut full = args.to_vec();
-        let kc = self.kc.to_str().expect("utf-8 kubeconfig path");
-        full.extend_from_slice(&[
-            "--name",
-            self.name,
-            "--namespace",
-            &self.ns,
-            "--kubeconfig",
-            kc,
-        ]);
-        full
     }
 
     /// The release's objects in its namespace, as `kind/name`.
@@ -466,7 +431,7 @@ impl Release {
     /// `helm uninstall`, then every object of the release gone: its own, `elsewhere`
     /// (namespace, objects), and the Deployment's pods.
     async fn uninstall(&self, elsewhere: &[(&str, Vec<String>)]) -> Result<()> {
-        helm(&self.with_target(&["uninstall"])).await?;
+        testenv::helm::uninstall(&self.kc, self.name, &self.ns).await?;
         wait_objects(&self.kc, &self.ns, &self.objects(), false).await?;
         for (ns, objects) in elsewhere {
             wait_objects(&self.kc, ns, objects, false).await?;

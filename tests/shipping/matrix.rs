@@ -9,7 +9,7 @@ use futures::{StreamExt, stream};
 use serde_json::Value;
 use testenv::Cluster;
 
-use super::{chart, cluster, helm, kubectl, unique};
+use super::{chart, cluster, kubectl, unique};
 use crate::render::{documents, find};
 
 /// `--set` strings that make sense, each with an argument its Deployment must carry (or
@@ -87,18 +87,7 @@ const REFUSED: &[(&str, &str)] = &[
 
 /// The chart rendered as release `ps` in `ns` with `set`.
 async fn render(ns: &str, set: &str) -> Result<Vec<Value>> {
-    let chart = chart().display().to_string();
-    let args = [
-        "template",
-        &chart,
-        "--name",
-        "ps",
-        "--namespace",
-        ns,
-        "--set",
-        set,
-    ];
-    documents(&helm(&args).await?)
+    documents(&testenv::helm::template("ps", &chart(), ns, &["--set", set]).await?)
 }
 
 /// Whether the Deployment of `docs` carries `arg`.

@@ -131,18 +131,9 @@ pub fn env_value<'a>(deploy: &'a Value, name: &str) -> Option<&'a str> {
         .as_str()
 }
 
+/// The chart rendered as release `ps` in namespace `ops`, with `args` (`--set`...).
 pub async fn render(args: &[&str]) -> Result<Vec<Value>> {
-    let chart = chart().display().to_string();
-    let mut full = vec![
-        "template",
-        chart.as_str(),
-        "--name",
-        "ps",
-        "--namespace",
-        "ops",
-    ];
-    full.extend_from_slice(args);
-    documents(&helm(&full).await?)
+    documents(&testenv::helm::template("ps", &chart(), "ops", args).await?)
 }
 
 /// Fails unless the documents hold exactly these kinds.
