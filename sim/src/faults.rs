@@ -132,7 +132,7 @@ pub enum Before {
     /// Carried out, the pod's `app.kubernetes.io/managed-by` label taken away by a mutating
     /// webhook or policy: stored hidden from the operator's pod watch. Scripted only: a
     /// replica that crashes (or loses the answer) between such a create and its delete leaves
-    /// a pod no replica can see, which the random search would find (see README).
+    /// a pod no replica can see, which the random search would find (see docs/architecture.md).
     StripLabel,
     Hang,
     /// Carried out after this long at the server.
