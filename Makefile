@@ -120,7 +120,7 @@ soak: kubernetes ## Soak test: 20 minutes of random scaling and pod deletions, R
 
 .PHONY: run
 run: kubernetes build ## Run the operator: against the kubeconfig's cluster, else a local control plane
-	@bash hack/run.sh
+	@bash hack/run-operator.sh
 
 .PHONY: cluster-up
 cluster-up: kubernetes build ## Start the local control plane in the background (kubeconfig printed)

@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 /// The condition a status should carry, before timestamps.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Want<'a> {
+pub struct Desired<'a> {
     pub type_: &'a str,
     pub status: bool,
     pub reason: &'a str,
@@ -17,7 +17,7 @@ pub struct Want<'a> {
 /// status did not flip.
 pub fn condition(
     previous: &[Condition],
-    want: Want<'_>,
+    want: Desired<'_>,
     generation: Option<i64>,
     now: Timestamp,
 ) -> Condition {
@@ -50,7 +50,7 @@ mod tests {
     fn keeps_transition_time_while_status_holds() {
         let t0 = Timestamp::from_second(1_000).unwrap();
         let t1 = Timestamp::from_second(2_000).unwrap();
-        let want = |status, reason: &'static str| Want {
+        let want = |status, reason: &'static str| Desired {
             type_: "Available",
             status,
             reason,

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
-use podset_operator::client::{self, Lane};
+use podset_operator::client::{self, ControllerWrites};
 use podset_operator::clock::Clock;
-use podset_operator::controller::{Settings, Shared};
+use podset_operator::controller::{Exported, Settings};
 use podset_operator::flags;
 use podset_operator::http::{self, MetricsSecurity};
 use podset_operator::leader::Fence;
@@ -183,20 +183,27 @@ async fn clients(metrics: Arc<Metrics>, args: &RunArgs, fence: Fence) -> anyhow:
     let config = kube::Config::infer()
         .await
         .context("finding Kubernetes credentials (kubeconfig or in-cluster)")?;
-    let lane = Lane {
+    let controller_writes = ControllerWrites {
         max_in_flight: usize::try_from(args.max_mutating_requests)?,
         fence,
     };
-    let build = |lane| client::build(config.clone(), &args.instance, metrics.clone(), lane);
+    let build = |controller_writes| {
+        client::build(
+            config.clone(),
+            &args.instance,
+            metrics.clone(),
+            controller_writes,
+        )
+    };
     Ok(Clients {
-        controllers: build(Some(lane))?,
+        controllers: build(Some(controller_writes))?,
         own: build(None)?,
     })
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     telemetry::init(args.log_format, &args.log_level)?;
-    let shared = Shared::default();
+    let exported = Exported::default();
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     tokio::spawn(podset_operator::memory::release_every(
@@ -207,11 +214,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         true => Fence::closed(),
         false => Fence::always_open(),
     };
-    let clients = clients(shared.metrics.clone(), &args, fence.clone()).await?;
+    let clients = clients(exported.metrics.clone(), &args, fence.clone()).await?;
     let stop_http = CancellationToken::new();
     let health_addr = http::serve_probes(
         args.health_probe_bind_address,
-        shared.health.clone(),
+        exported.health.clone(),
         stop_http.clone(),
     )
     .await
@@ -227,7 +234,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let metrics_addr = http::serve_metrics(
         args.metrics_bind_address,
-        shared.metrics.registry(shared.pods.clone()),
+        exported.metrics.registry(exported.pods.clone()),
         security,
         stop_http.clone(),
     )
@@ -267,7 +274,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         lease: clients.own,
         fence,
         settings,
-        shared,
+        exported,
         election,
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout_seconds),
     };

@@ -7,18 +7,18 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, warn};
 
-use crate::controller::{self, Settings, Shared};
+use crate::controller::{self, Exported, Settings};
 pub use crate::leader::Election;
 use crate::leader::{Fence, LeaderElection};
 
 pub struct Operator {
-    /// The controllers' client: its writes leave only while `fence` is open (`client::Lane`).
+    /// The controllers' client: its writes leave only while `fence` is open (`client::ControllerWrites`).
     pub controllers: kube::Client,
     /// The Lease's client: never held up by the controllers' writes, nor stopped at the fence.
     pub lease: kube::Client,
     pub fence: Fence,
     pub settings: Settings,
-    pub shared: Shared,
+    pub exported: Exported,
     /// Elect a leader on this Lease; `None` runs the controllers at once, alone.
     pub election: Option<Election>,
     /// How long, after shutdown is asked, in-flight reconciles may take.
@@ -31,7 +31,7 @@ impl Operator {
         match self.election.clone() {
             Some(election) => self.run_as_leader(election, shutdown).await,
             None => {
-                self.shared.metrics.leader.set(1);
+                self.exported.metrics.leader.set(1);
                 let controllers = self.controllers.clone();
                 self.run_controllers(controllers, &shutdown).await
             }
@@ -48,7 +48,7 @@ impl Operator {
         let controllers = controller::run(
             client,
             self.settings.clone(),
-            self.shared.clone(),
+            self.exported.clone(),
             shutdown.clone(),
         );
         let mut controllers = std::pin::pin!(controllers);
@@ -85,19 +85,19 @@ impl Operator {
             &self.settings.instance,
             self.fence.clone(),
             self.settings.clock.clone(),
-            self.shared.health.clone(),
+            self.exported.health.clone(),
         );
         let (lease, namespace) = (&election.name, &election.namespace);
         for term in 1.. {
             // A standby is healthy and ready: it is only waiting.
-            self.shared.health.set_ready(true);
+            self.exported.health.set_ready(true);
             info!(%lease, %namespace, "waiting for the leader lease");
             if !leader.acquire(&shutdown).await {
                 return Ok(());
             }
             info!(%lease, "became the leader");
-            self.shared.metrics.leader.set(1);
-            self.shared.health.set_ready(false);
+            self.exported.metrics.leader.set(1);
+            self.exported.health.set_ready(false);
             // Every line of this term carries the lease and the term's number in this process.
             let span = tracing::info_span!("term", %lease, term);
             let controllers = self
@@ -110,7 +110,7 @@ impl Operator {
                 _ = leader.hold() => None,
                 result = controllers => Some(result),
             };
-            self.shared.metrics.leader.set(0);
+            self.exported.metrics.leader.set(0);
             leader.release().await;
             match result {
                 Some(result) => return result,

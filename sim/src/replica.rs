@@ -1,5 +1,5 @@
 //! One replica of the operator: the library's `Operator` over two transports into the model
-//! (the controllers' lane behind the fence, and the Lease's), with a wall clock that can
+//! (the controllers' controller_writes behind the fence, and the Lease's), with a wall clock that can
 //! jump, and the lifecycle a process has: started, crashed (its memory gone, the cluster's
 //! state kept), asked to stop, frozen and thawed.
 //!
@@ -17,9 +17,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use podset_operator::client::{self, Lane};
+use podset_operator::client::{self, ControllerWrites};
 use podset_operator::clock::Clock;
-use podset_operator::controller::{Settings, Shared};
+use podset_operator::controller::{Exported, Settings};
 use podset_operator::leader::Fence;
 use podset_operator::operator::{Election, Operator};
 use tokio::sync::Notify;
@@ -115,7 +115,7 @@ struct State {
     running: Option<Running>,
     alive: bool,
     /// What the current incarnation shares with its probes.
-    shared: Shared,
+    exported: Exported,
     /// The current incarnation's fence: open while it leads.
     fence: Fence,
 }
@@ -143,7 +143,7 @@ impl Replica {
                 identity: format!("replica-{id}"),
                 running: None,
                 alive: false,
-                shared: Shared::default(),
+                exported: Exported::default(),
                 fence: Fence::closed(),
             }),
             ended: Notify::new(),
@@ -176,12 +176,12 @@ impl Replica {
 
     /// How many pods the current incarnation's cache holds (its `managed_pods` metric).
     pub fn cached_pods(&self) -> usize {
-        self.state.lock().shared.pods.len()
+        self.state.lock().exported.pods.len()
     }
 
     /// Whether the current incarnation reports ready (`/readyz`).
     pub fn ready(&self) -> bool {
-        self.state.lock().shared.health.is_ready()
+        self.state.lock().exported.health.is_ready()
     }
 
     /// The current incarnation.
@@ -217,7 +217,7 @@ impl Replica {
             w.oracle
                 .identify(actor, &state.identity, state.fence.clone())
         });
-        state.shared = operator.shared.clone();
+        state.exported = operator.exported.clone();
         let shutdown = CancellationToken::new();
         let span = tracing::info_span!("replica", r = %actor);
         let gated = Gated {
@@ -242,18 +242,18 @@ impl Replica {
             Some(_) => Fence::closed(),
             None => Fence::always_open(),
         };
-        let shared = Shared::default();
+        let exported = Exported::default();
         let transport = |fence| Transport::new(sim.clone(), self.clone(), actor, fence);
-        let lane = Lane {
+        let controller_writes = ControllerWrites {
             max_in_flight: self.settings.max_mutating_requests,
             fence: fence.clone(),
         };
-        let metrics = shared.metrics.clone();
+        let metrics = exported.metrics.clone();
         let controllers = client::over(
             transport(Some(fence.clone())),
             "default",
             metrics.clone(),
-            Some(lane),
+            Some(controller_writes),
         );
         let lease = client::over(transport(None), "default", metrics, None);
         let (clock_sim, offset) = (sim.clone(), self.clock_offset.clone());
@@ -274,7 +274,7 @@ impl Replica {
                 instance: identity.to_string(),
                 clock,
             },
-            shared,
+            exported,
             election: self.settings.lease.map(|duration| Election {
                 namespace: LEASE_NAMESPACE.into(),
                 name: LEASE_NAME.into(),

@@ -40,7 +40,7 @@ pub enum Change {
 
 /// One owner whose pods a watch event changed.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Touched {
+pub struct PodChange {
     pub owner: Owner,
     pub namespace: Arc<str>,
     pub pod_uid: Uid,
@@ -137,7 +137,7 @@ impl PodCache {
     }
 
     /// Applies one watch event and returns the owners whose pods it changed.
-    pub fn apply(&self, event: Event<Pod>) -> Vec<Touched> {
+    pub fn apply(&self, event: Event<Pod>) -> Vec<PodChange> {
         match event {
             Event::Init => {
                 *self.relist.lock() = Some(Index::default());
@@ -196,9 +196,9 @@ impl PodCache {
 }
 
 /// What changed for the owners of one pod, from its previous to its current cached state.
-fn changes(previous: Option<&CachedPod>, current: Option<&CachedPod>) -> Vec<Touched> {
+fn changes(previous: Option<&CachedPod>, current: Option<&CachedPod>) -> Vec<PodChange> {
     let touched = |pod: &CachedPod, change: Change| {
-        pod.owner.clone().map(|owner| Touched {
+        pod.owner.clone().map(|owner| PodChange {
             owner,
             namespace: pod.namespace.clone(),
             pod_uid: pod.uid.clone(),
@@ -235,7 +235,7 @@ fn changes(previous: Option<&CachedPod>, current: Option<&CachedPod>) -> Vec<Tou
 }
 
 /// Every owner change between two complete snapshots (after a relist).
-fn diff(old: &Index, new: &Index) -> Vec<Touched> {
+fn diff(old: &Index, new: &Index) -> Vec<PodChange> {
     let mut out = Vec::new();
     for pod in new.pods() {
         out.extend(changes(old.get(&pod.uid).map(Arc::as_ref), Some(pod)));
@@ -278,7 +278,7 @@ mod tests {
         }
     }
 
-    fn changes_of(t: &[Touched]) -> Vec<(Uid, Change)> {
+    fn changes_of(t: &[PodChange]) -> Vec<(Uid, Change)> {
         t.iter()
             .map(|t| (t.owner.uid.clone(), t.change.clone()))
             .collect()

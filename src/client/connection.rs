@@ -62,18 +62,18 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 
-    use crate::client::{Lane, REQUEST_TIMEOUT, build, may_have_acted};
+    use crate::client::{ControllerWrites, REQUEST_TIMEOUT, build, may_have_acted};
     use crate::leader::Fence;
 
     async fn api(scheme: &str, listener: &TcpListener) -> Api<Pod> {
         let addr = listener.local_addr().unwrap();
         let mut config = kube::Config::new(format!("{scheme}://{addr}").parse().unwrap());
         config.accept_invalid_certs = true;
-        let lane = Lane {
+        let controller_writes = ControllerWrites {
             max_in_flight: 1,
             fence: Fence::always_open(),
         };
-        let client = build(config, "test", Default::default(), Some(lane)).unwrap();
+        let client = build(config, "test", Default::default(), Some(controller_writes)).unwrap();
         Api::namespaced(client, "ns")
     }
 

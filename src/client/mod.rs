@@ -37,45 +37,50 @@ use tower::{BoxError, Service, ServiceBuilder, ServiceExt as _};
 use crate::leader::Fence;
 use crate::metrics::Metrics;
 
+mod acted;
 mod connection;
 mod deadline;
 mod fence;
 mod gated;
 mod guard;
-mod outcome;
 mod warnings;
+pub use acted::{NotSent, may_have_acted};
 pub use connection::READ_IDLE_TIMEOUT;
 use connection::{tcp_connector, with_timeouts};
 pub use deadline::REQUEST_TIMEOUT;
 use fence::FenceLayer;
 pub use fence::{Admit, NotLeading};
 use guard::{Answer, Guard};
-pub use outcome::{NotSent, may_have_acted};
 pub use warnings::LOGGED_AS as WARNING_LOGGED_AS;
 
-/// The controllers' lane: their writes wait for one of `max_in_flight` slots, and leave only
+/// The controllers' controller_writes: their writes wait for one of `max_in_flight` slots, and leave only
 /// while `fence` is open (see `client::fence`).
-pub struct Lane {
+pub struct ControllerWrites {
     pub max_in_flight: usize,
     pub fence: Fence,
 }
 
 /// Builds a client of the operator from a kubeconfig or in-cluster config, for the instance
-/// named `instance`: the controllers' (`lane`), or, without one, a client whose requests
+/// named `instance`: the controllers' (`controller_writes`), or, without one, a client whose requests
 /// never wait behind the controllers' writes nor stop at their fence (the Lease's, and the
 /// reviews of `/metrics` callers).
 pub fn build(
     mut config: kube::Config,
     instance: &str,
     metrics: Arc<Metrics>,
-    lane: Option<Lane>,
+    controller_writes: Option<ControllerWrites>,
 ) -> Result<kube::Client, kube::Error> {
     let agent = HeaderValue::from_str(&user_agent(instance))
         .map_err(|e| kube::Error::HttpError(e.into()))?;
     config.headers.push((http::header::USER_AGENT, agent));
     let namespace = config.default_namespace.clone();
-    let fence = lane.as_ref().map(|l| l.fence.clone());
-    Ok(over(http_stack(config, fence)?, &namespace, metrics, lane))
+    let fence = controller_writes.as_ref().map(|l| l.fence.clone());
+    Ok(over(
+        http_stack(config, fence)?,
+        &namespace,
+        metrics,
+        controller_writes,
+    ))
 }
 
 /// The operator's request layers over `transport`, which sends a request and returns the
@@ -85,7 +90,7 @@ pub fn over<S, B>(
     transport: S,
     default_namespace: &str,
     metrics: Arc<Metrics>,
-    lane: Option<Lane>,
+    controller_writes: Option<ControllerWrites>,
 ) -> kube::Client
 where
     S: Service<Request<Body>, Response = Response<B>, Error = BoxError> + Clone + Send + 'static,
@@ -97,7 +102,7 @@ where
         metrics.api_request(req.method().as_str());
         req
     });
-    let (fence, limit) = match lane {
+    let (fence, limit) = match controller_writes {
         Some(l) => (
             Some(FenceLayer(l.fence)),
             Some(MutatingLimit::new(l.max_in_flight)),

@@ -281,7 +281,7 @@ async fn write_status(at: &At, status: &AtStatus, ctx: &Context) -> Result<Optio
         Err(e) => return Err(Error::StatusWrite(e)),
     };
     let phase = phase_name(status.phase);
-    for note in plan::notes(at.status.as_ref(), status) {
+    for note in plan::status_events(at.status.as_ref(), status) {
         info!(phase, reason = %note.reason, note = %note.note, "status changed");
         publish(at, ctx, note.type_, &note.reason, note.action, note.note).await;
     }

@@ -1,4 +1,4 @@
-//! The thin shell: watches, the shared pod cache, and the controllers' run loops.
+//! The thin shell: watches, the exported pod cache, and the controllers' run loops.
 //!
 //! One pod watch (selecting the operator's own pods by label) feeds one [`PodCache`]; each
 //! pod event lowers expectations and is routed to the controller of the pod's controlling
@@ -18,7 +18,7 @@ mod unreadable;
 mod wakes;
 
 use context::{Context, api_in};
-use routing::{Router, primary, watch_pods};
+use routing::{Router, watch_into_store, watch_pods};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -64,7 +64,7 @@ pub struct Settings {
 
 /// What the controllers share with the probe and metrics endpoints.
 #[derive(Clone, Default)]
-pub struct Shared {
+pub struct Exported {
     pub metrics: Arc<Metrics>,
     /// Empty until the controllers fill it.
     pub pods: Arc<PodCache>,
@@ -87,14 +87,14 @@ impl Drop for Emptied {
 pub async fn run(
     client: Client,
     settings: Settings,
-    shared: Shared,
+    exported: Exported,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let Shared {
+    let Exported {
         metrics,
         pods,
         health,
-    } = shared;
+    } = exported;
     let ctx = Arc::new(Context::new(
         client.clone(),
         pods,
@@ -225,7 +225,7 @@ impl Launch<'_> {
         let api = api_in::<Decoded<K>>(self.client.clone(), self.settings.namespace.as_deref());
         let events = watcher(api, watcher::Config::default()).default_backoff();
         let events = unreadable::readable(events, self.ctx.clone());
-        let primary = primary(events, writer, synced, self.ctx.clone());
+        let primary = watch_into_store(events, writer, synced, self.ctx.clone());
         let controller = Controller::for_stream(primary, reader)
             .with_config(ControllerConfig::default().concurrency(self.settings.concurrency))
             .reconcile_on(owned)

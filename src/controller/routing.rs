@@ -19,7 +19,7 @@ use super::Settings;
 use super::context::{Context, api_in};
 use super::wakes::Wakes;
 use crate::api::{At, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet};
-use crate::cache::Touched;
+use crate::cache::PodChange;
 use crate::status_writes::status_hash;
 
 /// The primary objects, triggering on what [`Wakes`] says (a new generation, a status not
@@ -27,7 +27,7 @@ use crate::status_writes::status_hash;
 /// expectations, status memo) go with it: nothing would ever reconcile it to reset them.
 /// The store keeps no field that no reconcile reads and that can be large: managed fields,
 /// and `kubectl apply`'s copy of the whole object (a PodSet's template a second time).
-pub(super) fn primary<K>(
+pub(super) fn watch_into_store<K>(
     events: impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
     writer: reflector::store::Writer<K>,
     synced: tokio::sync::watch::Sender<bool>,
@@ -108,7 +108,7 @@ impl Router {
         (Router { podset, at }, queues)
     }
 
-    fn route(&self, t: &Touched) {
+    fn route(&self, t: &PodChange) {
         match &*t.owner.kind {
             "PodSet" => enqueue(self.podset.as_ref(), t),
             "At" => enqueue(self.at.as_ref(), t),
@@ -119,7 +119,7 @@ impl Router {
 
 fn enqueue<K: Resource<DynamicType = ()>>(
     queue: Option<&UnboundedSender<ObjectRef<K>>>,
-    t: &Touched,
+    t: &PodChange,
 ) {
     // A send fails only once the controller stopped; nothing to route then.
     if let Some(tx) = queue {
@@ -165,8 +165,8 @@ mod tests {
         }
     }
 
-    fn touched(kind: &str, owner_uid: &str) -> Touched {
-        Touched {
+    fn touched(kind: &str, owner_uid: &str) -> PodChange {
+        PodChange {
             owner: crate::cache::Owner {
                 kind: kind.into(),
                 name: "x".into(),
@@ -212,7 +212,7 @@ mod tests {
         ]);
         let (reader, writer) = reflector::store();
         let (synced, _ready) = tokio::sync::watch::channel(false);
-        primary(events, writer, synced, context())
+        watch_into_store(events, writer, synced, context())
             .for_each(|_| async {})
             .await;
         let stored = reader.get(&ObjectRef::from_obj(&ps)).expect("stored");
@@ -241,7 +241,7 @@ mod tests {
         ]);
         let (_reader, writer) = reflector::store();
         let (synced, _ready) = tokio::sync::watch::channel(false);
-        primary(events, writer, synced, ctx.clone())
+        watch_into_store(events, writer, synced, ctx.clone())
             .for_each(|_| async {})
             .await;
         assert!(ctx.backoff.is_empty(), "backoff kept");

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-use crate::cache::{Change, Touched};
+use crate::cache::{Change, PodChange};
 use crate::uid::Uid;
 
 mod unanswered;
@@ -256,7 +256,7 @@ impl Expectations {
 
     /// Lowers expectations by what a pod watch event shows. Only an existing record is
     /// lowered: an owner's pods changing expects nothing of it.
-    pub fn observe(&self, touched: &Touched, now: Instant) {
+    pub fn observe(&self, touched: &PodChange, now: Instant) {
         let mut owners = self.owners.lock();
         let uid = &touched.owner.uid;
         let Some(p) = owners.get_mut(uid) else {
@@ -304,7 +304,7 @@ impl Expectations {
 
 /// The watch shows a pod of the owner's: it meets the create of its name, if that expects
 /// any pod of the name or this one.
-fn observe_create(creates: &mut HashMap<String, Create>, touched: &Touched) {
+fn observe_create(creates: &mut HashMap<String, Create>, touched: &PodChange) {
     let Some(create) = creates.get_mut(touched.pod_name.as_str()) else {
         return;
     };

@@ -22,8 +22,8 @@ fn deletes<const N: usize>(pods: [&str; N]) -> Vec<Write> {
     pods.map(delete).into()
 }
 
-fn touched(owner: &str, pod: &str, change: Change) -> Touched {
-    Touched {
+fn touched(owner: &str, pod: &str, change: Change) -> PodChange {
+    PodChange {
         owner: Owner {
             kind: "PodSet".into(),
             name: "x".into(),

@@ -51,7 +51,7 @@ impl State {
     }
 }
 
-type Shared = Arc<Mutex<State>>;
+type ApiState = Arc<Mutex<State>>;
 /// A whole JSON reply, or a watch that never delivers.
 type Reply = Response<
     Either<Full<Bytes>, StreamBody<futures::stream::Pending<Result<Frame<Bytes>, BoxError>>>>,
@@ -73,7 +73,7 @@ fn status(code: u16, reason: &str) -> Reply {
     )
 }
 
-fn answer(state: &Shared, method: Method, query: &str, body: Value) -> Reply {
+fn answer(state: &ApiState, method: Method, query: &str, body: Value) -> Reply {
     let mut s = state.lock();
     if query.contains("watch=true") {
         return Response::new(Either::Right(StreamBody::new(futures::stream::pending())));
@@ -117,7 +117,7 @@ fn answer(state: &Shared, method: Method, query: &str, body: Value) -> Reply {
     }
 }
 
-fn api(state: Shared) -> Client {
+fn api(state: ApiState) -> Client {
     let svc = tower::service_fn(move |req: Request<Body>| {
         let state = state.clone();
         async move {
@@ -131,7 +131,7 @@ fn api(state: Shared) -> Client {
     Client::new(svc, "ns")
 }
 
-fn election(state: &Shared, me: &str) -> LeaderElection {
+fn election(state: &ApiState, me: &str) -> LeaderElection {
     let election = Election {
         namespace: "ns".into(),
         name: NAME.into(),
@@ -159,7 +159,7 @@ async fn acquire_within(election: &LeaderElection, within: Duration) -> bool {
         .unwrap_or(false)
 }
 
-fn puts(state: &Shared) -> usize {
+fn puts(state: &ApiState) -> usize {
     let s = state.lock();
     s.seen.iter().filter(|(m, _)| *m == Method::PUT).count()
 }
@@ -168,7 +168,7 @@ fn puts(state: &Shared) -> usize {
 /// renewed, with its fence closed, for a lease duration, and only then leads.
 #[tokio::test(start_paused = true)]
 async fn a_missing_lease_is_created_and_led_a_lease_duration_later() {
-    let state = Shared::default();
+    let state = ApiState::default();
     let me = election(&state, "me");
     assert!(!me.fence.is_open());
     let began = Instant::now();
@@ -187,7 +187,7 @@ async fn a_missing_lease_is_created_and_led_a_lease_duration_later() {
 /// under way) keeps trying and takes the lease once it can.
 #[tokio::test(start_paused = true)]
 async fn a_standby_whose_reads_fail_keeps_trying_and_takes_the_lease() {
-    let state = Shared::default();
+    let state = ApiState::default();
     state.lock().fail = 3;
     let me = election(&state, "me");
     assert!(acquire_within(&me, Duration::from_secs(10)).await);
@@ -198,7 +198,7 @@ async fn a_standby_whose_reads_fail_keeps_trying_and_takes_the_lease() {
 /// long ago): a standby still waits a whole lease from when it first saw the record.
 #[tokio::test(start_paused = true)]
 async fn a_standby_times_the_lease_from_its_own_observation() {
-    let state = Shared::default();
+    let state = ApiState::default();
     let an_hour_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
     state.lock().write(holding("other", an_hour_ago));
     let me = election(&state, "me");
@@ -217,7 +217,7 @@ async fn a_standby_times_the_lease_from_its_own_observation() {
 /// Lease at once, and leads a lease duration later.
 #[tokio::test(start_paused = true)]
 async fn a_deleted_lease_is_created_again_and_led_a_lease_duration_later() {
-    let state = Shared::default();
+    let state = ApiState::default();
     let leader = election(&state, "me");
     assert!(acquire_within(&leader, LEASE * 2).await);
     state.lock().lease = None;
@@ -242,7 +242,7 @@ async fn a_deleted_lease_is_created_again_and_led_a_lease_duration_later() {
 /// steps down, closes its fence, and its release leaves the other holder in place.
 #[tokio::test(start_paused = true)]
 async fn a_leader_never_overwrites_another_holder() {
-    let state = Shared::default();
+    let state = ApiState::default();
     let me = election(&state, "me");
     assert!(acquire_within(&me, LEASE * 2).await);
     let before = puts(&state);
@@ -262,7 +262,7 @@ async fn a_leader_never_overwrites_another_holder() {
 /// renewal that cannot land closes the fence by the renew deadline.
 #[tokio::test(start_paused = true)]
 async fn renewals_come_every_third_of_the_lease_and_the_fence_closes_without_them() {
-    let state = Shared::default();
+    let state = ApiState::default();
     let me = election(&state, "me");
     assert!(acquire_within(&me, LEASE * 2).await);
     let before = puts(&state);
@@ -291,7 +291,7 @@ async fn renewals_come_every_third_of_the_lease_and_the_fence_closes_without_the
 /// later; one that is its own last write it saw land is led again at once.
 #[tokio::test(start_paused = true)]
 async fn a_record_naming_this_instance_is_led_at_once_only_if_it_saw_its_write_land() {
-    let state = Shared::default();
+    let state = ApiState::default();
     state.lock().write(holding("me", jiff::Timestamp::now()));
     let me = election(&state, "me");
     let began = Instant::now();

@@ -27,7 +27,7 @@ use kube::{Resource, ResourceExt};
 use crate::api::decoded::Reported;
 use crate::api::{At, AtPhase, AtStatus, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::cache::{CachedPod, Phase};
-use crate::conditions::{self, Want};
+use crate::conditions::{self, Desired};
 
 /// The only shape `spec.schedule` has (the CRD's pattern enforces it).
 const SCHEDULE_FORMAT: &str = "%Y-%m-%dT%H:%M:%SZ";
@@ -193,7 +193,7 @@ pub fn starting(at: &At, now: Timestamp) -> AtStatus {
     let name = pod_name(at);
     let completed = conditions::condition(
         &previous.conditions,
-        Want {
+        Desired {
             type_: CONDITION_COMPLETED,
             status: false,
             reason: REASON_STARTING,
@@ -245,7 +245,7 @@ pub fn progress(at: &At, pod: &CachedPod, now: Timestamp) -> AtStatus {
 
 /// `Completed` while the pod has not ended: Started, or what keeps it from running, in the
 /// scheduler's or kubelet's words (Unschedulable, ImagePullBackOff, ...), a Warning.
-fn running(pod: &CachedPod) -> Want<'_> {
+fn running(pod: &CachedPod) -> Desired<'_> {
     let (reason, message) = match pod.trouble() {
         Some(t) => (&*t.reason, format!("pod {}: {}", pod.name, t.message)),
         None => (
@@ -253,7 +253,7 @@ fn running(pod: &CachedPod) -> Want<'_> {
             format!("pod {} created; waiting for it to finish", pod.name),
         ),
     };
-    Want {
+    Desired {
         type_: CONDITION_COMPLETED,
         status: false,
         reason,
@@ -277,7 +277,7 @@ fn vanished(at: &At, now: Timestamp) -> AtStatus {
     let name = previous.pod_name.clone().unwrap_or_else(|| pod_name(at));
     let completed = conditions::condition(
         &previous.conditions,
-        Want {
+        Desired {
             type_: CONDITION_COMPLETED,
             status: true,
             reason: REASON_POD_VANISHED,
@@ -300,7 +300,7 @@ fn vanished(at: &At, now: Timestamp) -> AtStatus {
 
 /// The status of a due At whose pod could not be created: still PENDING, with why.
 pub fn blocked(at: &At, reason: &str, message: String, now: Timestamp) -> AtStatus {
-    let want = Want {
+    let want = Desired {
         type_: CONDITION_SCHEDULED,
         status: false,
         reason,
@@ -309,8 +309,8 @@ pub fn blocked(at: &At, reason: &str, message: String, now: Timestamp) -> AtStat
     pending(at, want, now)
 }
 
-fn scheduled(at: &At) -> Want<'static> {
-    Want {
+fn scheduled(at: &At) -> Desired<'static> {
+    Desired {
         type_: CONDITION_SCHEDULED,
         status: true,
         reason: REASON_SCHEDULED,
@@ -318,7 +318,7 @@ fn scheduled(at: &At) -> Want<'static> {
     }
 }
 
-fn pending(at: &At, want: Want<'_>, now: Timestamp) -> AtStatus {
+fn pending(at: &At, want: Desired<'_>, now: Timestamp) -> AtStatus {
     let previous = at.status.clone().unwrap_or_default();
     AtStatus {
         phase: Some(AtPhase::Pending),
@@ -333,7 +333,7 @@ fn pending(at: &At, want: Want<'_>, now: Timestamp) -> AtStatus {
 }
 
 /// `Completed` for a pod that ended, with the kubelet's reason, message and exit code.
-fn finished<'a>(reason: &'a str, pod: &CachedPod) -> Want<'a> {
+fn finished<'a>(reason: &'a str, pod: &CachedPod) -> Desired<'a> {
     let mut message = format!("pod {} {}", pod.name, reason.to_lowercase());
     let ended = pod.ended().cloned().unwrap_or_default();
     for detail in [ended.reason, ended.message].into_iter().flatten() {
@@ -342,7 +342,7 @@ fn finished<'a>(reason: &'a str, pod: &CachedPod) -> Want<'a> {
     if let Some(code) = pod.exit_code {
         message.push_str(&format!(" (exit code {code})"));
     }
-    Want {
+    Desired {
         type_: CONDITION_COMPLETED,
         status: true,
         reason,
@@ -366,7 +366,7 @@ fn after_start_conditions(
         Some(c) if started_before && c.observed_generation >= generation => c.clone(),
         Some(_) if started_before => conditions::condition(
             &previous.conditions,
-            Want {
+            Desired {
                 type_: CONDITION_SCHEDULED,
                 status: false,
                 reason: REASON_SPEC_CHANGE_IGNORED,
@@ -387,7 +387,7 @@ fn after_start_conditions(
 
 /// An event to publish.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Note {
+pub struct StatusEvent {
     pub type_: EventType,
     pub reason: String,
     pub action: &'static str,
@@ -397,7 +397,7 @@ pub struct Note {
 /// One event per condition that appeared or changed its status or reason from `old` to
 /// `new`: the conditions follow the phases, so `kubectl describe at` tells the whole story,
 /// and recomputing an unchanged status publishes nothing.
-pub fn notes(old: Option<&AtStatus>, new: &AtStatus) -> Vec<Note> {
+pub fn status_events(old: Option<&AtStatus>, new: &AtStatus) -> Vec<StatusEvent> {
     let before = old.map(|s| s.conditions.as_slice()).unwrap_or_default();
     new.conditions
         .iter()
@@ -405,7 +405,7 @@ pub fn notes(old: Option<&AtStatus>, new: &AtStatus) -> Vec<Note> {
             !conditions::find(before, &c.type_)
                 .is_some_and(|b| b.status == c.status && b.reason == c.reason)
         })
-        .map(|c| Note {
+        .map(|c| StatusEvent {
             type_: if warns(c) {
                 EventType::Warning
             } else {

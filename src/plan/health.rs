@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::events::EventType;
 
 use crate::cache::CachedPod;
-use crate::conditions::{self, Want};
+use crate::conditions::{self, Desired};
 
 pub const CONDITION_PODS_HEALTHY: &str = "PodsHealthy";
 pub const REASON_HEALTHY: &str = "AllPodsHealthy";
@@ -18,7 +18,7 @@ pub const REASON_HEALTHY: &str = "AllPodsHealthy";
 /// trouble (by name), while any is; True once none is. A pod that failed (evicted, say) is
 /// replaced, and its reason stays on it (`kubectl get pods`), not on the PodSet. `None` while none ever was (the condition is
 /// absent): a PodSet whose pods start as they should never carries it, and costs no write.
-pub fn pods_healthy<'a>(previous: &[Condition], pods: &'a [Arc<CachedPod>]) -> Option<Want<'a>> {
+pub fn pods_healthy<'a>(previous: &[Condition], pods: &'a [Arc<CachedPod>]) -> Option<Desired<'a>> {
     let mut troubled: Vec<&CachedPod> = pods
         .iter()
         .filter(|p| p.is_active() && p.trouble().is_some())
@@ -26,7 +26,7 @@ pub fn pods_healthy<'a>(previous: &[Condition], pods: &'a [Arc<CachedPod>]) -> O
         .collect();
     troubled.sort_by(|a, b| a.name.cmp(&b.name));
     let Some(first) = troubled.first() else {
-        return conditions::find(previous, CONDITION_PODS_HEALTHY).map(|_| Want {
+        return conditions::find(previous, CONDITION_PODS_HEALTHY).map(|_| Desired {
             type_: CONDITION_PODS_HEALTHY,
             status: true,
             reason: REASON_HEALTHY,
@@ -38,7 +38,7 @@ pub fn pods_healthy<'a>(previous: &[Condition], pods: &'a [Arc<CachedPod>]) -> O
     if troubled.len() > 1 {
         message.push_str(&format!(" ({} pods in trouble)", troubled.len()));
     }
-    Some(Want {
+    Some(Desired {
         type_: CONDITION_PODS_HEALTHY,
         status: false,
         reason: &trouble.reason,
@@ -81,7 +81,7 @@ mod tests {
         Arc::new(pod)
     }
 
-    fn written(want: Want<'_>) -> Vec<Condition> {
+    fn written(want: Desired<'_>) -> Vec<Condition> {
         let t = Timestamp::from_second(1_000).unwrap();
         vec![conditions::condition(&[], want, Some(1), t)]
     }

@@ -164,7 +164,7 @@ fn invalid_date_is_reported_not_retried() {
         condition(&status, CONDITION_SCHEDULED),
         ("False", REASON_INVALID_SCHEDULE)
     );
-    let notes = notes(at.status.as_ref(), &status);
+    let notes = status_events(at.status.as_ref(), &status);
     assert_eq!(notes.len(), 1);
     assert_eq!(
         (notes[0].type_, notes[0].reason.as_str()),
@@ -180,7 +180,7 @@ fn invalid_date_is_reported_not_retried() {
     again.spec.schedule = "2019-02-30T10:00:00Z".into();
     let same = record(decide(&again, None, ts("2019-04-12T11:00:00Z")));
     assert_eq!(same, status);
-    assert!(super::notes(Some(&status), &same).is_empty());
+    assert!(super::status_events(Some(&status), &same).is_empty());
 }
 
 #[test]
@@ -203,7 +203,7 @@ fn created_pod_means_running_then_done_with_the_outcome() {
         condition(&running, CONDITION_COMPLETED),
         ("False", REASON_STARTED)
     );
-    let notes_running = notes(at.status.as_ref(), &running);
+    let notes_running = status_events(at.status.as_ref(), &running);
     assert_eq!(
         notes_running
             .iter()
@@ -230,7 +230,7 @@ fn created_pod_means_running_then_done_with_the_outcome() {
         condition(&done, CONDITION_COMPLETED),
         ("True", REASON_SUCCEEDED)
     );
-    let n = notes(Some(&running), &done);
+    let n = status_events(Some(&running), &done);
     assert_eq!((n.len(), n[0].type_), (1, EventType::Normal));
 
     let mut bad = pod(Phase::Failed);
@@ -256,7 +256,7 @@ fn created_pod_means_running_then_done_with_the_outcome() {
         c.message,
         "pod example-at-pod failed: Error: boom (exit code 3)"
     );
-    let n = notes(Some(&running), &failed);
+    let n = status_events(Some(&running), &failed);
     assert_eq!(
         (n.len(), n[0].type_, n[0].reason.as_str()),
         (1, EventType::Warning, REASON_FAILED)
@@ -284,7 +284,7 @@ fn a_pod_in_trouble_is_told_with_a_warning_and_cleared_once_it_runs() {
         condition(&waiting, CONDITION_COMPLETED),
         ("False", "Unschedulable")
     );
-    let told = notes(at.status.as_ref(), &waiting);
+    let told = status_events(at.status.as_ref(), &waiting);
     assert_eq!(
         (told[0].type_, told[0].note.as_str()),
         (
@@ -298,7 +298,10 @@ fn a_pod_in_trouble_is_told_with_a_warning_and_cleared_once_it_runs() {
         condition(&running, CONDITION_COMPLETED),
         ("False", REASON_STARTED)
     );
-    assert_eq!(notes(Some(&waiting), &running)[0].type_, EventType::Normal);
+    assert_eq!(
+        status_events(Some(&waiting), &running)[0].type_,
+        EventType::Normal
+    );
 }
 
 #[test]
@@ -341,7 +344,10 @@ fn a_recorded_pod_missing_is_confirmed_then_done_as_vanished() {
         condition(&gone, CONDITION_COMPLETED),
         ("True", REASON_POD_VANISHED)
     );
-    assert_eq!(notes(Some(&running), &gone)[0].type_, EventType::Warning);
+    assert_eq!(
+        status_events(Some(&running), &gone)[0].type_,
+        EventType::Warning
+    );
     // Another pod with the name is not the recorded one: gone all the same.
     let mut other = pod(Phase::Running);
     other.uid = "other-uid".into();
@@ -443,7 +449,7 @@ fn done_is_final_and_says_spec_changes_are_ignored() {
         condition(&edited, CONDITION_COMPLETED),
         ("True", REASON_SUCCEEDED)
     );
-    let n = notes(Some(&done), &edited);
+    let n = status_events(Some(&done), &edited);
     assert_eq!(
         (n.len(), n[0].type_, n[0].reason.as_str()),
         (1, EventType::Warning, REASON_SPEC_CHANGE_IGNORED)
@@ -471,7 +477,7 @@ fn blocked_create_stays_pending_and_recovers() {
         condition(&taken, CONDITION_SCHEDULED),
         ("False", REASON_POD_NAME_TAKEN)
     );
-    assert_eq!(notes(None, &taken)[0].type_, EventType::Warning);
+    assert_eq!(status_events(None, &taken)[0].type_, EventType::Warning);
     let at = at_with(Some(taken));
     assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Start, "retried");
     let running = progress(&at, &pod(Phase::Pending), ts(SCHEDULE));

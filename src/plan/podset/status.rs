@@ -10,7 +10,7 @@ use super::pod::selector;
 use crate::api::decoded::Reported;
 use crate::api::{PodSet, PodSetStatus};
 use crate::cache::CachedPod;
-use crate::conditions::{self, Want};
+use crate::conditions::{self, Desired};
 use crate::plan::health;
 
 pub const CONDITION_AVAILABLE: &str = "Available";
@@ -66,7 +66,7 @@ pub fn status(
     let available = i32::try_from(pod_names.len()).unwrap_or(i32::MAX);
     let generation = ps.meta().generation;
     let replicas = ps.spec.replicas;
-    let available_condition = Want {
+    let available_condition = Desired {
         type_: CONDITION_AVAILABLE,
         status: available >= replicas,
         reason: if available >= replicas {
@@ -77,7 +77,7 @@ pub fn status(
         message: format!("{available} of {replicas} pods available"),
     };
     let failure_condition = match outcome {
-        Outcome::Failed(f) => Some(Want {
+        Outcome::Failed(f) => Some(Desired {
             type_: CONDITION_REPLICA_FAILURE,
             status: true,
             reason: f.reason,
@@ -122,8 +122,8 @@ pub fn status(
     }
 }
 
-fn no_failure() -> Want<'static> {
-    Want {
+fn no_failure() -> Desired<'static> {
+    Desired {
         type_: CONDITION_REPLICA_FAILURE,
         status: false,
         reason: "NoFailure",

@@ -63,7 +63,7 @@ fn never_sent(error: &(dyn std::error::Error + 'static)) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::{Lane, build};
+    use crate::client::{ControllerWrites, build};
     use crate::leader::Fence;
 
     fn api_error(code: u16, reason: &str) -> kube::Error {
@@ -105,15 +105,15 @@ mod tests {
         }
     }
 
-    /// A create through the operator's real client (the controllers' lane, behind `fence`)
+    /// A create through the operator's real client (the controllers' controller_writes, behind `fence`)
     /// against a local socket.
     async fn create_through(addr: std::net::SocketAddr, fence: Fence) -> kube::Error {
         let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
-        let lane = Lane {
+        let controller_writes = ControllerWrites {
             max_in_flight: 1,
             fence,
         };
-        let client = build(config, "test", Default::default(), Some(lane)).unwrap();
+        let client = build(config, "test", Default::default(), Some(controller_writes)).unwrap();
         let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, "ns");
         api.create(&Default::default(), &api_pod())
             .await
