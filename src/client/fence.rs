@@ -6,8 +6,7 @@
 use http::Request;
 use tower::BoxError;
 
-use super::guard::{Answer, Guard};
-use super::mutating;
+use super::guard::{Answer, Guard, mutating};
 use crate::leader::Fence;
 
 /// The error of a write the fence refused.

@@ -14,7 +14,7 @@ use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use tower::{BoxError, Service};
 
-use super::Admit;
+use super::fence::Admit;
 use crate::leader::Fence;
 
 /// A connector whose connections are [`Gated`] by `fence`.

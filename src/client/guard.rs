@@ -11,12 +11,17 @@ use std::future::Future;
 
 use futures::TryFutureExt as _;
 use futures::future::BoxFuture;
-use http::Request;
+use http::{Method, Request};
 use tower::{BoxError, Service};
 
-use super::MutatingLimit;
 use super::deadline::RequestDeadline;
 use super::fence::FenceLayer;
+use super::limit::MutatingLimit;
+
+/// Whether a request changes state: what the fence stops and the write slots count.
+pub fn mutating(method: &Method) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
 
 /// A rule that some requests are sent under.
 pub trait Guard: Clone + Send + 'static {

@@ -29,7 +29,6 @@ use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioExecutor;
 use kube::client::{Body, ClientBuilder, ConfigExt};
-use tokio::sync::Semaphore;
 use tower::retry::{Policy, RetryLayer};
 use tower::util::option_layer;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt as _};
@@ -43,6 +42,7 @@ mod deadline;
 mod fence;
 mod gated;
 mod guard;
+mod limit;
 mod warnings;
 pub use acted::{NotSent, may_have_acted};
 pub use connection::READ_IDLE_TIMEOUT;
@@ -50,7 +50,8 @@ use connection::{tcp_connector, with_timeouts};
 pub use deadline::REQUEST_TIMEOUT;
 use fence::FenceLayer;
 pub use fence::{Admit, NotLeading};
-use guard::{Answer, Guard};
+pub use guard::mutating;
+pub use limit::MutatingLimit;
 pub use warnings::LOGGED_AS as WARNING_LOGGED_AS;
 
 /// The controllers' controller_writes: their writes wait for one of `max_in_flight` slots, and leave only
@@ -198,11 +199,6 @@ where
     }
 }
 
-/// Whether a request changes state: what the fence stops and the write slots count.
-pub fn mutating(method: &Method) -> bool {
-    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
-}
-
 /// How long to wait before sending a request again, or `None` to hand the response back.
 /// `retry_after` is the server's `Retry-After` in seconds; `attempt` counts from 0.
 pub fn retry_delay(
@@ -234,6 +230,22 @@ pub fn retry_delay(
 /// sent again together.
 fn backoff(attempt: u32) -> Duration {
     crate::jitter::jittered(Duration::from_millis(50) * 2u32.pow(attempt))
+}
+
+/// Deletes the object named `name` only if it is still the one with this UID: one made since
+/// under the same name is never the one deleted.
+pub async fn delete_exact<K>(api: &kube::Api<K>, name: &str, uid: &str) -> kube::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    api.delete(name, &params).await.map(drop)
 }
 
 /// Creates `obj`, sending it again while the API server answers ServerTimeout: it says "try
@@ -295,41 +307,10 @@ impl<B> Policy<Request<Body>, Response<B>, BoxError> for Retry {
     }
 }
 
-/// Holds every request that changes state until one of `permits` is free. Reads, and with
-/// them the long-running watches, pass untouched.
-#[derive(Clone)]
-pub struct MutatingLimit {
-    permits: Arc<Semaphore>,
-}
-
-impl MutatingLimit {
-    pub fn new(permits: usize) -> Self {
-        Self {
-            permits: Arc::new(Semaphore::new(permits.max(1))),
-        }
-    }
-}
-
-impl Guard for MutatingLimit {
-    fn keeps<B>(&self, req: &Request<B>) -> bool {
-        mutating(req.method())
-    }
-
-    async fn around<T: Send + 'static>(self, answer: impl Answer<T>) -> Result<T, BoxError> {
-        let _permit = self
-            .permits
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
-        answer.await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use tower::{Layer, ServiceExt};
 
     #[test]
     fn refusals_are_retried_for_every_verb_honouring_retry_after() {
@@ -379,61 +360,6 @@ mod tests {
             retry_delay(&Method::GET, StatusCode::TOO_MANY_REQUESTS, Some(3600), 0),
             Some(Duration::from_secs(10))
         );
-    }
-
-    /// A service that records how many requests it holds at once, and never answers until
-    /// told to.
-    #[tokio::test]
-    async fn mutating_requests_wait_for_a_permit_and_reads_do_not() {
-        let (in_flight, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let release = Arc::new(tokio::sync::Notify::new());
-        let inner = {
-            let (in_flight, peak, release) = (in_flight.clone(), peak.clone(), release.clone());
-            tower::service_fn(move |_req: Request<()>| {
-                let (in_flight, peak, release) = (in_flight.clone(), peak.clone(), release.clone());
-                async move {
-                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                    peak.fetch_max(now, Ordering::SeqCst);
-                    release.notified().await;
-                    in_flight.fetch_sub(1, Ordering::SeqCst);
-                    Ok::<_, BoxError>(())
-                }
-            })
-        };
-        let svc = MutatingLimit::new(2).layer(inner);
-        let request = |m: Method| Request::builder().method(m).body(()).unwrap();
-        let mut calls = Vec::new();
-        for m in [
-            Method::POST,
-            Method::PATCH,
-            Method::DELETE,
-            Method::GET,
-            Method::GET,
-        ] {
-            calls.push(tokio::spawn(svc.clone().oneshot(request(m))));
-        }
-        // Two mutating requests and both reads reach the server; the third write waits.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while in_flight.load(Ordering::SeqCst) < 4 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "requests never arrived"
-            );
-            tokio::task::yield_now().await;
-        }
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
-        assert_eq!(in_flight.load(Ordering::SeqCst), 4);
-        while calls.iter().any(|c| !c.is_finished()) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "requests never finished"
-            );
-            release.notify_waiters();
-            tokio::task::yield_now().await;
-        }
-        assert_eq!(peak.load(Ordering::SeqCst), 4);
     }
 
     /// An API server that answers the first `collisions` creates with ServerTimeout, as a

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
@@ -162,14 +162,7 @@ async fn create(at: &At, ctx: &Context, now: Timestamp) -> Result<Outcome> {
         // Still gated, so it never ran: deleted, it is as if refused.
         Ok(made) if let Some(message) = admitted::hidden(&sent, &made) => {
             let uid = made.uid().unwrap_or_default();
-            let dp = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            if let Err(e) = api.delete(&pod_name, &dp).await {
+            if let Err(e) = client::delete_exact(&api, &pod_name, &uid).await {
                 warn!(pod = pod_name, error = %e, "could not delete a pod admission hid");
             }
             return blocked(plan::REASON_FAILED_CREATE, message);

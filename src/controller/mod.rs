@@ -105,7 +105,7 @@ pub async fn run(
     ));
     ctx.pods.unready();
     let _emptied = Emptied(ctx.pods.clone());
-    let (router, queues) = Router::new(&settings);
+    let (router, queues) = Router::new(settings.podset, settings.at);
     // A predecessor killed mid-scale-up may still have creates in flight at the API server;
     // acting on a list made before they landed would create those pods again. So the first
     // pod list (a consistent read) is made once they had the grace to land: made at once,

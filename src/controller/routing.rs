@@ -15,7 +15,6 @@ use tracing::warn;
 
 use serde::Serialize;
 
-use super::Settings;
 use super::context::{Context, api_in};
 use super::wakes::Wakes;
 use crate::api::{At, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet};
@@ -98,9 +97,10 @@ pub(super) struct Queues {
 }
 
 impl Router {
-    pub(super) fn new(settings: &Settings) -> (Self, Queues) {
-        let (podset, podset_rx) = settings.podset.then(unbounded).unzip();
-        let (at, at_rx) = settings.at.then(unbounded).unzip();
+    /// A router feeding the PodSet and At controllers that run.
+    pub(super) fn new(podset: bool, at: bool) -> (Self, Queues) {
+        let (podset, podset_rx) = podset.then(unbounded).unzip();
+        let (at, at_rx) = at.then(unbounded).unzip();
         let queues = Queues {
             podset: podset_rx,
             at: at_rx,
@@ -153,18 +153,6 @@ mod tests {
     use super::*;
     use crate::controller::fixtures::{context, podset};
 
-    fn settings(podset: bool, at: bool) -> Settings {
-        Settings {
-            namespace: None,
-            podset,
-            at,
-            concurrency: 0,
-            resync: std::time::Duration::from_secs(300),
-            instance: "test".into(),
-            clock: Default::default(),
-        }
-    }
-
     fn touched(kind: &str, owner_uid: &str) -> PodChange {
         PodChange {
             owner: crate::cache::Owner {
@@ -181,7 +169,7 @@ mod tests {
 
     #[test]
     fn a_disabled_controllers_queue_is_never_fed() {
-        let (router, queues) = Router::new(&settings(true, false));
+        let (router, queues) = Router::new(true, false);
         for _ in 0..3 {
             router.route(&touched("At", "a"));
             router.route(&touched("PodSet", "p"));

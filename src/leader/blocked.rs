@@ -5,27 +5,44 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{error, info};
 
-use super::LeaderElection;
+use parking_lot::Mutex;
 
-impl LeaderElection {
+use crate::health::Health;
+
+/// When a standby that can never lead as things are last said why.
+#[derive(Default)]
+pub(super) struct Blocked {
+    logged: Mutex<Option<Instant>>,
+}
+
+impl Blocked {
     /// A standby that can never lead as things are (the Lease's namespace does not exist,
     /// the operator may not use Leases there) says why, at most once a minute, and is not
     /// ready: a Deployment's rollout then stops instead of replacing working pods with ones
     /// that wait for good. Once that clears, it is ready again.
-    pub(super) fn report_blocked(&self, error: Option<&kube::Error>) {
-        let mut logged = self.blocked_since_logged.lock();
-        match error.and_then(|e| needs_a_person(e, &self.namespace)) {
+    pub(super) fn report(
+        &self,
+        error: Option<&kube::Error>,
+        lease: &str,
+        namespace: &str,
+        health: &Health,
+    ) {
+        let mut logged = self.logged.lock();
+        match error.and_then(|e| needs_a_person(e, namespace)) {
             Some(why) => {
-                self.health.set_ready(false);
+                health.set_ready(false);
                 let now = Instant::now();
                 if logged.is_none_or(|at| now - at >= Duration::from_secs(60)) {
-                    error!(lease = %self.name, namespace = %self.namespace, "the leader lease cannot be used: {why}; retrying");
+                    error!(
+                        lease,
+                        namespace, "the leader lease cannot be used: {why}; retrying"
+                    );
                     *logged = Some(now);
                 }
             }
             None if logged.take().is_some() => {
-                self.health.set_ready(true);
-                info!(lease = %self.name, namespace = %self.namespace, "the leader lease can be used again");
+                health.set_ready(true);
+                info!(lease, namespace, "the leader lease can be used again");
             }
             None => {}
         }

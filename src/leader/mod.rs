@@ -43,7 +43,7 @@ use tracing::{info, warn};
 use crate::clock::Clock;
 use crate::health::Health;
 use crate::jitter::jittered;
-use blocked::needs_a_person;
+use blocked::{Blocked, needs_a_person};
 pub use fence::Fence;
 use record::{Decision, Observed, Timing};
 
@@ -60,8 +60,8 @@ pub struct LeaderElection {
     written: Mutex<Option<String>>,
     /// A standby is ready unless it can never lead as things are ([`needs_a_person`]).
     health: Arc<Health>,
-    /// When that was last logged, while it lasts.
-    blocked_since_logged: Mutex<Option<Instant>>,
+    /// When that was last said, while it lasts.
+    blocked: Blocked,
 }
 
 enum Holder {
@@ -126,7 +126,7 @@ impl LeaderElection {
             observed: Mutex::new(None),
             written: Mutex::new(None),
             health,
-            blocked_since_logged: Mutex::new(None),
+            blocked: Blocked::default(),
         }
     }
 
@@ -142,7 +142,9 @@ impl LeaderElection {
                 _ = shutdown.cancelled() => return false,
                 attempt = self.try_acquire() => attempt,
             };
-            self.report_blocked(attempt.as_ref().err());
+            let error = attempt.as_ref().err();
+            self.blocked
+                .report(error, &self.name, &self.namespace, &self.health);
             let next = match attempt {
                 Ok(Some(Claim::Taken(sent))) => {
                     return self.lead(sent + self.timing.renew_deadline);

@@ -28,6 +28,7 @@ use crate::api::decoded::Reported;
 use crate::api::{At, AtPhase, AtStatus, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::cache::{CachedPod, Phase};
 use crate::conditions::{self, Desired};
+use crate::plan::owned;
 
 /// The only shape `spec.schedule` has (the CRD's pattern enforces it).
 const SCHEDULE_FORMAT: &str = "%Y-%m-%dT%H:%M:%SZ";
@@ -435,19 +436,19 @@ pub fn pod_for(at: &At) -> Pod {
             name: Some(pod_name(at)),
             namespace: at.namespace(),
             labels: Some(labels),
-            owner_references: Some(vec![super::controller_ref(at)]),
+            owner_references: Some(vec![owned::controller_ref(at)]),
             ..Default::default()
         },
         spec: Some(PodSpec {
             scheduling_gates: Some(vec![PodSchedulingGate { name: GATE.into() }]),
             restart_policy: Some("Never".into()),
             automount_service_account_token: Some(false),
-            security_context: Some(super::restricted_pod_security_context()),
+            security_context: Some(owned::restricted_pod_security_context()),
             containers: vec![Container {
                 name: "busybox".into(),
                 image: Some("busybox".into()),
                 command: Some(vec!["sh".into(), "-c".into(), at.spec.command.clone()]),
-                security_context: Some(super::restricted_container_security_context()),
+                security_context: Some(owned::restricted_container_security_context()),
                 ..Default::default()
             }],
             ..Default::default()

@@ -6,7 +6,8 @@ use kube::api::Api;
 use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
-use super::{Created, Deleted, Verb, create, delete, expected, pods_api, report};
+use super::act::{Verb, expected, report};
+use super::calls::{Created, Deleted, create, delete, pods_api};
 use crate::api::PodSet;
 use crate::controller::context::{Context, api_message};
 use crate::expectations::{Answer, Unsettled, Write};

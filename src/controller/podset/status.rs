@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use kube::ResourceExt;
 use kube::api::Patch;
 
-use super::{podsets_api, read};
+use super::fresh::{podsets_api, read};
 use crate::api::{PodSet, PodSetStatus};
 use crate::cache::CachedPod;
 use crate::controller::context::{Context, publish, status_patch_params};

@@ -3,6 +3,7 @@ use crate::cache::PodCache;
 use crate::controller::fixtures::{Answer, Sent, podset, scripted_context};
 use crate::expectations::Expectations;
 use http::Method;
+use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 use std::cell::Cell;
 

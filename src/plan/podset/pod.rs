@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
 use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet};
-use crate::plan;
+use crate::plan::owned;
 
 /// The `version` label of every PodSet pod, as in the seeds.
 pub const POD_VERSION: &str = "v0.1";
@@ -28,7 +28,7 @@ pub fn pod_for(ps: &PodSet) -> Pod {
     labels.insert("app".into(), name.clone());
     labels.insert("version".into(), POD_VERSION.into());
     labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY_VALUE.into());
-    let owner = plan::controller_ref(ps);
+    let owner = owned::controller_ref(ps);
     let mut spec = template.spec.unwrap_or_else(default_pod_spec);
     // As a ReplicaSet requires: a PodSet replaces pods that end, so containers restart in place.
     spec.restart_policy = Some("Always".into());
@@ -50,12 +50,12 @@ pub fn pod_for(ps: &PodSet) -> Pod {
 fn default_pod_spec() -> PodSpec {
     PodSpec {
         automount_service_account_token: Some(false),
-        security_context: Some(plan::restricted_pod_security_context()),
+        security_context: Some(owned::restricted_pod_security_context()),
         containers: vec![Container {
             name: "busybox".into(),
             image: Some("busybox".into()),
             command: Some(vec!["sleep".into(), "3600".into()]),
-            security_context: Some(plan::restricted_container_security_context()),
+            security_context: Some(owned::restricted_container_security_context()),
             ..Default::default()
         }],
         ..Default::default()
