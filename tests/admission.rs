@@ -6,10 +6,7 @@
 //! ResourceQuota used up, a LimitRange the pods do not meet (403 each). On the node-less
 //! cluster; the test plays the kubelet.
 
-mod common;
-
 use anyhow::{Result, ensure};
-use common::{PROMPTLY, TestNs, at, cluster_without_nodes, podset, poll, poll_some, set_pod_phase};
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration,
 };
@@ -21,6 +18,10 @@ use podset_operator::plan::at::{CONDITION_SCHEDULED, REASON_FAILED_CREATE, REASO
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use testenv::harness;
+use testenv::harness::{
+    PROMPTLY, TestNs, at, cluster_without_nodes, podset, poll, poll_some, set_pod_phase,
+};
 
 /// What refuses the operator's pod creates in one namespace, until lifted.
 #[derive(Clone, Copy, Debug)]
@@ -256,7 +257,7 @@ async fn podset_converges_once_lifted(refusal: Refusal, prefix: &str) -> Result<
     let words = refusal.words();
     poll(PROMPTLY, "the refusal reported on the PodSet", || async {
         let ps = api.get("web").await?;
-        let reported = common::condition(&ps, CONDITION_REPLICA_FAILURE)
+        let reported = harness::condition(&ps, CONDITION_REPLICA_FAILURE)
             .is_some_and(|(status, _, message)| status == "True" && message.contains(words));
         Ok(reported && ns.warned("web", "FailedCreate", words).await?)
     })

@@ -5,16 +5,10 @@
 //!
 //! No hollow nodes anywhere: Pending pods count as available, and the tests run faster.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use common::{
-    PROMPTLY, TestNs, cluster_without_nodes, own_cluster, own_cluster_ns, podset, poll, poll_some,
-    seeded_rng,
-};
 use futures::future::try_join_all;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::ResourceExt;
@@ -23,6 +17,10 @@ use podset_operator::api::{At, AtPhase, PodSet};
 use serde_json::{Value, json};
 use testenv::Cluster;
 use testenv::MaxPods;
+use testenv::harness::{
+    PROMPTLY, TestNs, cluster_without_nodes, own_cluster, own_cluster_ns, podset, poll, poll_some,
+    seeded_rng,
+};
 
 /// How long a large scale-up (or the recovery from a fault) may take on 2 shared cores.
 const RECOVERY: Duration = Duration::from_secs(120);

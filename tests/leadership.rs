@@ -5,24 +5,22 @@
 //! after it thaws; and (item 2) a flood of `/metrics` requests starves neither the Lease nor the
 //! pods. `PODSET_OPERATOR_BIN` runs them against another build.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Result, ensure};
-use common::{
-    LEASE, Operator, PROMPTLY, TestNs, converged, converged_within, leader_args, lease_holder,
-    podset, poll, wait_for_holder,
-};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use podset_operator::api::PodSet;
+use testenv::harness::{
+    LEASE, Operator, PROMPTLY, TestNs, converged, converged_within, leader_args, lease_holder,
+    podset, poll, wait_for_holder,
+};
 use testenv::{MaxPods, audit};
 
 /// A short lease, so that expiry and takeover happen within a test.

@@ -5,18 +5,17 @@
 //! cluster; MutatingAdmissionPolicy is served from Kubernetes 1.36 (GA): on an older API
 //! server each test says it cannot run and passes.
 
-mod common;
-
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Result, ensure};
-use common::{Kind, PROMPTLY, TestNs, at, cluster_without_nodes, podset, poll};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use podset_operator::api::{At, AtPhase, PodSet};
 use serde_json::{Value, json};
 use testenv::audit;
+use testenv::harness;
+use testenv::harness::{Kind, PROMPTLY, TestNs, at, cluster_without_nodes, podset, poll};
 
 /// A policy that applies `mutation` to every pod created in `ns`. (Left in place: it binds
 /// to one test's namespace only, and goes with the test's cluster.)
@@ -124,7 +123,7 @@ async fn a_label_taken_away_on_admission_is_reported_not_a_pod_leak() -> Result<
         .create(&PostParams::default(), &podset("web", 2))
         .await?;
     told_and_none_left(&ns, Kind::PodSet, "web").await?;
-    common::failed_creates_back_off(&ns).await?;
+    harness::failed_creates_back_off(&ns).await?;
     operator.assert_healthy();
     Ok(())
 }

@@ -5,10 +5,7 @@
 //! what `kubectl describe` shows. On the node-less cluster; the test plays the scheduler and
 //! the kubelet by writing pod status (tests/real_node.rs has the real ones).
 
-mod common;
-
 use anyhow::Result;
-use common::{PROMPTLY, TestNs, at, cluster_without_nodes, podset, poll_some, set_pod_phase};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -16,6 +13,9 @@ use podset_operator::api::{At, AtPhase, PodSet};
 use podset_operator::plan::at::{CONDITION_COMPLETED, REASON_FAILED, REASON_STARTED};
 use podset_operator::plan::health::{CONDITION_PODS_HEALTHY, REASON_HEALTHY};
 use serde_json::json;
+use testenv::harness::{
+    PROMPTLY, TestNs, at, cluster_without_nodes, podset, poll_some, set_pod_phase,
+};
 
 const NO_NODE: &str =
     "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.";

@@ -1,13 +1,10 @@
 //! The PodSet operator end to end, on a real control plane, following the Operator SDK
 //! walkthrough: create, scale up by JSON patch, scale down with `kubectl scale`, delete.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Result;
-use common::{PROMPTLY, TestNs, condition, converged, podset, poll};
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
@@ -16,6 +13,8 @@ use kube::core::ApiResource;
 use podset_operator::api::PodSet;
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
 use testenv::MaxPods;
+use testenv::harness;
+use testenv::harness::{PROMPTLY, TestNs, condition, converged, podset, poll};
 
 fn sample() -> Result<PodSet> {
     Ok(serde_yaml::from_str(&std::fs::read_to_string(concat!(
@@ -232,7 +231,7 @@ async fn quota_refusal_is_reported_and_retried_with_backoff() -> Result<()> {
         2,
         "exactly the quota's worth"
     );
-    common::failed_creates_back_off(&ns).await?;
+    harness::failed_creates_back_off(&ns).await?;
 
     // Lift the quota: the PodSet converges and the failure clears.
     quotas.delete("two-pods", &DeleteParams::default()).await?;
@@ -255,7 +254,7 @@ async fn quota_refusal_is_reported_and_retried_with_backoff() -> Result<()> {
 async fn never_over_creates_across_an_operator_kill() -> Result<()> {
     // Pending pods count as available, so no nodes: 200 pods would fill two hollow nodes'
     // 110-pod capacity for the tests sharing them.
-    let ns = TestNs::new_in(common::cluster_without_nodes().await?, "restart").await?;
+    let ns = TestNs::new_in(harness::cluster_without_nodes().await?, "restart").await?;
     let recorder = MaxPods::start(ns.api::<Pod>());
     let api = ns.api::<PodSet>();
     let mut uids = Vec::new();

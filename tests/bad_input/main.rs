@@ -3,20 +3,18 @@
 //! never crashes or hot-loops on any of them.
 
 mod cases;
-#[path = "../common/mod.rs"]
-mod common;
 mod unreadable;
 
 use std::collections::BTreeMap;
 
 use anyhow::{Result, bail};
 use cases::{Case, Expect, Kind, cases};
-use common::{PROMPTLY, TestNs, cluster_without_nodes, condition, poll_some};
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use podset_operator::api::{At, AtPhase, PodSet};
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
+use testenv::harness::{PROMPTLY, TestNs, cluster_without_nodes, condition, poll_some};
 
 async fn shared_ns(prefix: &str) -> Result<TestNs> {
     TestNs::new_in(cluster_without_nodes().await?, prefix).await

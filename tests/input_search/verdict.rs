@@ -7,8 +7,8 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 use serde_json::Value;
 
-use crate::common::{Kind, TestNs};
 use crate::generate::Generated;
+use testenv::harness::{Kind, TestNs};
 
 #[derive(Clone, Debug)]
 pub enum Verdict {
