@@ -18,9 +18,9 @@ use podset_operator::plan::at::{CONDITION_SCHEDULED, REASON_FAILED_CREATE, REASO
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use testenv::harness;
 use testenv::harness::{
-    PROMPTLY, TestNs, at, cluster_without_nodes, podset, poll, poll_some, set_pod_phase,
+    self, PROMPTLY, TestNs, at, at_pod_released, cluster_without_nodes, podset, poll, poll_some,
+    set_pod_phase,
 };
 
 /// What refuses the operator's pod creates in one namespace, until lifted.
@@ -108,25 +108,9 @@ impl Refusal {
                     .await?,
             ),
         }
-        let tries = std::sync::atomic::AtomicUsize::new(0);
-        poll(
-            PROMPTLY,
-            &format!("pod creates refused: {self:?}"),
-            || async {
-                let n = tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let pods = ns.api::<Pod>();
-                match pods.create(&pp, &probe_pod(&format!("probe-{n}"))).await {
-                    Err(kube::Error::Api(s)) => Ok(s.message.contains(self.words())),
-                    Err(e) => Err(e.into()),
-                    Ok(made) => {
-                        pods.delete(&made.name_any(), &DeleteParams::default().grace_period(0))
-                            .await?;
-                        Ok(false)
-                    }
-                }
-            },
-        )
-        .await?;
+        let refused = |probed: Result<&Pod, &str>| probed.is_err_and(|m| m.contains(self.words()));
+        ns.probe_pod_creates(&format!("pod creates refused: {self:?}"), &[], refused)
+            .await?;
         Ok(lift)
     }
 }
@@ -180,14 +164,6 @@ impl Lift {
     }
 }
 
-fn probe_pod(name: &str) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-    }))
-    .expect("a pod")
-}
-
 /// A due At meets `refusal`: it is reported in `Scheduled` and a Warning event, and once the
 /// refusal is lifted the command runs, once. Issue 31, case 3 is the webhook that is down:
 /// before, the 500 was taken for a create that may have landed, nothing said why the At
@@ -217,16 +193,7 @@ async fn at_runs_once_lifted(refusal: Refusal, prefix: &str) -> Result<()> {
     .await?;
 
     lift.lift().await?;
-    let pod = poll_some(PROMPTLY, "the At's pod made and released", || async {
-        let pod = ns.api::<Pod>().get_opt("yay-pod").await?;
-        let released = |p: &Pod| {
-            p.spec
-                .as_ref()
-                .is_some_and(|s| s.scheduling_gates.as_ref().is_none_or(Vec::is_empty))
-        };
-        Ok(pod.filter(released))
-    })
-    .await?;
+    let pod = at_pod_released(&ns, "yay").await?;
     set_pod_phase(&ns, &pod.name_any(), "Running", None).await?;
     set_pod_phase(&ns, &pod.name_any(), "Succeeded", Some(0)).await?;
     let done = poll_some(PROMPTLY, "the At DONE", || async {

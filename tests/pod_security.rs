@@ -11,8 +11,7 @@ use kube::ResourceExt;
 use kube::api::PostParams;
 use podset_operator::api::{At, AtPhase, PodSet};
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
-use testenv::harness;
-use testenv::harness::{PROMPTLY, TestNs, at, condition, converged, podset, poll_some};
+use testenv::harness::{self, PROMPTLY, TestNs, at, condition, converged, podset, poll_some};
 
 #[tokio::test]
 async fn a_restricted_namespace_admits_our_pods_and_reports_a_template_it_refuses() -> Result<()> {

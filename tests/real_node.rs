@@ -13,8 +13,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, LogParams, PostParams};
 use podset_operator::api::{At, AtPhase, PodSet};
 use podset_operator::plan::at::CONDITION_COMPLETED;
-use testenv::harness;
-use testenv::harness::{PROMPTLY, TestNs, at, cluster_with_real_node, converged, poll_some};
+use testenv::harness::{self, PROMPTLY, TestNs, at, cluster_with_real_node, converged, poll_some};
 use testenv::{Cluster, Options};
 
 async fn namespace(prefix: &str) -> Result<TestNs> {

@@ -24,8 +24,7 @@ use podset_operator::api::{At, AtPhase, PodSet};
 use podset_operator::plan::at::CONDITION_COMPLETED;
 use serde_json::json;
 use testenv::MaxPods;
-use testenv::harness;
-use testenv::harness::{TestNs, at, cluster_without_nodes, podset, poll_some, set_pod_phase};
+use testenv::harness::{self, TestNs, at, cluster_without_nodes, podset, poll_some, set_pod_phase};
 use testenv::sieve::{Perturbation, SieveProxy, Tally, Write};
 use tokio::sync::Semaphore;
 

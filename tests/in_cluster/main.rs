@@ -18,8 +18,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use podset_operator::api::PodSet;
-use testenv::harness;
-use testenv::harness::{TestNs, converged, poll_some};
+use testenv::harness::{self, TestNs, converged, poll_some};
 use testenv::{Cluster, Options};
 
 /// The Lease duration of both installs (their default).

@@ -20,8 +20,7 @@ use podset_operator::api::{At, AtPhase, PodSet};
 use tokio_util::sync::CancellationToken;
 
 use super::{Install, LEASE_DURATION, pod_ready};
-use testenv::harness;
-use testenv::harness::{TestNs, at, converged, poll};
+use testenv::harness::{self, TestNs, at, converged, poll};
 
 /// Ats fall due every [`AT_SPACING`], from one spacing after the upgrade begins.
 const ATS: u32 = 12;

@@ -23,8 +23,7 @@ use kube::Api;
 use kube::api::PostParams;
 use podset_operator::api::{At, PodSet};
 use testenv::audit;
-use testenv::harness::Kind;
-use testenv::harness::{PROMPTLY, TestNs, at, cluster_without_nodes, podset, poll_some};
+use testenv::harness::{Kind, PROMPTLY, TestNs, at, cluster_without_nodes, podset, poll_some};
 use verdict::{Verdict, verdict};
 
 /// The seeds `make test` runs.
