@@ -318,11 +318,10 @@ async fn a_metrics_flood_starves_neither_the_lease_nor_the_pods() -> Result<()> 
         answers.get("503").is_some_and(|n| *n > 0) && answers.get("401").is_some_and(|n| *n > 0),
         "the flood was neither reviewed nor turned away: {answers:?}"
     );
-    // The pods are made about as fast under the flood as before it. The bound is generous, as
-    // 64 flooders take CPU from the operator on 2 shared cores (the flood's cost is measured
-    // in `make bench`), yet it fails if the flood starves the controller, its pods made at a
-    // third of the speed or worse (the 10 s floor keeps a quiet run of a second or two from
-    // making scheduling noise fatal).
+    // The pods are made under the flood within a generous bound of the time before it, which
+    // fails if the flood starves the controller. The 64 flooders take CPU from the operator on
+    // 2 shared cores: measured, 4 x 5 pods in 0.16 s before the flood and 0.67 s under it, so
+    // the bound's 10 s floor, not its 3x, is the one that holds for runs this short.
     let bound = (quiet * 3).max(quiet + Duration::from_secs(10));
     ensure!(
         flooded <= bound,
