@@ -53,7 +53,7 @@ pub struct Env {
 }
 
 impl Env {
-    pub async fn start(target: Target, operator_bin: &PathBuf, controllers: &str) -> Result<Self> {
+    pub async fn start(target: Target, operator_bin: &Path, controllers: &str) -> Result<Self> {
         let mut controllers_list = vec!["serviceaccount", "serviceaccount-token"];
         let mut cm_args = Vec::new();
         if let Target::ReplicaSet(qps) = target {
@@ -84,7 +84,7 @@ impl Env {
             cluster,
             client,
             operator,
-            operator_bin: operator_bin.clone(),
+            operator_bin: operator_bin.to_path_buf(),
             controllers: controllers.into(),
         })
     }
