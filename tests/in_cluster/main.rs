@@ -12,13 +12,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
+use common::{TestNs, converged, poll_some};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use podset_operator::api::PodSet;
-use testenv::harness::{self, TestNs, converged, poll_some};
+// The harness as `common` (once tests/common/), for this file and upgrade.rs.
+use testenv::harness as common;
 use testenv::{Cluster, Options};
 
 /// The Lease duration of both installs (their default).
@@ -131,7 +133,7 @@ impl Install {
         let ns = TestNs::new_in(self.cluster.clone(), "in-cluster").await?;
         let podsets = ns.api::<PodSet>();
         podsets
-            .create(&PostParams::default(), &harness::podset("before", 2))
+            .create(&PostParams::default(), &common::podset("before", 2))
             .await?;
         converged(&ns, "before", 2).await?;
 
@@ -160,7 +162,7 @@ impl Install {
             began.elapsed()
         );
         podsets
-            .create(&PostParams::default(), &harness::podset("after", 3))
+            .create(&PostParams::default(), &common::podset("after", 3))
             .await?;
         converged(&ns, "after", 3).await?;
 
@@ -267,7 +269,7 @@ async fn kustomize_install_from_the_local_image_runs_in_the_cluster() -> Result<
     upgrade::loses_nothing(&install, upgrade).await?;
     run("bash", &["hack/deploy-local.sh", "undeploy"], &env).await?;
     let deployments = install.api::<Deployment>();
-    harness::poll(Duration::from_secs(60), "the Deployment gone", || async {
+    common::poll(Duration::from_secs(60), "the Deployment gone", || async {
         Ok(deployments.get_opt(&install.deployment).await?.is_none())
     })
     .await
@@ -290,7 +292,7 @@ async fn helm_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
         .context("no registry")?;
     let ns = "ps-helm";
     cluster.create_namespace(ns).await?;
-    harness::enforce_restricted(&cluster.client().await?, ns).await?;
+    common::enforce_restricted(&cluster.client().await?, ns).await?;
     let host = cluster.api_host.to_string();
     let port = cluster.api_port.to_string();
     let values = [

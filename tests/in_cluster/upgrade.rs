@@ -20,7 +20,7 @@ use podset_operator::api::{At, AtPhase, PodSet};
 use tokio_util::sync::CancellationToken;
 
 use super::{Install, LEASE_DURATION, pod_ready};
-use testenv::harness::{self, TestNs, at, converged, poll};
+use crate::common::{TestNs, at, converged, poll};
 
 /// Ats fall due every [`AT_SPACING`], from one spacing after the upgrade begins.
 const ATS: u32 = 12;
@@ -71,7 +71,7 @@ pub async fn loses_nothing(
     let ns = TestNs::new_in(install.cluster.clone(), "upgrade").await?;
     let podsets = ns.api::<PodSet>();
     for i in 0..PODSETS {
-        let ps = harness::podset(&format!("kept-{i}"), REPLICAS as i32);
+        let ps = crate::common::podset(&format!("kept-{i}"), REPLICAS as i32);
         podsets.create(&PostParams::default(), &ps).await?;
     }
     let mut before = BTreeSet::new();
