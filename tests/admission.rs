@@ -6,10 +6,7 @@
 //! ResourceQuota used up, a LimitRange the pods do not meet (403 each). On the node-less
 //! cluster; the test plays the kubelet.
 
-mod common;
-
 use anyhow::{Result, ensure};
-use common::{PROMPTLY, TestNs, at, cluster_without_nodes, podset, poll, poll_some, set_pod_phase};
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration,
 };
@@ -21,6 +18,10 @@ use podset_operator::plan::at::{CONDITION_SCHEDULED, REASON_FAILED_CREATE, REASO
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use testenv::harness::{
+    self, PROMPTLY, TestNs, at, at_pod_released, cluster_without_nodes, podset, poll, poll_some,
+    set_pod_phase,
+};
 
 /// What refuses the operator's pod creates in one namespace, until lifted.
 #[derive(Clone, Copy, Debug)]
@@ -107,25 +108,9 @@ impl Refusal {
                     .await?,
             ),
         }
-        let tries = std::sync::atomic::AtomicUsize::new(0);
-        poll(
-            PROMPTLY,
-            &format!("pod creates refused: {self:?}"),
-            || async {
-                let n = tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let pods = ns.api::<Pod>();
-                match pods.create(&pp, &probe_pod(&format!("probe-{n}"))).await {
-                    Err(kube::Error::Api(s)) => Ok(s.message.contains(self.words())),
-                    Err(e) => Err(e.into()),
-                    Ok(made) => {
-                        pods.delete(&made.name_any(), &DeleteParams::default().grace_period(0))
-                            .await?;
-                        Ok(false)
-                    }
-                }
-            },
-        )
-        .await?;
+        let refused = |probed: Result<&Pod, &str>| probed.is_err_and(|m| m.contains(self.words()));
+        ns.probe_pod_creates(&format!("pod creates refused: {self:?}"), &[], refused)
+            .await?;
         Ok(lift)
     }
 }
@@ -179,14 +164,6 @@ impl Lift {
     }
 }
 
-fn probe_pod(name: &str) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-    }))
-    .expect("a pod")
-}
-
 /// A due At meets `refusal`: it is reported in `Scheduled` and a Warning event, and once the
 /// refusal is lifted the command runs, once. Issue 31, case 3 is the webhook that is down:
 /// before, the 500 was taken for a create that may have landed, nothing said why the At
@@ -216,16 +193,7 @@ async fn at_runs_once_lifted(refusal: Refusal, prefix: &str) -> Result<()> {
     .await?;
 
     lift.lift().await?;
-    let pod = poll_some(PROMPTLY, "the At's pod made and released", || async {
-        let pod = ns.api::<Pod>().get_opt("yay-pod").await?;
-        let released = |p: &Pod| {
-            p.spec
-                .as_ref()
-                .is_some_and(|s| s.scheduling_gates.as_ref().is_none_or(Vec::is_empty))
-        };
-        Ok(pod.filter(released))
-    })
-    .await?;
+    let pod = at_pod_released(&ns, "yay").await?;
     set_pod_phase(&ns, &pod.name_any(), "Running", None).await?;
     set_pod_phase(&ns, &pod.name_any(), "Succeeded", Some(0)).await?;
     let done = poll_some(PROMPTLY, "the At DONE", || async {
@@ -256,7 +224,7 @@ async fn podset_converges_once_lifted(refusal: Refusal, prefix: &str) -> Result<
     let words = refusal.words();
     poll(PROMPTLY, "the refusal reported on the PodSet", || async {
         let ps = api.get("web").await?;
-        let reported = common::condition(&ps, CONDITION_REPLICA_FAILURE)
+        let reported = harness::condition(&ps, CONDITION_REPLICA_FAILURE)
             .is_some_and(|(status, _, message)| status == "True" && message.contains(words));
         Ok(reported && ns.warned("web", "FailedCreate", words).await?)
     })

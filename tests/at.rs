@@ -2,15 +2,10 @@
 //! pods stay unscheduled and the test plays the kubelet, moving them through Running to
 //! Succeeded or Failed by writing `pods/status`.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use common::{
-    Operator, PROMPTLY, TestNs, at, cluster_without_nodes, poll, poll_some, set_pod_phase,
-};
 use futures::TryStreamExt;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
@@ -23,6 +18,9 @@ use podset_operator::api::{At, AtPhase, AtStatus};
 use podset_operator::plan::at::{
     CONDITION_COMPLETED, CONDITION_SCHEDULED, REASON_FAILED, REASON_POD_NAME_TAKEN,
     REASON_POD_VANISHED, REASON_SCHEDULED, REASON_STARTED, REASON_STARTING, REASON_SUCCEEDED,
+};
+use testenv::harness::{
+    Operator, PROMPTLY, TestNs, at, cluster_without_nodes, poll, poll_some, set_pod_phase,
 };
 
 /// How late RUNNING may be observed after the schedule (the issue: within a second).

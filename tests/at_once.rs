@@ -4,19 +4,17 @@
 //! used to leave PENDING Ats without a pod that the restarted operator started again. A pod
 //! still gated never ran; no At may have two pods released.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
-use common::{PROMPTLY, TestNs, at, cluster_without_nodes, poll};
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use podset_operator::api::{At, AtPhase};
+use testenv::harness::{PROMPTLY, TestNs, at, cluster_without_nodes, poll};
 
 /// Pod UIDs seen released per At (the pods' `app` label), each deleted on sight.
 type Seen = Arc<Mutex<HashMap<String, HashSet<String>>>>;

@@ -12,13 +12,10 @@
 //! and `blocking_owner_references_need_update_on_the_owners_finalizers` shows that pod
 //! creation fails without the grant.
 
-mod common;
-
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, Result, bail};
-use common::{PROMPTLY, TestNs, cluster_without_nodes, condition, podset, poll, poll_some};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
@@ -29,6 +26,9 @@ use podset_operator::plan::at::{CONDITION_SCHEDULED, REASON_FAILED_CREATE};
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
 use podset_operator::rbac;
 use testenv::audit::{self, Record};
+use testenv::harness::{
+    PROMPTLY, TestNs, cluster_without_nodes, condition, podset, poll, poll_some,
+};
 
 /// Requests (verb, group, resource) that a suite gets refused by admission on purpose, with
 /// the suite. The audit log does not say which plugin refused (see

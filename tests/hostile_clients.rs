@@ -7,17 +7,15 @@
 //! Attackers connect from 127.0.0.2 and up (pods of their own); the scraper and the kubelet
 //! from 127.0.0.1.
 
-mod common;
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
-use common::{Operator, PROMPTLY, TestNs, cluster_without_nodes, poll};
 use futures::future::join_all;
 use podset_operator::rbac;
+use testenv::harness::{Operator, PROMPTLY, TestNs, cluster_without_nodes, poll};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 

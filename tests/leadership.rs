@@ -5,24 +5,22 @@
 //! after it thaws; and (item 2) a flood of `/metrics` requests starves neither the Lease nor the
 //! pods. `PODSET_OPERATOR_BIN` runs them against another build.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Result, ensure};
-use common::{
-    LEASE, Operator, PROMPTLY, TestNs, converged, converged_within, leader_args, lease_holder,
-    podset, poll, wait_for_holder,
-};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use podset_operator::api::PodSet;
+use testenv::harness::{
+    LEASE, Operator, PROMPTLY, TestNs, converged, converged_within, leader_args, lease_holder,
+    podset, poll, wait_for_holder,
+};
 use testenv::{MaxPods, audit};
 
 /// A short lease, so that expiry and takeover happen within a test.
@@ -266,7 +264,8 @@ async fn remove_pods(ns: &TestNs) -> Result<()> {
 
 /// Item 2: `/metrics` flooded with random bearer tokens (anyone who reaches the port can send
 /// one) while the leader holds its Lease and scales PodSets. The same work is timed before the
-/// flood; under it, the leader keeps its Lease and the PodSets converge.
+/// flood; under it, the leader keeps its Lease, the PodSets converge, and their pods are made
+/// within a generous bound of the time before.
 #[tokio::test]
 async fn a_metrics_flood_starves_neither_the_lease_nor_the_pods() -> Result<()> {
     // As many as the metrics server takes connections: each keeps one open.
@@ -318,6 +317,15 @@ async fn a_metrics_flood_starves_neither_the_lease_nor_the_pods() -> Result<()> 
     ensure!(
         answers.get("503").is_some_and(|n| *n > 0) && answers.get("401").is_some_and(|n| *n > 0),
         "the flood was neither reviewed nor turned away: {answers:?}"
+    );
+    // The pods are made under the flood within a generous bound of the time before it, which
+    // fails if the flood starves the controller. The 64 flooders take CPU from the operator on
+    // 2 shared cores: measured, 4 x 5 pods in 0.16 s before the flood and 0.67 s under it, so
+    // the bound's 10 s floor, not its 3x, is the one that holds for runs this short.
+    let bound = (quiet * 3).max(quiet + Duration::from_secs(10));
+    ensure!(
+        flooded <= bound,
+        "the pods took {flooded:?} under the flood, {quiet:?} before it: over {bound:?}"
     );
     for op in &mut ops {
         op.assert_healthy();

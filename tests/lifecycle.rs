@@ -1,16 +1,10 @@
 //! The operator as a production process: probes, Prometheus metrics, graceful shutdown and
 //! leader election, each run as the operator binary under its own ServiceAccount.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
-use common::{
-    LEASE, Operator, PROMPTLY, TestNs, converged, leader_args, lease_holder, own_cluster,
-    own_cluster_ns, podset, poll, poll_some, wait_for_holder,
-};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -18,6 +12,10 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use podset_operator::api::PodSet;
 use podset_operator::rbac;
+use testenv::harness::{
+    LEASE, Operator, PROMPTLY, TestNs, converged, leader_args, lease_holder, own_cluster,
+    own_cluster_ns, podset, poll, poll_some, wait_for_holder,
+};
 use testenv::{MaxPods, audit};
 
 async fn get(port: u16, path: &str) -> Result<(u16, String)> {

@@ -5,18 +5,16 @@
 //! cluster; MutatingAdmissionPolicy is served from Kubernetes 1.36 (GA): on an older API
 //! server each test says it cannot run and passes.
 
-mod common;
-
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Result, ensure};
-use common::{Kind, PROMPTLY, TestNs, at, cluster_without_nodes, podset, poll};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use podset_operator::api::{At, AtPhase, PodSet};
 use serde_json::{Value, json};
 use testenv::audit;
+use testenv::harness::{self, Kind, PROMPTLY, TestNs, at, cluster_without_nodes, podset, poll};
 
 /// A policy that applies `mutation` to every pod created in `ns`. (Left in place: it binds
 /// to one test's namespace only, and goes with the test's cluster.)
@@ -49,24 +47,18 @@ impl Mutating {
             other => other?,
         }
         post(&ns.client, "mutatingadmissionpolicybindings", &binding).await?;
-        let pp = PostParams::default();
         // Taken up once a probe pod comes back changed.
-        let tries = std::sync::atomic::AtomicUsize::new(0);
-        poll(PROMPTLY, "the mutating policy taken up", || async {
-            let n = tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let probe: Pod = serde_json::from_value(json!({
-                "metadata": {"name": format!("probe-{n}"), "labels": {MANAGED_BY: "probe"}},
-                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-            }))?;
-            let pods = ns.api::<Pod>();
-            let made = pods.create(&pp, &probe).await?;
-            pods.delete(&made.name_any(), &DeleteParams::default().grace_period(0))
-                .await?;
-            Ok(
+        let changed = |probed: Result<&Pod, &str>| {
+            probed.is_ok_and(|made| {
                 made.labels().get(MANAGED_BY).map(String::as_str) != Some("probe")
-                    || made.labels().contains_key(INJECTED),
-            )
-        })
+                    || made.labels().contains_key(INJECTED)
+            })
+        };
+        ns.probe_pod_creates(
+            "the mutating policy taken up",
+            &[(MANAGED_BY, "probe")],
+            changed,
+        )
         .await?;
         Ok(Some(Self))
     }
@@ -124,7 +116,7 @@ async fn a_label_taken_away_on_admission_is_reported_not_a_pod_leak() -> Result<
         .create(&PostParams::default(), &podset("web", 2))
         .await?;
     told_and_none_left(&ns, Kind::PodSet, "web").await?;
-    common::failed_creates_back_off(&ns).await?;
+    harness::failed_creates_back_off(&ns).await?;
     operator.assert_healthy();
     Ok(())
 }

@@ -3,15 +3,9 @@
 //! leader whose connection hangs. A PodSet must never exceed its spec, every one converges,
 //! and a hung leader stops acting before a standby can take over.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use common::{
-    Operator, PROMPTLY, TestNs, cluster_without_nodes, leader_args, lease_holder, podset, poll,
-    seeded_rng, wait_for_holder,
-};
 use futures::future::try_join_all;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
@@ -19,6 +13,10 @@ use kube::ResourceExt;
 use kube::api::{ListParams, PostParams};
 use podset_operator::api::PodSet;
 use testenv::MaxPods;
+use testenv::harness::{
+    Operator, PROMPTLY, TestNs, cluster_without_nodes, leader_args, lease_holder, podset, poll,
+    seeded_rng, wait_for_holder,
+};
 use testenv::proxy::{Fault, FaultProxy};
 
 const PODSETS: usize = 200;

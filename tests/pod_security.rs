@@ -5,20 +5,18 @@
 //! condition and a Warning event) and retries with a backoff, never in a loop. (The operator's
 //! own pods, in a restricted namespace too, are in tests/in_cluster/.)
 
-mod common;
-
 use anyhow::Result;
-use common::{PROMPTLY, TestNs, at, condition, converged, podset, poll_some};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use kube::ResourceExt;
 use kube::api::PostParams;
 use podset_operator::api::{At, AtPhase, PodSet};
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
+use testenv::harness::{self, PROMPTLY, TestNs, at, condition, converged, podset, poll_some};
 
 #[tokio::test]
 async fn a_restricted_namespace_admits_our_pods_and_reports_a_template_it_refuses() -> Result<()> {
     let ns = TestNs::new("restricted").await?;
-    common::enforce_restricted(&ns.client, &ns.name).await?;
+    harness::enforce_restricted(&ns.client, &ns.name).await?;
     let mut operator = ns.start_operator(&[]).await?;
 
     ns.api::<PodSet>()
@@ -70,7 +68,7 @@ async fn a_restricted_namespace_admits_our_pods_and_reports_a_template_it_refuse
     )
     .await?;
     assert!(refusal.contains("privileged"), "{refusal}");
-    common::failed_creates_back_off(&ns).await?;
+    harness::failed_creates_back_off(&ns).await?;
     assert!(ns.pods_of(&ps.uid().unwrap()).await?.is_empty());
     operator.assert_healthy();
     Ok(())

@@ -5,10 +5,7 @@
 //! what `kubectl describe` shows. On the node-less cluster; the test plays the scheduler and
 //! the kubelet by writing pod status (tests/real_node.rs has the real ones).
 
-mod common;
-
 use anyhow::Result;
-use common::{PROMPTLY, TestNs, at, cluster_without_nodes, podset, poll_some, set_pod_phase};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -16,6 +13,9 @@ use podset_operator::api::{At, AtPhase, PodSet};
 use podset_operator::plan::at::{CONDITION_COMPLETED, REASON_FAILED, REASON_STARTED};
 use podset_operator::plan::health::{CONDITION_PODS_HEALTHY, REASON_HEALTHY};
 use serde_json::json;
+use testenv::harness::{
+    PROMPTLY, TestNs, at, at_pod_released, cluster_without_nodes, podset, poll_some, set_pod_phase,
+};
 
 const NO_NODE: &str =
     "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.";
@@ -188,15 +188,7 @@ async fn an_at_whose_pod_cannot_start_says_why_while_running() -> Result<()> {
         &at("yay", "2019-04-12T10:12:00Z", "echo YAY"),
     )
     .await?;
-    // Released from its gate: the scheduler may look at it.
-    poll_some(PROMPTLY, "yay's pod, released", || async {
-        let pod = ns.api::<Pod>().get_opt("yay-pod").await?;
-        let released = pod
-            .and_then(|p| p.spec)
-            .is_some_and(|s| s.scheduling_gates.unwrap_or_default().is_empty());
-        Ok(released.then_some(()))
-    })
-    .await?;
+    at_pod_released(&ns, "yay").await?;
     let conditions = || async {
         let at = api.get("yay").await?;
         Ok(at.status.unwrap_or_default().conditions)

@@ -1,13 +1,10 @@
 //! The PodSet operator end to end, on a real control plane, following the Operator SDK
 //! walkthrough: create, scale up by JSON patch, scale down with `kubectl scale`, delete.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Result;
-use common::{PROMPTLY, TestNs, condition, converged, podset, poll};
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
@@ -15,7 +12,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::core::ApiResource;
 use podset_operator::api::PodSet;
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
-use testenv::MaxPods;
+use testenv::harness::{self, PROMPTLY, TestNs, condition, converged, podset, poll};
 
 fn sample() -> Result<PodSet> {
     Ok(serde_yaml::from_str(&std::fs::read_to_string(concat!(
@@ -232,7 +229,7 @@ async fn quota_refusal_is_reported_and_retried_with_backoff() -> Result<()> {
         2,
         "exactly the quota's worth"
     );
-    common::failed_creates_back_off(&ns).await?;
+    harness::failed_creates_back_off(&ns).await?;
 
     // Lift the quota: the PodSet converges and the failure clears.
     quotas.delete("two-pods", &DeleteParams::default()).await?;
@@ -248,69 +245,6 @@ async fn quota_refusal_is_reported_and_retried_with_backoff() -> Result<()> {
         },
     )
     .await?;
-    Ok(())
-}
-
-#[tokio::test]
-async fn never_over_creates_across_an_operator_kill() -> Result<()> {
-    // Pending pods count as available, so no nodes: 200 pods would fill two hollow nodes'
-    // 110-pod capacity for the tests sharing them.
-    let ns = TestNs::new_in(common::cluster_without_nodes().await?, "restart").await?;
-    let recorder = MaxPods::start(ns.api::<Pod>());
-    let api = ns.api::<PodSet>();
-    let mut uids = Vec::new();
-    for i in 0..20 {
-        uids.push(
-            api.create(&PostParams::default(), &podset(&format!("burst-{i}"), 10))
-                .await?
-                .uid()
-                .unwrap(),
-        );
-    }
-    let mut operator = ns.start_operator(&["--controllers=podset"]).await?;
-    let pods = ns.api::<Pod>();
-    poll(PROMPTLY, "the scale-up to be under way", || async {
-        Ok(pods.list(&ListParams::default()).await?.items.len() >= 40)
-    })
-    .await?;
-    operator.kill();
-    operator.restart()?;
-    poll(
-        Duration::from_secs(120),
-        "all 20 PodSets at 10 available",
-        || async {
-            let list = api.list(&ListParams::default()).await?;
-            Ok(list.items.iter().all(|ps| {
-                ps.status
-                    .as_ref()
-                    .is_some_and(|s| s.available_replicas == 10)
-            }))
-        },
-    )
-    .await?;
-    let total = pods.list(&ListParams::default()).await?.items.len();
-    assert_eq!(total, 200, "exactly 20 x 10 pods");
-    // The recorder's watch may trail the list above: let it catch up before reading it.
-    poll(
-        PROMPTLY,
-        "the recorder to see 10 pods for every PodSet",
-        || async {
-            let max = recorder.snapshot();
-            Ok(uids
-                .iter()
-                .all(|uid| max.get(uid).is_some_and(|m| *m >= 10)))
-        },
-    )
-    .await?;
-    let max = recorder.snapshot();
-    for uid in &uids {
-        let m = max.get(uid).copied().unwrap_or(0);
-        assert!(
-            m <= 10,
-            "a PodSet had {m} pods at once, over its spec of 10"
-        );
-    }
-    operator.assert_healthy();
     Ok(())
 }
 

@@ -3,19 +3,17 @@
 //! that run with the restricted security context, are restarted by the kubelet, and run
 //! a user's own template.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
-use common::{PROMPTLY, TestNs, at, cluster_with_real_node, converged, poll_some};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, LogParams, PostParams};
 use podset_operator::api::{At, AtPhase, PodSet};
 use podset_operator::plan::at::CONDITION_COMPLETED;
+use testenv::harness::{self, PROMPTLY, TestNs, at, cluster_with_real_node, converged, poll_some};
 use testenv::{Cluster, Options};
 
 async fn namespace(prefix: &str) -> Result<TestNs> {
@@ -92,7 +90,7 @@ async fn at_echo_yay_ends_done_and_its_log_says_yay() -> Result<()> {
 fn assert_yay(ran: &Ran) {
     assert_eq!(ran.at.status.as_ref().and_then(|s| s.succeeded), Some(true));
     assert_eq!(ran.pod.name_any(), "example-at-pod");
-    assert_eq!(common::phase(&ran.pod), "Succeeded");
+    assert_eq!(harness::phase(&ran.pod), "Succeeded");
     assert_eq!(ran.log, "YAY\n");
 }
 
@@ -161,7 +159,7 @@ async fn at_exit_3_ends_done_unsucceeded_with_the_exit_code() -> Result<()> {
     );
     let message = completed_message(&ran.at);
     assert!(message.contains("exit code 3"), "{message}");
-    assert_eq!(common::phase(&ran.pod), "Failed");
+    assert_eq!(harness::phase(&ran.pod), "Failed");
     assert_eq!(ran.log, "before\n");
     Ok(())
 }
@@ -226,8 +224,11 @@ async fn podset_walkthrough_with_running_busybox_pods() -> Result<()> {
     let ns = namespace("ps-walk").await?;
     let _op = ns.start_operator(&["--controllers=podset"]).await?;
     let api = ns.api::<PodSet>();
-    api.create(&PostParams::default(), &common::podset("example-podset", 3))
-        .await?;
+    api.create(
+        &PostParams::default(),
+        &harness::podset("example-podset", 3),
+    )
+    .await?;
     let pods = converged(&ns, "example-podset", 3).await?;
     let node = cluster_with_real_node().await?.real_nodes();
     for p in &pods {
@@ -297,7 +298,7 @@ async fn podset_pods_run_restricted() -> Result<()> {
     let ns = namespace("ps-sec").await?;
     let _op = ns.start_operator(&["--controllers=podset"]).await?;
     ns.api::<PodSet>()
-        .create(&PostParams::default(), &common::podset("sec", 1))
+        .create(&PostParams::default(), &harness::podset("sec", 1))
         .await?;
     let pod = converged(&ns, "sec", 1).await?.remove(0).name_any();
     let status = exec(&ns, &pod, &["cat", "/proc/1/status"]).await?;
@@ -315,7 +316,7 @@ async fn a_killed_container_is_restarted_and_still_counts() -> Result<()> {
     let ns = namespace("ps-kill").await?;
     let _op = ns.start_operator(&["--controllers=podset"]).await?;
     ns.api::<PodSet>()
-        .create(&PostParams::default(), &common::podset("kill", 2))
+        .create(&PostParams::default(), &harness::podset("kill", 2))
         .await?;
     let before = converged(&ns, "kill", 2).await?;
     let victim = before[0].name_any();
@@ -344,7 +345,7 @@ async fn a_killed_container_is_restarted_and_still_counts() -> Result<()> {
                 .and_then(|s| s.container_statuses.as_ref())
                 .and_then(|cs| cs.first().map(|c| c.restart_count))
                 .unwrap_or(0);
-            Ok((restarts >= 1 && common::phase(&p) == "Running").then_some(()))
+            Ok((restarts >= 1 && harness::phase(&p) == "Running").then_some(()))
         },
     )
     .await?;

@@ -9,14 +9,11 @@
 //! No nodes: the test plays the kubelet (a PodSet's pods go Running, the At's pod succeeds),
 //! and Pending pods count as available too.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::pin::pin;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use common::{TestNs, at, cluster_without_nodes, podset, poll_some, set_pod_phase};
 use futures::StreamExt;
 use futures::future::{Either, join_all, select};
 use k8s_openapi::api::core::v1::Pod;
@@ -27,6 +24,7 @@ use podset_operator::api::{At, AtPhase, PodSet};
 use podset_operator::plan::at::CONDITION_COMPLETED;
 use serde_json::json;
 use testenv::MaxPods;
+use testenv::harness::{self, TestNs, at, cluster_without_nodes, podset, poll_some, set_pod_phase};
 use testenv::sieve::{Perturbation, SieveProxy, Tally, Write};
 use tokio::sync::Semaphore;
 
@@ -84,7 +82,7 @@ async fn run_pods(ns: &TestNs) {
     );
     while let Some(pod) = pods.next().await {
         let Ok(pod) = pod else { continue };
-        if common::phase(&pod) == "Pending" && pod.metadata.deletion_timestamp.is_none() {
+        if harness::phase(&pod) == "Pending" && pod.metadata.deletion_timestamp.is_none() {
             // A pod deleted meanwhile (a scale-down) cannot start: nothing to do.
             let _ = set_pod_phase(ns, &pod.name_any(), "Running", None).await;
         }

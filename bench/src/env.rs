@@ -1,10 +1,11 @@
 //! Who does the work (the targets) and the fresh control plane each measurement runs on.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use kube::Client;
+use testenv::operator::{Launcher, Operator};
 use testenv::{Cluster, Options, Process};
 
 use crate::NS;
@@ -45,14 +46,14 @@ impl Target {
 pub struct Env {
     pub cluster: Cluster,
     pub client: Client,
-    /// The operator process and its metrics port.
-    pub operator: Option<(Process, u16)>,
+    /// The operator process.
+    pub operator: Option<Operator>,
     operator_bin: PathBuf,
     controllers: String,
 }
 
 impl Env {
-    pub async fn start(target: Target, operator_bin: &PathBuf, controllers: &str) -> Result<Self> {
+    pub async fn start(target: Target, operator_bin: &Path, controllers: &str) -> Result<Self> {
         let mut controllers_list = vec!["serviceaccount", "serviceaccount-token"];
         let mut cm_args = Vec::new();
         if let Target::ReplicaSet(qps) = target {
@@ -83,7 +84,7 @@ impl Env {
             cluster,
             client,
             operator,
-            operator_bin: operator_bin.clone(),
+            operator_bin: operator_bin.to_path_buf(),
             controllers: controllers.into(),
         })
     }
@@ -91,8 +92,8 @@ impl Env {
     /// Stops the operator and starts a new one with `vars` added to its environment; returns
     /// how long the new one took from its start to ready (its initial lists).
     pub async fn restart_operator(&mut self, vars: &[(&str, String)]) -> Result<Duration> {
-        if let Some((mut old, _)) = self.operator.take() {
-            old.stop();
+        if let Some(mut old) = self.operator.take() {
+            old.process.stop();
         }
         let start = Instant::now();
         let (bin, controllers) = (&self.operator_bin, &self.controllers);
@@ -114,7 +115,7 @@ impl Env {
     /// The process doing the work, for memory and CPU.
     pub fn worker_pid(&self) -> Option<u32> {
         match &self.operator {
-            Some((op, _)) => op.pid(),
+            Some(op) => op.pid(),
             None => self
                 .cluster
                 .component("kube-controller-manager")
@@ -123,51 +124,30 @@ impl Env {
     }
 }
 
-pub async fn start_operator(
-    cluster: &Cluster,
-    bin: &PathBuf,
-    controllers: &str,
-) -> Result<(Process, u16)> {
+pub async fn start_operator(cluster: &Cluster, bin: &Path, controllers: &str) -> Result<Operator> {
     start_operator_with(cluster, bin, controllers, &[]).await
 }
 
+/// testenv's launcher with the benchmark's knobs: warnings only in the log, `/metrics` over
+/// plain HTTP, `vars` added to the environment (a heap profiler's preload); waits until ready.
 async fn start_operator_with(
     cluster: &Cluster,
-    bin: &PathBuf,
+    bin: &Path,
     controllers: &str,
     vars: &[(&str, String)],
-) -> Result<(Process, u16)> {
-    let health = testenv::free_port()?;
-    let metrics = testenv::free_port()?;
-    let args = vec![
-        "run".to_string(),
-        format!("--namespace={NS}"),
-        format!("--controllers={controllers}"),
-        "--log-level=warn".into(),
-        format!("--metrics-bind-address=127.0.0.1:{metrics}"),
-        // The benchmark scrapes its own operator over plain HTTP on loopback.
-        "--metrics-secure=false".into(),
-        format!("--health-probe-bind-address=127.0.0.1:{health}"),
-        "--instance=podset-testenv-bench".into(),
-    ];
-    let mut op = Process::new("operator", bin, args, cluster.dir())
-        .env("KUBECONFIG", &cluster.kubeconfig().to_string_lossy());
+) -> Result<Operator> {
+    let mut launcher = Launcher::new(bin, "operator", cluster.dir(), cluster.kubeconfig(), NS)
+        .instance("podset-testenv-bench")
+        .log_level("warn")
+        .plain_metrics()
+        .args([format!("--controllers={controllers}")]);
     for (key, value) in vars {
-        op = op.env(key, value);
+        launcher = launcher.env(key, value);
     }
-    op.start()
-        .with_context(|| format!("starting {}", bin.display()))?;
+    let op = launcher.start()?;
     // Long enough for the initial list of W5's 100,000 pods.
-    testenv::poll(
-        Duration::from_secs(300),
-        "the operator's /readyz",
-        || async {
-            let r = reqwest::get(format!("http://127.0.0.1:{health}/readyz")).await;
-            Ok(r.is_ok_and(|r| r.status().is_success()))
-        },
-    )
-    .await?;
-    Ok((op, metrics))
+    op.wait_ready(Duration::from_secs(300)).await?;
+    Ok(op)
 }
 
 /// The mutating requests the operator itself has sent (its own client's counter).

@@ -59,7 +59,7 @@ pub async fn node(operator: PathBuf, pods: usize) -> Result<()> {
     }
     let busy = cluster.real_nodes_rss_bytes();
 
-    let (_op, _) = start_operator(&cluster, &operator, "at").await?;
+    let _op = start_operator(&cluster, &operator, "at").await?;
     let (created, running) = at_lateness(&client).await?;
     println!(
         "At lateness on the real node: pod created {created:.2} s, Running {running:.2} s after the schedule"

@@ -7,13 +7,18 @@
 //! everything; a test binary that dies takes its children with it (see [`process`]).
 //!
 //! The binaries come from `hack/build-kubernetes.sh`, built from the Go module proxy.
+//!
+//! On top: [`operator`], the operator binary's one launcher (tests and benchmarks), and
+//! [`harness`], the end-to-end tests' namespaces, grants, fixtures and waits.
 
 mod access;
 pub mod audit;
 mod components;
+pub mod harness;
 pub mod helm;
 mod max_pods;
 pub mod node;
+pub mod operator;
 pub mod pki;
 mod ports;
 pub mod process;

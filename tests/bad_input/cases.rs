@@ -3,7 +3,7 @@
 use podset_operator::api::at::{LATEST_SCHEDULE, SCHEDULE_MESSAGE};
 use serde_json::{Value, json};
 
-pub use crate::common::Kind;
+pub use testenv::harness::Kind;
 
 /// What must become of a malformed object.
 #[derive(Debug)]

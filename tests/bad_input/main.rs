@@ -3,20 +3,20 @@
 //! never crashes or hot-loops on any of them.
 
 mod cases;
-#[path = "../common/mod.rs"]
-mod common;
 mod unreadable;
 
 use std::collections::BTreeMap;
 
 use anyhow::{Result, bail};
 use cases::{Case, Expect, Kind, cases};
-use common::{PROMPTLY, TestNs, cluster_without_nodes, condition, poll_some};
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use podset_operator::api::{At, AtPhase, PodSet};
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
+use testenv::harness::{
+    PROMPTLY, TestNs, cluster_without_nodes, condition, ensure_runs_command, poll_some,
+};
 
 async fn shared_ns(prefix: &str) -> Result<TestNs> {
     TestNs::new_in(cluster_without_nodes().await?, prefix).await
@@ -76,11 +76,7 @@ async fn handled(ns: &TestNs, c: &Case) -> Result<String> {
                 Ok(match &c.expect {
                     Expect::Running if status.phase == Some(AtPhase::Running) => {
                         let pod = ns.api::<Pod>().get(&format!("{}-pod", c.name)).await?;
-                        let command = pod.spec.unwrap().containers[0].command.clone();
-                        let want = vec!["sh".into(), "-c".into(), at.spec.command.clone()];
-                        if command != Some(want) {
-                            bail!("the pod's command is not the At's: {command:.200?}");
-                        }
+                        ensure_runs_command(&pod, &at.spec.command)?;
                         Some("RUNNING, the pod's command intact".to_string())
                     }
                     Expect::Pending => {

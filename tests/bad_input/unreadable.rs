@@ -10,7 +10,9 @@ use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
 use podset_operator::plan::unreadable::REASON_UNREADABLE;
 use serde_json::{Value, json};
 
-use super::common::{Kind, PROMPTLY, TestNs, condition, own_cluster_ns, podset, poll, poll_some};
+use testenv::harness::{
+    Kind, PROMPTLY, TestNs, condition, own_cluster_ns, podset, poll, poll_some,
+};
 
 /// The readiness probe of a PodSet's one container on `port`.
 fn probing(name: &str, port: Value) -> Value {

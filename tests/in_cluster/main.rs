@@ -5,8 +5,6 @@
 //! duration, the logs are JSON lines, and /metrics answers in the cluster. Both install into a
 //! namespace that enforces the restricted Pod Security Standard, which the pods meet.
 
-#[path = "../common/mod.rs"]
-mod common;
 mod upgrade;
 
 use std::path::{Path, PathBuf};
@@ -21,6 +19,8 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use podset_operator::api::PodSet;
+// The harness as `common` (once tests/common/), for this file and upgrade.rs.
+use testenv::harness as common;
 use testenv::{Cluster, Options};
 
 /// The Lease duration of both installs (their default).

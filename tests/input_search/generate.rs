@@ -6,7 +6,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Map, Value, json};
 
-use crate::common::Kind;
+use testenv::harness::Kind;
 
 /// One generated object: what it is, and how it was made (for the report).
 pub struct Generated {

@@ -7,8 +7,6 @@
 //! seeds from a fresh random start (`START=S` to choose); `make input-search SEED=S` replays
 //! one. Each seed is one object, the same object on every run.
 
-#[path = "../common/mod.rs"]
-mod common;
 mod generate;
 mod verdict;
 
@@ -18,8 +16,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
-use common::Kind;
-use common::{PROMPTLY, TestNs, at, cluster_without_nodes, podset, poll_some};
 use futures::future::join_all;
 use generate::{Generated, Schemas};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -27,6 +23,7 @@ use kube::Api;
 use kube::api::PostParams;
 use podset_operator::api::{At, PodSet};
 use testenv::audit;
+use testenv::harness::{Kind, PROMPTLY, TestNs, at, cluster_without_nodes, podset, poll_some};
 use verdict::{Verdict, verdict};
 
 /// The seeds `make test` runs.

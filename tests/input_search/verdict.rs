@@ -7,8 +7,8 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 use serde_json::Value;
 
-use crate::common::{Kind, TestNs};
 use crate::generate::Generated;
+use testenv::harness::{Kind, TestNs, ensure_runs_command};
 
 #[derive(Clone, Debug)]
 pub enum Verdict {
@@ -127,18 +127,7 @@ async fn at_acted(ns: &TestNs, at: &Value) -> Result<Option<Verdict>> {
             let [pod] = &pods[..] else {
                 bail!("{phase} with {} pods of its own", pods.len());
             };
-            let command = pod.spec.as_ref().map(|s| s.containers[0].command.clone());
-            let want = Some(vec![
-                "sh".to_string(),
-                "-c".into(),
-                at["spec"]["command"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            ]);
-            if command != Some(want) {
-                bail!("its pod's command is not the At's: {command:.200?}");
-            }
+            ensure_runs_command(pod, at["spec"]["command"].as_str().unwrap_or_default())?;
             Ok(Some(Verdict::Acted(format!("At: {phase}, its pod"))))
         }
         "PENDING" if due == Some(true) => Ok(None),

@@ -138,7 +138,7 @@ async fn steady_stats(env: &Env, s: &Sizes) -> Result<Option<ProcStats>> {
 /// The API server's and the operator's own writes while nothing changes.
 async fn measure_idle(env: &Env, s: &Sizes, sample: &mut Sample) -> Result<()> {
     let per_minute = 60.0 / s.idle_window.as_secs_f64();
-    let own_port = env.operator.as_ref().map(|(_, port)| *port);
+    let own_port = env.operator.as_ref().map(|op| op.metrics_port);
     let own_before = match own_port {
         Some(port) => Some(operator_writes(port).await?),
         None => None,
@@ -157,8 +157,8 @@ async fn measure_idle(env: &Env, s: &Sizes, sample: &mut Sample) -> Result<()> {
 /// Kills the profiled operator where it stands (what was live is then reported as leaked)
 /// and turns its recording into a profile.
 fn kill_for_profile(env: &mut Env, raw: &Path) -> Result<()> {
-    if let Some((mut op, _)) = env.operator.take() {
-        op.stop_with(libc::SIGKILL, Duration::from_secs(5));
+    if let Some(mut op) = env.operator.take() {
+        op.kill();
     }
     heap::finish(raw)?;
     Ok(())

@@ -80,7 +80,7 @@ impl TestNs {
 
     /// Runs kubectl of the cluster's version in this namespace; its output.
     pub fn kubectl(&self, args: &[&str]) -> Result<String> {
-        let out = std::process::Command::new(testenv::versions::kubectl())
+        let out = std::process::Command::new(crate::versions::kubectl())
             .arg(format!(
                 "--kubeconfig={}",
                 self.cluster.kubeconfig().display()
