@@ -52,9 +52,9 @@ where
     layer
 }
 
+/// The JSON lines `f` logs, read back.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) fn captured(f: impl FnOnce()) -> Vec<serde_json::Value> {
     use std::sync::{Arc, Mutex};
 
     #[derive(Clone, Default)]
@@ -70,19 +70,29 @@ mod tests {
         }
     }
 
+    let sink = Sink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::registry().with(json_lines(move || writer.clone()));
+    tracing::subscriber::with_default(subscriber, f);
+    let out = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+    out.lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
     #[test]
     fn a_line_carries_its_spans_fields_at_the_top_level() {
-        let sink = Sink::default();
-        let writer = sink.clone();
-        let subscriber = tracing_subscriber::registry().with(json_lines(move || writer.clone()));
-        tracing::subscriber::with_default(subscriber, || {
+        let lines = captured(|| {
             let _term = tracing::info_span!("term", lease = "l", term = 2).entered();
             let _reconcile =
                 tracing::info_span!("reconcile", namespace = "ns", object = "web").entered();
             tracing::warn!(pods = 3, "created pods");
         });
-        let out = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
-        let line: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        let line = &lines[0];
         assert_eq!(line["message"], "created pods", "{line}");
         assert_eq!(line["level"], "WARN", "{line}");
         assert_eq!(line["pods"], 3, "{line}");

@@ -312,37 +312,13 @@ mod tests {
         assert!(live);
     }
     use crate::controller::fixtures::{context, podset};
-    use std::sync::Mutex;
-
-    /// Collects what `f` logs.
-    fn logs(f: impl FnOnce()) -> String {
-        #[derive(Clone, Default)]
-        struct Sink(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Sink {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let sink = Sink::default();
-        let writer = sink.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::with_default(subscriber, f);
-        String::from_utf8(sink.0.lock().unwrap().clone()).unwrap()
-    }
 
     #[tokio::test]
     async fn a_failed_reconcile_is_logged_once() {
         let ctx = context();
         let ps = Arc::new(podset());
         let failure = || Error::PodApi(kube::Error::LinesCodecMaxLineLengthExceeded);
-        let out = logs(|| {
+        let lines = crate::telemetry::captured(|| {
             podset::error_policy(ps.clone(), &failure(), ctx.clone());
             let res: Result<
                 (ObjectRef<crate::api::PodSet>, Action),
@@ -353,6 +329,7 @@ mod tests {
             ));
             log_result(res);
         });
-        assert_eq!(out.matches("reconcile failed").count(), 1, "{out}");
+        let failed = lines.iter().filter(|l| l["message"] == "reconcile failed");
+        assert_eq!(failed.count(), 1, "{lines:?}");
     }
 }

@@ -39,7 +39,7 @@ pub fn names(pods: &[Arc<CachedPod>]) -> Vec<&str> {
     pods.iter().map(|p| &*p.name).collect()
 }
 
-/// PodSet `ns/web` with UID `ps-uid` and `replicas`.
+/// PodSet `ns/web` with UID `ps-uid`, generation 3 and `replicas`.
 pub fn podset(replicas: i32) -> PodSet {
     let mut ps = PodSet::new(
         "web",
@@ -50,5 +50,6 @@ pub fn podset(replicas: i32) -> PodSet {
     );
     ps.metadata.namespace = Some("ns".into());
     ps.metadata.uid = Some("ps-uid".into());
+    ps.metadata.generation = Some(3);
     ps
 }

@@ -70,28 +70,29 @@ pub async fn template(
     run(&[&args[..], more].concat()).await
 }
 
-/// `helm install RELEASE CHART` into `namespace` of the cluster of `kubeconfig`, then `more`
-/// (`--set`, `--create-namespace`...). It returns once the objects are created: waiting for
-/// them is the caller's.
-pub async fn install(
-    kubeconfig: &Path,
-    release: &str,
-    chart: &Path,
-    namespace: &str,
-    more: &[&str],
-) -> Result<String> {
-    in_cluster("install", kubeconfig, release, Some(chart), namespace, more).await
+/// What [`release`] does to a release.
+#[derive(Clone, Copy, Debug)]
+pub enum Release {
+    Install,
+    Upgrade,
 }
 
-/// `helm upgrade RELEASE CHART` in `namespace`, then `more` (`--reuse-values`, `--set`...).
-pub async fn upgrade(
+/// `helm install|upgrade RELEASE CHART` in `namespace` of the cluster of `kubeconfig`, then
+/// `more` (`--set`, `--create-namespace`, `--reuse-values`...). It returns once the objects
+/// are written: waiting for them is the caller's.
+pub async fn release(
+    action: Release,
     kubeconfig: &Path,
     release: &str,
     chart: &Path,
     namespace: &str,
     more: &[&str],
 ) -> Result<String> {
-    in_cluster("upgrade", kubeconfig, release, Some(chart), namespace, more).await
+    let verb = match action {
+        Release::Install => "install",
+        Release::Upgrade => "upgrade",
+    };
+    in_cluster(verb, kubeconfig, release, Some(chart), namespace, more).await
 }
 
 /// `helm uninstall RELEASE` in `namespace`; a release already gone is no error.

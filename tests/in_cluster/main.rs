@@ -305,7 +305,8 @@ async fn helm_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
     // field manager "helm").
     let kc = cluster.kubeconfig().display().to_string();
     let sets = values.join(",");
-    testenv::helm::install(
+    testenv::helm::release(
+        testenv::helm::Release::Install,
         cluster.kubeconfig(),
         "ps",
         &chart(),
@@ -337,9 +338,16 @@ async fn helm_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
         let crds = [&crds[..], &["-f", "charts/podset-operator/crds/"]].concat();
         run("kubectl", &crds, &[]).await?;
         let more = ["--reuse-values", "--set", "image.tag=upgraded"];
-        testenv::helm::upgrade(cluster.kubeconfig(), "ps", &chart(), ns, &more)
-            .await
-            .map(drop)
+        testenv::helm::release(
+            testenv::helm::Release::Upgrade,
+            cluster.kubeconfig(),
+            "ps",
+            &chart(),
+            ns,
+            &more,
+        )
+        .await
+        .map(drop)
     };
     upgrade::loses_nothing(&install, upgrade).await
 }

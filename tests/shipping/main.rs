@@ -404,7 +404,15 @@ impl Release {
             selector: format!("app.kubernetes.io/instance={name}"),
             ns,
         };
-        testenv::helm::install(&release.kc, name, &chart(), &release.ns, values).await?;
+        testenv::helm::release(
+            testenv::helm::Release::Install,
+            &release.kc,
+            name,
+            &chart(),
+            &release.ns,
+            values,
+        )
+        .await?;
         wait_objects(&release.kc, &release.ns, &release.objects(), true).await?;
         wait_crds_established(&release.kc).await?;
         wait_pods_scheduled(&release.kc, &release.ns, &release.selector).await?;

@@ -65,14 +65,8 @@ fn default_pod_spec() -> PodSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::fixtures;
+    use crate::plan::fixtures::podset;
     use k8s_openapi::api::core::v1::PodTemplateSpec;
-
-    fn podset(replicas: i32) -> PodSet {
-        let mut ps = fixtures::podset(replicas);
-        ps.metadata.generation = Some(3);
-        ps
-    }
 
     #[test]
     fn default_pod_is_the_seeds_busybox_restricted() {

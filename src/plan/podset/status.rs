@@ -134,13 +134,7 @@ fn no_failure() -> Desired<'static> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::fixtures::{self, arcs, pod};
-
-    fn podset(replicas: i32) -> PodSet {
-        let mut ps = fixtures::podset(replicas);
-        ps.metadata.generation = Some(3);
-        ps
-    }
+    use crate::plan::fixtures::{arcs, pod, podset};
 
     #[test]
     fn status_names_available_pods_sorted_with_conditions() {
