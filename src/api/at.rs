@@ -13,15 +13,28 @@ pub const SPEC_FROZEN_RULE: &str = "!has(oldSelf.status) || !has(oldSelf.status.
 pub const SPEC_FROZEN_MESSAGE: &str = "spec cannot change once the At has left PENDING: its \
     command has already run or is running; create a new At to run it again";
 
+/// The latest schedule, as a literal the rule and the message are made of.
+macro_rules! latest_schedule {
+    () => {
+        "9999-12-30T22:00:00Z"
+    };
+}
+
 /// `spec.schedule` is a real time, not only the right shape: the pattern alone admits
 /// February 30th or 25 o'clock. (Kubernetes' CEL format library, from 1.31.) And one the
 /// operator can hold: its clock ends at [`LATEST_SCHEDULE`] (jiff's `Timestamp::MAX`, to the
 /// second); the pattern fixes the shape, so the strings compare as the times do.
-pub const SCHEDULE_RULE: &str = "!format.named('datetime').value().validate(self).hasValue() \
-    && self <= '9999-12-30T22:00:00Z'";
-pub const LATEST_SCHEDULE: &str = "9999-12-30T22:00:00Z";
-pub const SCHEDULE_MESSAGE: &str = "must be a valid UTC time, YYYY-MM-DDThh:mm:ssZ, for \
-    example 2019-04-12T10:12:00Z, no later than 9999-12-30T22:00:00Z";
+pub const SCHEDULE_RULE: &str = concat!(
+    "!format.named('datetime').value().validate(self).hasValue() && self <= '",
+    latest_schedule!(),
+    "'"
+);
+pub const LATEST_SCHEDULE: &str = latest_schedule!();
+pub const SCHEDULE_MESSAGE: &str = concat!(
+    "must be a valid UTC time, YYYY-MM-DDThh:mm:ssZ, for example 2019-04-12T10:12:00Z, no \
+    later than ",
+    latest_schedule!()
+);
 
 /// When and what to run.
 #[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]

@@ -16,13 +16,12 @@ pub struct Trouble {
 /// Waiting reasons of a container that is on its way: not trouble.
 const STARTING: [&str; 2] = ["ContainerCreating", "PodInitializing"];
 
-/// The pod's trouble, if any: the scheduler found no node; a container waits on an error (its
-/// last run OOMKilled, if so); or the pod failed with a reason (evicted, say).
+/// The pod's trouble, if any: the scheduler found no node, or a container waits on an error
+/// (its last run OOMKilled, if so). How a pod ended (evicted, say) is its `Ended`, not
+/// trouble: nothing reads the trouble of a pod that will not start again.
 pub fn trouble(pod: &Pod) -> Option<Trouble> {
     let status = pod.status.as_ref()?;
-    unschedulable(status)
-        .or_else(|| waiting(status))
-        .or_else(|| failed(status))
+    unschedulable(status).or_else(|| waiting(status))
 }
 
 fn unschedulable(status: &PodStatus) -> Option<Trouble> {
@@ -69,16 +68,6 @@ fn container_trouble(c: &ContainerStatus) -> Option<Trouble> {
     Some(Trouble {
         reason: if oom { "OOMKilled" } else { reason }.into(),
         message: message.into(),
-    })
-}
-
-fn failed(status: &PodStatus) -> Option<Trouble> {
-    if status.phase.as_deref() != Some("Failed") {
-        return None;
-    }
-    Some(Trouble {
-        reason: status.reason.as_deref()?.into(),
-        message: status.message.as_deref().unwrap_or_default().into(),
     })
 }
 
@@ -147,12 +136,6 @@ mod tests {
 
         let evicted = json!({"phase": "Failed", "reason": "Evicted",
             "message": "The node was low on resource: memory."});
-        assert_eq!(
-            found(evicted).unwrap(),
-            (
-                "Evicted".into(),
-                "The node was low on resource: memory.".into()
-            )
-        );
+        assert_eq!(found(evicted), None, "an ended pod is not in trouble");
     }
 }
