@@ -458,4 +458,6 @@ pub fn pod_for(at: &At) -> Pod {
 }
 
 #[cfg(test)]
+mod pod_tests;
+#[cfg(test)]
 mod tests;

@@ -19,11 +19,13 @@ pub mod helm;
 mod max_pods;
 pub mod node;
 pub mod operator;
+mod options;
 pub mod pki;
 mod ports;
 pub mod process;
 pub mod proxy;
 pub mod registry;
+mod shared;
 pub mod sieve;
 pub mod versions;
 mod wait;
@@ -39,88 +41,14 @@ use kube::api::{Api, DeleteParams};
 
 pub use access::{apply_crds, client_from_kubeconfig, get_metrics, get_metrics_from};
 pub use max_pods::{MaxPods, controller_uid, live_pods_by_owner};
+pub use options::Options;
 pub use ports::free_port;
 pub use process::{Process, run_command, spawn_tied};
+pub use shared::shared;
 pub(crate) use wait::timed_out;
 pub use wait::{failing, poll, poll_some};
 
 const ADMIN_TOKEN_USER: &str = "testenv-admin";
-
-/// Which components to run. The default is etcd, apiserver and controller-manager.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// Run kube-controller-manager (service accounts, node lifecycle, garbage collector...).
-    pub controller_manager: bool,
-    /// The controller-manager's `--controllers` value; `None` keeps its defaults.
-    pub controllers: Option<String>,
-    /// Extra controller-manager flags (for example client QPS for benchmarks).
-    pub controller_manager_args: Vec<String>,
-    /// Run kube-scheduler.
-    pub scheduler: bool,
-    /// kubemark hollow nodes; pods bound to them go Running, but no container starts.
-    /// Needs the scheduler. With real nodes too, they carry [`HOLLOW_TAINT`].
-    pub nodes: usize,
-    /// Real nodes (kubelet + containerd + runc): pods run real containers. Needs the
-    /// scheduler; the cluster then also runs its own image registry.
-    pub real_nodes: usize,
-    /// Extra kube-apiserver flags.
-    pub apiserver_args: Vec<String>,
-    /// Keep the state here instead of a temporary directory (for `make cluster-up`).
-    pub dir: Option<PathBuf>,
-    /// CRD manifests to install before the controller-manager starts, so its garbage
-    /// collector knows them at once instead of at its next discovery resync (~30 s).
-    pub crds: Option<String>,
-    /// Have the apiserver write an audit log (see [`audit`]). Benchmarks turn it off: it
-    /// costs a write per request.
-    pub audit: bool,
-    /// The Kubernetes version; `None` is [`versions::default_version`].
-    pub version: Option<String>,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            controller_manager: true,
-            controllers: None,
-            controller_manager_args: Vec::new(),
-            scheduler: false,
-            nodes: 0,
-            real_nodes: 0,
-            apiserver_args: Vec::new(),
-            dir: None,
-            crds: None,
-            audit: true,
-            version: None,
-        }
-    }
-}
-
-impl Options {
-    /// Scheduler plus `n` hollow nodes, so pods really go Running.
-    pub fn with_nodes(mut self, n: usize) -> Self {
-        self.scheduler = n > 0 || self.scheduler;
-        self.nodes = n;
-        self
-    }
-
-    /// Scheduler plus `n` real nodes.
-    pub fn with_real_nodes(mut self, n: usize) -> Self {
-        self.scheduler = n > 0 || self.scheduler;
-        self.real_nodes = n;
-        self
-    }
-
-    pub fn without_controller_manager(mut self) -> Self {
-        self.controller_manager = false;
-        self
-    }
-
-    /// Kubernetes `version` (`1.33`, `1.33.13`) instead of the default.
-    pub fn on_version(mut self, version: &str) -> Self {
-        self.version = Some(versions::resolve(version));
-        self
-    }
-}
 
 /// The taint hollow nodes carry in a cluster that also has real nodes: only pods that want
 /// a hollow node (scale tests) tolerate it, so everything else runs for real.
@@ -500,36 +428,4 @@ fn rand_u128() -> u128 {
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
         .expect("read /dev/urandom");
     u128::from_le_bytes(buf)
-}
-
-type SharedClusters = std::collections::BTreeMap<&'static str, std::sync::Arc<Cluster>>;
-
-static SHARED: std::sync::Mutex<SharedClusters> =
-    std::sync::Mutex::new(std::collections::BTreeMap::new());
-static SHARED_START: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// One cluster per `key` for every test in this test binary (tests isolate themselves by
-/// namespace), started on first use with `opts` and stopped when the process exits.
-pub async fn shared(
-    key: &'static str,
-    opts: impl FnOnce() -> Options,
-) -> Result<std::sync::Arc<Cluster>> {
-    let _starting = SHARED_START.lock().await;
-    if let Some(c) = SHARED.lock().expect("shared cluster lock").get(key) {
-        return Ok(c.clone());
-    }
-    let cluster = std::sync::Arc::new(Cluster::start(opts()).await?);
-    let mut shared = SHARED.lock().expect("shared cluster lock");
-    if shared.is_empty() {
-        // SAFETY: registering a plain extern "C" function.
-        unsafe { libc::atexit(stop_shared) };
-    }
-    shared.insert(key, cluster.clone());
-    Ok(cluster)
-}
-
-extern "C" fn stop_shared() {
-    if let Ok(mut shared) = SHARED.lock() {
-        drop(std::mem::take(&mut *shared));
-    }
 }

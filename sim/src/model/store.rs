@@ -7,14 +7,16 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use jiff::Timestamp;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use super::error::ApiError;
 use super::resource::Kind;
-use super::watch::{WatchSpec, Watcher};
+use super::watch::Watcher;
+
+mod grace;
+mod watches;
+use grace::{Grace, grace};
 
 pub type Object = Arc<Value>;
 
@@ -41,8 +43,6 @@ pub struct Preconditions {
     pub resource_version: Option<String>,
 }
 
-/// How long a deleted pod is given to stop, unless the request says otherwise.
-const POD_GRACE_SECONDS: i64 = 30;
 /// Changes kept for watches to start from; older versions are compacted.
 const LOG_LENGTH: usize = 4096;
 
@@ -363,60 +363,6 @@ impl Store {
             Arc::new(gone)
         })
     }
-
-    /// Drops all but the last `keep` changes: a watch from a version before them is told
-    /// 410 Gone, as after an etcd compaction.
-    pub fn compact(&mut self, keep: usize) {
-        while self.log.len() > keep {
-            if let Some(c) = self.log.pop_front() {
-                self.oldest = c.rv;
-            }
-        }
-    }
-
-    /// Starts a watch: from `spec.from` (the changes since, from the log), or with the
-    /// current objects as ADDED events when it names no version; then every change.
-    pub fn watch(&mut self, spec: WatchSpec) -> Result<mpsc::UnboundedReceiver<Bytes>, ApiError> {
-        let mut watcher = Watcher::new(spec);
-        match watcher.spec.from {
-            None => {
-                let current: Vec<Object> = self
-                    .objects(watcher.spec.kind, watcher.spec.namespace.as_deref())
-                    .cloned()
-                    .collect();
-                for object in current {
-                    watcher.send_added(&object);
-                }
-            }
-            // As the API server does once a watch is accepted: an ERROR event, not a refusal.
-            Some(from) if from < self.oldest => {
-                let gone = ApiError::gone(format!(
-                    "too old resource version: {from} ({})",
-                    self.oldest
-                ));
-                return Ok(watcher.error(&gone));
-            }
-            Some(from) => {
-                for change in self.log.iter().filter(|c| c.rv > from) {
-                    watcher.send_change(change);
-                }
-            }
-        }
-        let events = watcher.events();
-        self.watchers.push(watcher);
-        Ok(events)
-    }
-
-    /// A BOOKMARK at the current version to every watch that asked for them.
-    pub fn bookmark(&mut self) {
-        let rv = self.rv;
-        self.watchers.retain(|w| w.send_bookmark(rv));
-    }
-
-    /// Ends every watch (an API server restart): each client relists or resumes.
-    pub fn end_watches(&mut self) {
-        self.watchers.clear();
-    }
 }
 
 /// Metadata as the API server stores it: empty labels, annotations, owner references,
@@ -429,67 +375,6 @@ fn omit_empty(meta: &mut serde_json::Map<String, Value>) {
         Value::Object(o) => !o.is_empty(),
         _ => true,
     });
-}
-
-/// What a delete does to a pod.
-enum Grace {
-    /// Remove it as it is: it was marked with no grace already.
-    Now,
-    /// Nothing: it is terminating, within no more than the grace asked.
-    Pending,
-    /// Store it marked so, with this grace (none: then remove it).
-    Mark(Value, i64),
-}
-
-/// A pod's graceful deletion, as the API server's (`rest.BeforeDelete` and the pod strategy):
-/// the first delete marks it with a `deletionTimestamp` after the grace asked for (else its
-/// spec's, 30 s by default; none if it is unscheduled or finished) and a new generation; a
-/// later one may only shorten the grace, never into the past.
-fn grace(pod: &Value, requested: Option<i64>, now: Timestamp) -> Grace {
-    let at_least_one = |g: i64| if g < 0 { 1 } else { g };
-    let requested = requested.map(at_least_one);
-    let meta = &pod["metadata"];
-    let mut marked = pod.clone();
-    let (deadline, period) = match meta["deletionTimestamp"].as_str() {
-        Some(since) => {
-            let current = meta["deletionGracePeriodSeconds"].as_i64().unwrap_or(0);
-            if current == 0 {
-                return Grace::Now;
-            }
-            let Some(period) = requested.filter(|p| *p < current) else {
-                return Grace::Pending;
-            };
-            let since: Timestamp = since.parse().unwrap_or(now);
-            let deadline = since + jiff::SignedDuration::from_secs(period - current);
-            match deadline < now {
-                true => (now, period.min(1)),
-                false => (deadline, period),
-            }
-        }
-        None => {
-            let scheduled = pod["spec"]["nodeName"]
-                .as_str()
-                .is_some_and(|n| !n.is_empty());
-            let finished = matches!(
-                pod["status"]["phase"].as_str(),
-                Some("Succeeded" | "Failed")
-            );
-            let period = match scheduled && !finished {
-                true => requested
-                    .or(pod["spec"]["terminationGracePeriodSeconds"].as_i64())
-                    .map_or(POD_GRACE_SECONDS, at_least_one),
-                false => 0,
-            };
-            let generation = meta["generation"].as_i64().unwrap_or(0);
-            if generation > 0 {
-                marked["metadata"]["generation"] = (generation + 1).into();
-            }
-            (now + jiff::SignedDuration::from_secs(period), period)
-        }
-    };
-    marked["metadata"]["deletionTimestamp"] = seconds(deadline).into();
-    marked["metadata"]["deletionGracePeriodSeconds"] = period.into();
-    Grace::Mark(marked, period)
 }
 
 fn check_version(key: &Key, old: &Value, wanted: Option<&str>) -> Result<(), ApiError> {

@@ -1,16 +1,16 @@
-//! The At plan's unit tests: every step and status, without I/O.
+//! The At plan's unit tests: the schedule, waiting for it, and the phases and statuses
+//! around the pod (done, blocked, deleted), without I/O. The pod's own life is `pod_tests`.
 
 use super::*;
 use crate::api::AtSpec;
-use crate::cache::{Ended, Notes, Trouble};
 
-const SCHEDULE: &str = "2019-04-12T10:12:00Z";
+pub(super) const SCHEDULE: &str = "2019-04-12T10:12:00Z";
 
-fn ts(s: &str) -> Timestamp {
+pub(super) fn ts(s: &str) -> Timestamp {
     s.parse().unwrap()
 }
 
-fn at_with(status: Option<AtStatus>) -> At {
+pub(super) fn at_with(status: Option<AtStatus>) -> At {
     let mut at = At::new(
         "example-at",
         AtSpec {
@@ -25,7 +25,7 @@ fn at_with(status: Option<AtStatus>) -> At {
     at
 }
 
-fn pod(phase: Phase) -> CachedPod {
+pub(super) fn pod(phase: Phase) -> CachedPod {
     CachedPod {
         name: "example-at-pod".into(),
         namespace: "ns".into(),
@@ -45,13 +45,13 @@ fn pod(phase: Phase) -> CachedPod {
     }
 }
 
-fn condition<'a>(s: &'a AtStatus, type_: &str) -> (&'a str, &'a str) {
+pub(super) fn condition<'a>(s: &'a AtStatus, type_: &str) -> (&'a str, &'a str) {
     let c = conditions::find(&s.conditions, type_).unwrap_or_else(|| panic!("no {type_} in {s:?}"));
     (c.status.as_str(), c.reason.as_str())
 }
 
 /// The status a step records; any other step fails the test.
-fn record(step: Step) -> AtStatus {
+pub(super) fn record(step: Step) -> AtStatus {
     match step {
         Step::Record(s) | Step::Wait(s, _) => s,
         other => panic!("expected a status to record, got {other:?}"),
@@ -184,246 +184,6 @@ fn invalid_date_is_reported_not_retried() {
 }
 
 #[test]
-fn created_pod_means_running_then_done_with_the_outcome() {
-    let at = at_with(Some(record(decide(
-        &at_with(None),
-        None,
-        ts("2019-04-12T10:11:00Z"),
-    ))));
-    let now = ts("2019-04-12T10:12:01Z");
-    let running = progress(&at, &pod(Phase::Pending), now);
-    assert_eq!(running.phase, Some(AtPhase::Running));
-    assert_eq!(running.pod_name.as_deref(), Some("example-at-pod"));
-    assert_eq!(running.start_time, Some(Time(ts("2019-04-12T10:12:01Z"))));
-    assert_eq!(
-        (running.succeeded, running.completion_time.as_ref()),
-        (None, None)
-    );
-    assert_eq!(
-        condition(&running, CONDITION_COMPLETED),
-        ("False", REASON_STARTED)
-    );
-    let notes_running = status_events(at.status.as_ref(), &running);
-    assert_eq!(
-        notes_running
-            .iter()
-            .map(|n| n.reason.as_str())
-            .collect::<Vec<_>>(),
-        [REASON_STARTED]
-    );
-
-    let at = at_with(Some(running.clone()));
-    assert_eq!(
-        decide(&at, Some(&pod(Phase::Running)), now),
-        Step::Record(running.clone()),
-        "running: nothing new"
-    );
-
-    let mut ok = pod(Phase::Succeeded);
-    ok.exit_code = Some(0);
-    let done = record(decide(&at, Some(&ok), ts("2019-04-12T10:12:09Z")));
-    assert_eq!(done.phase, Some(AtPhase::Done));
-    assert_eq!(done.succeeded, Some(true));
-    assert_eq!(done.completion_time, Some(Time(ts("2019-04-12T10:12:09Z"))));
-    assert_eq!(done.start_time, running.start_time);
-    assert_eq!(
-        condition(&done, CONDITION_COMPLETED),
-        ("True", REASON_SUCCEEDED)
-    );
-    let n = status_events(Some(&running), &done);
-    assert_eq!((n.len(), n[0].type_), (1, EventType::Normal));
-
-    let mut bad = pod(Phase::Failed);
-    bad.notes = Some(Box::new(Notes {
-        ended: Some(Ended {
-            reason: Some("Error".into()),
-            message: Some("boom".into()),
-        }),
-        trouble: None,
-    }));
-    bad.exit_code = Some(3);
-    let failed = record(decide(&at, Some(&bad), ts("2019-04-12T10:12:09Z")));
-    assert_eq!(
-        (failed.phase, failed.succeeded),
-        (Some(AtPhase::Done), Some(false))
-    );
-    let c = conditions::find(&failed.conditions, CONDITION_COMPLETED).unwrap();
-    assert_eq!(
-        (c.status.as_str(), c.reason.as_str()),
-        ("True", REASON_FAILED)
-    );
-    assert_eq!(
-        c.message,
-        "pod example-at-pod failed: Error: boom (exit code 3)"
-    );
-    let n = status_events(Some(&running), &failed);
-    assert_eq!(
-        (n.len(), n[0].type_, n[0].reason.as_str()),
-        (1, EventType::Warning, REASON_FAILED)
-    );
-}
-
-/// Issue 31: a pod that cannot start (no node fits, an image that cannot be pulled) shows in
-/// `Completed`, in the scheduler's words, with a Warning; once it runs, Started again.
-#[test]
-fn a_pod_in_trouble_is_told_with_a_warning_and_cleared_once_it_runs() {
-    let now = ts("2019-04-12T10:12:01Z");
-    let pending = decide(&at_with(None), None, ts("2019-04-12T10:11:00Z"));
-    let at = at_with(Some(record(pending)));
-    let mut stuck = pod(Phase::Pending);
-    stuck.notes = Some(Box::new(Notes {
-        ended: None,
-        trouble: Some(Trouble {
-            reason: "Unschedulable".into(),
-            message: "0/1 nodes are available".into(),
-        }),
-    }));
-    let waiting = progress(&at, &stuck, now);
-    assert_eq!(waiting.phase, Some(AtPhase::Running));
-    assert_eq!(
-        condition(&waiting, CONDITION_COMPLETED),
-        ("False", "Unschedulable")
-    );
-    let told = status_events(at.status.as_ref(), &waiting);
-    assert_eq!(
-        (told[0].type_, told[0].note.as_str()),
-        (
-            EventType::Warning,
-            "pod example-at-pod: 0/1 nodes are available"
-        )
-    );
-    let at = at_with(Some(waiting.clone()));
-    let running = progress(&at, &pod(Phase::Running), now);
-    assert_eq!(
-        condition(&running, CONDITION_COMPLETED),
-        ("False", REASON_STARTED)
-    );
-    assert_eq!(
-        status_events(Some(&waiting), &running)[0].type_,
-        EventType::Normal
-    );
-}
-
-#[test]
-fn a_pod_of_ours_counts_as_started_even_if_the_phase_lags() {
-    // The pod was created but writing RUNNING failed (or the At read is stale).
-    let status = record(decide(
-        &at_with(None),
-        Some(&pod(Phase::Succeeded)),
-        ts("2019-04-12T10:13:00Z"),
-    ));
-    assert_eq!(
-        (status.phase, status.succeeded),
-        (Some(AtPhase::Done), Some(true))
-    );
-    assert_eq!(
-        condition(&status, CONDITION_SCHEDULED),
-        ("True", REASON_SCHEDULED)
-    );
-}
-
-#[test]
-fn a_recorded_pod_missing_is_confirmed_then_done_as_vanished() {
-    let running = progress(&at_with(None), &pod(Phase::Running), ts(SCHEDULE));
-    assert_eq!(running.pod_uid.as_deref(), Some("pod-uid"), "recorded");
-    let at = at_with(Some(running.clone()));
-    assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Confirm);
-    assert_eq!(
-        confirmed(&at, Some(&pod(Phase::Running)), ts(SCHEDULE)),
-        Step::Record(running.clone()),
-        "only the cache lagged"
-    );
-    let gone = record(confirmed(&at, None, ts("2019-04-12T10:20:00Z")));
-    assert_eq!(
-        (gone.phase, gone.succeeded),
-        (Some(AtPhase::Done), Some(false))
-    );
-    assert_eq!(gone.start_time, running.start_time);
-    assert_eq!(gone.completion_time, Some(Time(ts("2019-04-12T10:20:00Z"))));
-    assert_eq!(
-        condition(&gone, CONDITION_COMPLETED),
-        ("True", REASON_POD_VANISHED)
-    );
-    assert_eq!(
-        status_events(Some(&running), &gone)[0].type_,
-        EventType::Warning
-    );
-    // Another pod with the name is not the recorded one: gone all the same.
-    let mut other = pod(Phase::Running);
-    other.uid = "other-uid".into();
-    assert_eq!(
-        record(confirmed(&at, Some(&other), ts("2019-04-12T10:20:00Z"))),
-        gone
-    );
-    // DONE is final: no pod, no rerun.
-    assert_eq!(
-        decide(
-            &at_with(Some(gone.clone())),
-            None,
-            ts("2019-04-12T11:00:00Z")
-        ),
-        Step::Record(gone)
-    );
-}
-
-/// Issue 26, faults 3 and 4: RUNNING recorded, no pod recorded: no pod of this At ever ran
-/// (each is created gated), so whatever became of earlier creates (a lost reply, a crash, a
-/// create the server refused) the pod is created, at once, on any host's clock.
-#[test]
-fn running_without_a_recorded_pod_creates_it() {
-    let at = at_with(Some(starting(&at_with(None), ts(SCHEDULE))));
-    assert_eq!(at.status.as_ref().unwrap().pod_uid, None);
-    assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Create);
-    assert_eq!(
-        decide(&at, None, ts("2030-01-01T00:00:00Z")),
-        Step::Create,
-        "no window to wait out"
-    );
-}
-
-/// A pod created gated is recorded, then released; once recorded it is released again if a
-/// release was lost, and never another pod.
-#[test]
-fn a_gated_pod_is_recorded_then_released() {
-    let at = at_with(Some(starting(&at_with(None), ts(SCHEDULE))));
-    let mut gated = pod(Phase::Pending);
-    gated.gated = true;
-    let Step::Release(recorded) = decide(&at, Some(&gated), ts(SCHEDULE)) else {
-        panic!("a gated pod is released once recorded");
-    };
-    assert_eq!(recorded.pod_uid.as_deref(), Some("pod-uid"));
-    assert_eq!(
-        condition(&recorded, CONDITION_COMPLETED),
-        ("False", REASON_STARTED)
-    );
-    let at = at_with(Some(recorded.clone()));
-    assert_eq!(
-        decide(&at, Some(&gated), ts(SCHEDULE)),
-        Step::Release(recorded.clone()),
-        "the release did not land: again"
-    );
-    let mut another = gated.clone();
-    another.uid = "another-uid".into();
-    assert!(
-        matches!(decide(&at, Some(&another), ts(SCHEDULE)), Step::Record(s) if s.phase == Some(AtPhase::Done)),
-        "only the recorded pod is ever released"
-    );
-}
-
-/// An operator from before the gate recorded Started with no UID: its pod was created
-/// ungated and may have run. Found, it is recorded as it is; gone, it is not run again.
-#[test]
-fn a_pod_from_before_the_gate_is_taken_as_it_is() {
-    let mut legacy = progress(&at_with(None), &pod(Phase::Running), ts(SCHEDULE));
-    legacy.pod_uid = None;
-    let at = at_with(Some(legacy));
-    assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Confirm);
-    assert!(
-        matches!(decide(&at, Some(&pod(Phase::Running)), ts(SCHEDULE)), Step::Record(s) if s.pod_uid.is_some())
-    );
-}
-
-#[test]
 fn done_is_final_and_says_spec_changes_are_ignored() {
     let mut ok = pod(Phase::Succeeded);
     ok.exit_code = Some(0);
@@ -495,44 +255,4 @@ fn deleting_at_does_nothing() {
         decide(&at, None, ts("2030-01-01T00:00:00Z")),
         Step::Record(AtStatus::default())
     );
-}
-
-#[test]
-fn pod_runs_the_command_once_through_a_shell_restricted() {
-    let mut at = at_with(None);
-    at.spec.command = "echo YAY && exit 3".into();
-    let pod = pod_for(&at);
-    assert_eq!(pod.metadata.name.as_deref(), Some("example-at-pod"));
-    assert_eq!(pod.metadata.namespace.as_deref(), Some("ns"));
-    let labels = pod.metadata.labels.unwrap();
-    assert_eq!(labels.get("app").map(String::as_str), Some("example-at"));
-    assert_eq!(
-        labels.get(MANAGED_BY_LABEL).map(String::as_str),
-        Some(MANAGED_BY_VALUE)
-    );
-    let owner = &pod.metadata.owner_references.unwrap()[0];
-    assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("At", "at-uid"));
-    assert_eq!(
-        (owner.controller, owner.block_owner_deletion),
-        (Some(true), Some(true))
-    );
-    let spec = pod.spec.unwrap();
-    assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
-    assert_eq!(spec.automount_service_account_token, Some(false));
-    let psc = spec.security_context.unwrap();
-    assert_eq!(psc.run_as_non_root, Some(true));
-    assert!(psc.run_as_user.is_some_and(|u| u != 0));
-    let c = &spec.containers[0];
-    assert_eq!(c.image.as_deref(), Some("busybox"));
-    assert_eq!(
-        c.command.as_deref().unwrap(),
-        ["sh", "-c", "echo YAY && exit 3"]
-    );
-    let sc = c.security_context.as_ref().unwrap();
-    assert_eq!(sc.allow_privilege_escalation, Some(false));
-    assert_eq!(
-        sc.capabilities.as_ref().unwrap().drop.as_deref().unwrap(),
-        ["ALL"]
-    );
-    assert_eq!(sc.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
 }
