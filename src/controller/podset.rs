@@ -46,18 +46,14 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
         readiness: &readiness,
         pods: &pods,
     });
+    if step.reads_first() && !exists(ps, ctx).await? {
+        return Ok(Action::await_change());
+    }
     let outcome = match step {
         Step::AwaitChange => return Ok(Action::await_change()),
         Step::Report => Outcome::NotActed,
-        Step::SendAgain => settle::settle(ps, ctx).await,
-        Step::Act {
-            plan,
-            read_first,
-            trim,
-        } => {
-            if read_first && !exists(ps, ctx).await? {
-                return Ok(Action::await_change());
-            }
+        Step::SendAgain { .. } => settle::settle(ps, ctx).await,
+        Step::Act { plan, trim, .. } => {
             if let Plan::Create(_) = plan {
                 ctx.rounds.made(&uid, generation(ps), Instant::now());
             }

@@ -27,7 +27,7 @@ pub struct Seen<'a> {
     /// A write found it deleted, though its watch has not said so yet.
     pub gone: bool,
     /// The cache's word that it exists is in doubt: it is read from the API server before
-    /// pods are made for it.
+    /// pods are made, or sent again, for it.
     pub in_doubt: bool,
     /// Whether the watch has shown all of this instance's own creates and deletes.
     pub readiness: &'a Readiness,
@@ -44,8 +44,9 @@ pub enum Step {
     /// collector).
     Report,
     /// Some creates or deletes of its own are not in the watch yet: send again those whose
-    /// answers were lost, and act on it once the watch has shown them all.
-    SendAgain,
+    /// answers were lost (after reading the PodSet, if `read_first`), and act on it once the
+    /// watch has shown them all.
+    SendAgain { read_first: bool },
     /// Carry out `plan` (after reading the PodSet, if `read_first`), then, if that went
     /// well, delete the finished pods in `trim`.
     Act {
@@ -64,13 +65,27 @@ pub fn decide(seen: &Seen) -> Step {
         return Step::Report;
     }
     if let Readiness::Waiting(_) = seen.readiness {
-        return Step::SendAgain;
+        // A create sent again makes the pod anew if the first send did not, so it is in doubt
+        // as a first create is; a PodSet found gone needs none of its writes sent again.
+        return Step::SendAgain {
+            read_first: seen.in_doubt,
+        };
     }
     let plan = plan(seen.replicas, seen.pods);
     Step::Act {
         read_first: seen.in_doubt && matches!(plan, Plan::Create(_)),
         plan,
         trim: finished_excess(seen.pods),
+    }
+}
+
+impl Step {
+    /// Whether the PodSet is read from the API server before the step is carried out.
+    pub fn reads_first(&self) -> bool {
+        match self {
+            Step::SendAgain { read_first } | Step::Act { read_first, .. } => *read_first,
+            Step::AwaitChange | Step::Report => false,
+        }
     }
 }
 
@@ -270,7 +285,18 @@ mod tests {
             ..seen(&waiting, &pods)
         };
         assert_eq!(decide(&deleting), Step::Report);
-        assert_eq!(decide(&seen(&waiting, &pods)), Step::SendAgain);
+        assert_eq!(
+            decide(&seen(&waiting, &pods)),
+            Step::SendAgain { read_first: false }
+        );
+        let resend_in_doubt = Seen {
+            in_doubt: true,
+            ..seen(&waiting, &pods)
+        };
+        assert!(
+            decide(&resend_in_doubt).reads_first(),
+            "a resend may create"
+        );
         let Step::Act {
             plan,
             read_first,

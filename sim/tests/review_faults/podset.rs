@@ -225,6 +225,30 @@ fn a_podset_deleted_while_its_pods_were_made_is_not_given_them_twice() {
     deleted_behind_a_quiet_watch(25, deletion);
 }
 
+/// Found by the search (seed 1837710828703869221): a PodSet was deleted behind a quiet watch
+/// just before its first create left; the server held that create past the client's deadline,
+/// and the status write after it failed (500). The retry sent the unanswered create again on
+/// the stale cache without reading the PodSet, as a first create in doubt would have: it made
+/// the pod, the garbage collector removed it, and the held create then made it once more.
+#[test]
+fn a_create_sent_again_while_its_podset_is_in_doubt_reads_the_podset_first() {
+    // Leaves 20 s late, after the deletion, and is held past the client's 30 s deadline.
+    let late_and_held = RequestPlan {
+        connect: Connect::Slow(secs(20)),
+        before: Before::Hold(secs(35)),
+        ..RequestPlan::default()
+    };
+    let deletion = QuietDeletion {
+        replicas: 1,
+        podsets_quiet: (15, 120),
+        first_create: Some(late_and_held),
+        status_write: Some(plan(Before::Status(500, "InternalError"), After::Reply)),
+        deleted_after: 15,
+        ..QuietDeletion::default()
+    };
+    deleted_behind_a_quiet_watch(27, deletion);
+}
+
 /// PodSet `ns-a/web`, deleted while the leader's PodSet watch is quiet.
 struct QuietDeletion {
     replicas: i64,

@@ -73,7 +73,7 @@ fn a_pod_seen_between_the_reads_is_not_created_again() {
             assert!(matches!(readiness, Readiness::Waiting(_)), "{readiness:?}");
             assert_eq!(
                 step,
-                Step::SendAgain,
+                Step::SendAgain { read_first: false },
                 "acted before the watch showed the pod"
             );
         }
