@@ -264,7 +264,7 @@ async fn a_leader_that_could_not_release_its_lease_does_not_keep_it() -> Result<
 /// that died without a reset: no byte, no error), while new connections work. Its watches and
 /// any request on those connections must be found dead and the work moved to new connections:
 /// 20 new PodSets of 3 converge. (The ReplicaSet controller, under the same fault, converged
-/// its ReplicaSets in 49 s.)
+/// its ReplicaSets in 49 s; client-go's HTTP/2 health check found the dead path.)
 #[tokio::test]
 async fn connections_that_go_silent_are_dropped_and_the_work_goes_on() -> Result<()> {
     let ns = TestNs::new_in(cluster_without_nodes().await?, "blackhole").await?;
@@ -287,8 +287,11 @@ async fn connections_that_go_silent_are_dropped_and_the_work_goes_on() -> Result
         api.create(&PostParams::default(), &podset(&format!("after-{i}"), 3))
             .await?;
     }
-    // The operator's read timeout (75 s) and request deadline (30 s), and room to converge.
-    let within = podset_operator::client::READ_IDLE_TIMEOUT * 2;
+    // The reads' health check finds the dead path (a PING after 15 s silent, unanswered in
+    // 10 s); writes after it go on new connections. A write already on a dead connection
+    // waits out its deadline. (Before HTTP/2 the read timeout alone found it: 61 s.)
+    use podset_operator::client::{PING_AFTER_IDLE, PING_TIMEOUT, REQUEST_TIMEOUT};
+    let within = PING_AFTER_IDLE + PING_TIMEOUT + REQUEST_TIMEOUT;
     poll(
         within,
         "20 PodSets created after the fault, converged",

@@ -289,8 +289,8 @@ impl Faults {
     pub fn plan_watch(&mut self) -> WatchPlan {
         let stall = self.fire(Fault::WatchStall).then(|| {
             (
-                self.between(secs(0), secs(30)),
-                self.between(secs(1), secs(60)),
+                self.between(secs(0), MAX_STALL_FROM),
+                self.between(secs(1), MAX_STALL),
             )
         });
         let cut = self
@@ -302,6 +302,11 @@ impl Faults {
 
 /// The longest the server holds a request (kube-apiserver gives up on one after 60 s).
 pub const MAX_HOLD: Duration = Duration::from_secs(60);
+/// How late in a watch a stall may begin, and how long it may last.
+const MAX_STALL_FROM: Duration = Duration::from_secs(30);
+const MAX_STALL: Duration = Duration::from_secs(60);
+/// By when, after its start, every stall of a watch has ended.
+pub const STALLS_OVER: Duration = MAX_STALL_FROM.saturating_add(MAX_STALL);
 
 pub fn secs(s: u64) -> Duration {
     Duration::from_secs(s)

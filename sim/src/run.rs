@@ -9,11 +9,10 @@ use std::time::Duration;
 
 use tracing::Instrument as _;
 
-use podset_operator::client::READ_IDLE_TIMEOUT;
 use podset_operator::controller::STARTUP_GRACE;
 
 use crate::determinism;
-use crate::faults::{Fault, Faults, MAX_HOLD, secs};
+use crate::faults::{Fault, Faults, MAX_HOLD, STALLS_OVER, secs};
 use crate::model::store::Store;
 use crate::oracle::Oracle;
 use crate::replica::{LEASE_NAMESPACE, Replica, ReplicaSettings};
@@ -361,7 +360,7 @@ pub async fn converge(sim: &Sim, bound: Duration) -> Option<Duration> {
 /// stall once it arrives), and everything converged again: until then a replica may rightly
 /// act on what it had not seen.
 pub async fn stays_quiet(sim: &Sim) {
-    tokio::time::sleep(MAX_HOLD + READ_IDLE_TIMEOUT + secs(5)).await;
+    tokio::time::sleep(MAX_HOLD + STALLS_OVER + secs(5)).await;
     if converge(sim, LIVENESS_BOUND).await.is_none() {
         return;
     }

@@ -19,7 +19,6 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use kube::client::Body;
 use podset_operator::client::Admit as _;
 use podset_operator::client::NotSent;
-use podset_operator::client::READ_IDLE_TIMEOUT;
 use podset_operator::leader::Fence;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
@@ -71,7 +70,6 @@ impl Transport {
         let body = body.collect().await?.to_bytes();
         let (method, path) = (parts.method, parts.uri.path().to_string());
         let query = parts.uri.query().unwrap_or_default().to_string();
-        let watch = api::is_watch(&query);
         let Actor::Replica { id, .. } = self.actor else {
             unreachable!("a transport carries a replica's requests")
         };
@@ -107,7 +105,7 @@ impl Transport {
                 body = strip_managed_by(&body);
                 Duration::ZERO
             }
-            Before::Hang => return hang(watch).await,
+            Before::Hang => return hang().await,
             Before::Hold(d) => d,
             Before::Pass => Duration::ZERO,
         };
@@ -129,7 +127,7 @@ impl Transport {
         match plan.after {
             After::Reply => Ok(self.reply(answer, plan.watch)),
             After::Lost => Err(reset()),
-            After::Hang => hang(watch).await,
+            After::Hang => hang().await,
             After::Timeout => Ok(json_reply(504, &status(504, "Timeout"))),
         }
     }
@@ -234,18 +232,14 @@ fn reset() -> BoxError {
     ))
 }
 
-/// No answer: a request waits for its own deadline; a watch, for the read timeout.
-async fn hang(watch: bool) -> Result<Reply, BoxError> {
-    if !watch {
-        std::future::pending::<()>().await;
-    }
-    sleep(READ_IDLE_TIMEOUT).await;
-    Err("read timed out".into())
+/// No answer: the request waits for its deadline (a watch's too: its head never comes).
+async fn hang() -> Result<Reply, BoxError> {
+    std::future::pending().await
 }
 
 /// A watch's events as a streaming body: held through a stall, ended at the timeout or the
-/// cut, failed after [`READ_IDLE_TIMEOUT`] without an event, and not read while the replica
-/// is frozen.
+/// cut, and not read while the replica is frozen. A quiet watch goes on: its HTTP/2
+/// connection's PINGs are answered.
 fn watch_body(
     events: mpsc::UnboundedReceiver<Bytes>,
     plan: WatchPlan,
@@ -263,7 +257,6 @@ fn watch_body(
         tokio::select! {
             biased;
             _ = sleep_until(end) => None,
-            _ = sleep(READ_IDLE_TIMEOUT) => Some((Err::<Frame<Bytes>, BoxError>("read timed out".into()), None)),
             line = events.recv() => {
                 let line = line?;
                 if let Some((from, until)) = stall

@@ -1,4 +1,16 @@
-//! The connections under the client: TCP options, and the timeouts that find a dead path.
+//! The connections under the client: TCP options, HTTP/2 for reads and watches, and the
+//! timeouts and health checks that find a dead path.
+//!
+//! Reads and watches share one HTTP/2 connection with client-go's health check: after
+//! [`PING_AFTER_IDLE`] without a byte read, a PING; no answer within [`PING_TIMEOUT`] and the
+//! connection is closed, failing its watches, which start again on a new one. A quiet watch
+//! is not a dead one: the API server sends a bookmark only once its resource changed, so an
+//! idle cluster's watches may say nothing for their whole timeout, and only the PING tells a
+//! live path from a dead one. Writes stay on HTTP/1.1, a connection each: hyper opens one
+//! HTTP/2 connection per host and the API server allows 100 streams on it, fewer than the
+//! writes in flight at a scale-up; and the fence closes a writer's connections, which on a
+//! shared one would end the reads too (`client::gated`). A dead write connection is found by
+//! the request deadline.
 //!
 //! The timeouts are ours whatever the `kube::Config` says: its constructors set a connect
 //! timeout of 30 s and a write timeout of 295 s, which would leave a hung connect to the
@@ -8,16 +20,31 @@
 
 use std::time::Duration;
 
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector};
 use hyper_timeout::TimeoutConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::{Builder, connect::HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kube::client::{ConfigExt, RustlsTlsError};
 use tower::{BoxError, Service};
 
-/// How long a connection may deliver no byte before it counts as dead, whatever it carries:
-/// a watch gets a bookmark from the API server about every minute even when nothing changes
-/// (`allowWatchBookmarks`), so only a dead path stays silent longer. kube leaves it unset, and
-/// a watch or request on a connection that hangs (no reset) then waits forever. Counted from
-/// the last byte read or written: a request sent on a connection idle for a minute gets all
-/// of it.
+/// How long the reads' HTTP/2 connection may deliver no byte before it is asked for a sign of
+/// life. client-go waits 30 s and gives the answer 15 s: a blackholed path costs it up to
+/// 45 s before its work moves on. Ours costs at most 25 s; an idle connection pays a 17-byte
+/// frame and its answer every 15 s for it.
+pub const PING_AFTER_IDLE: Duration = Duration::from_secs(15);
+/// How long the answer to that PING may take before the connection counts as dead. The API
+/// server answers a PING from its connection's own loop, ahead of any data it queues.
+pub const PING_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a write's connection may sit idle in the pool and still be used again. Nothing
+/// vouches for an idle HTTP/1.1 connection's path: a write sent on a dead one waits out the
+/// request deadline (30 s). After a quiet spell (the reads' health check found a dead path at
+/// least 10 s after it died) a write opens a new connection, a TLS handshake of a millisecond
+/// or two; while writes flow, their connections are reused.
+const WRITE_REUSE_IDLE: Duration = Duration::from_secs(5);
+/// How long any connection may deliver no byte before it counts as dead: on HTTP/2 only a
+/// backstop (the PINGs keep a live one talking); on a write's HTTP/1.1 connection the end of
+/// one that hangs without a reset, idle in the pool. Counted from the last byte read or
+/// written.
 pub const READ_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Well inside the request deadline (`client::REQUEST_TIMEOUT`).
@@ -38,6 +65,57 @@ pub(super) fn tcp_connector() -> HttpConnector {
     tcp
 }
 
+/// The reads' connector: kube's TLS settings from the kubeconfig, offering HTTP/2 before
+/// HTTP/1.1 (kube's own connector offers HTTP/1.1 only: kube-rs/kube#1923). An API server
+/// that does not speak HTTP/2 gets HTTP/1.1.
+pub(super) fn reads_connector(
+    config: &kube::Config,
+) -> Result<HttpsConnector<HttpConnector>, kube::Error> {
+    let builder = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config.rustls_client_config()?)
+        .https_or_http();
+    let builder = match &config.tls_server_name {
+        Some(name) => {
+            let name = name
+                .clone()
+                .try_into()
+                .map_err(|e| kube::Error::RustlsTls(RustlsTlsError::InvalidServerName(e)))?;
+            builder.with_server_name_resolver(FixedServerNameResolver::new(name))
+        }
+        None => builder,
+    };
+    Ok(builder
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(tcp_connector()))
+}
+
+/// The reads' client, with the HTTP/2 health check.
+pub(super) fn reads_client() -> Builder {
+    pinging(PING_AFTER_IDLE, PING_TIMEOUT)
+}
+
+/// A client that PINGs a connection silent for `after`, and drops it if the answer takes
+/// longer than `timeout`. hyper opens no second HTTP/2 connection while one is up.
+fn pinging(after: Duration, timeout: Duration) -> Builder {
+    let mut builder = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .http2_keep_alive_interval(after)
+        .http2_keep_alive_timeout(timeout)
+        .http2_keep_alive_while_idle(true);
+    builder
+}
+
+/// The writes' client: HTTP/1.1, a connection each, not reused after [`WRITE_REUSE_IDLE`].
+pub(super) fn writes_client() -> Builder {
+    let mut builder = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
+    builder
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(WRITE_REUSE_IDLE);
+    builder
+}
+
 pub(super) fn with_timeouts<C>(connector: C) -> TimeoutConnector<C>
 where
     C: Service<http::Uri> + Send,
@@ -52,6 +130,9 @@ where
     connector.set_reset_reader_on_write(true);
     connector
 }
+
+#[cfg(test)]
+mod health_check_tests;
 
 /// Against local sockets, on paused time (it advances whenever everything waits, so
 /// nothing here may take real time: a local socket is ready at once).

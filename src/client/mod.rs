@@ -16,10 +16,11 @@
 //! Every request names the instance in its User-Agent (as client-go names the binary), so
 //! that the API server's audit log says which replica did what.
 //!
-//! The HTTP stack itself is kube's, rebuilt here for one setting kube does not expose:
-//! `TCP_NODELAY`. hyper writes a request's headers and body separately; with Nagle's algorithm
-//! on, the body waits for the ACK of the headers, which the server delays by 40 ms. Every
-//! create and patch paid that.
+//! The HTTP stack itself is kube's, rebuilt here for two things kube does not offer:
+//! `TCP_NODELAY` (hyper writes a request's headers and body separately; with Nagle's
+//! algorithm on, the body waits for the ACK of the headers, which the server delays by 40 ms:
+//! every create and patch paid that), and HTTP/2 with a health check for reads and watches
+//! (see `connection`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +28,6 @@ use std::time::Duration;
 use futures::future::Either;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioExecutor;
 use kube::client::{Body, ClientBuilder, ConfigExt};
 use tower::retry::{Policy, RetryLayer};
 use tower::util::option_layer;
@@ -45,8 +45,8 @@ mod guard;
 mod limit;
 mod warnings;
 pub use acted::{NotSent, may_have_acted};
-pub use connection::READ_IDLE_TIMEOUT;
-use connection::{tcp_connector, with_timeouts};
+pub use connection::{PING_AFTER_IDLE, PING_TIMEOUT, READ_IDLE_TIMEOUT};
+use connection::{reads_client, reads_connector, tcp_connector, with_timeouts, writes_client};
 pub use deadline::REQUEST_TIMEOUT;
 use fence::FenceLayer;
 pub use fence::{Admit, NotLeading};
@@ -129,8 +129,9 @@ pub fn user_agent(instance: &str) -> String {
 /// kube's default stack (kubeconfig TLS and auth, impersonation headers, connect and read
 /// timeouts) over a connector with `TCP_NODELAY`, without kube's retry policy. Proxies from
 /// the kubeconfig are not supported (an operator talks to its own cluster's API server).
-/// Cloneable, so a retry can send a request again. Writes go on connections of their own,
-/// [`gated`] by `fence` when there is one.
+/// Cloneable, so a retry can send a request again. Reads and watches share an HTTP/2
+/// connection with a health check; writes go on HTTP/1.1 connections of their own, [`gated`]
+/// by `fence` when there is one (see `connection`).
 fn http_stack(
     config: kube::Config,
     fence: Option<Fence>,
@@ -141,16 +142,14 @@ fn http_stack(
     + 'static,
     kube::Error,
 > {
-    let https = config.rustls_https_connector_with_connector(tcp_connector())?;
-    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
-    let reads = client.build(with_timeouts(https.clone()));
+    let reads = reads_client().build(with_timeouts(reads_connector(&config)?));
     let writes = match fence {
         Some(fence) => {
             let gated = gated::GatedConnector {
-                inner: https,
+                inner: config.rustls_https_connector_with_connector(tcp_connector())?,
                 fence,
             };
-            tower::util::Either::Left(client.build(with_timeouts(gated)))
+            tower::util::Either::Left(writes_client().build(with_timeouts(gated)))
         }
         None => tower::util::Either::Right(reads.clone()),
     };
