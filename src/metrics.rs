@@ -2,7 +2,7 @@
 //! API requests, managed pods by state, leadership, and build info.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
+use std::sync::atomic::{AtomicI64, AtomicU64};
 use tokio::time::Instant;
 
 use prometheus_client::collector::Collector;
@@ -50,6 +50,12 @@ pub struct Metrics {
     pub api_requests: Family<RequestLabels, Counter>,
     /// 1 while this instance leads (or runs without leader election).
     pub leader: Gauge<i64, AtomicI64>,
+    /// Requests the API server turned away with 429, by HTTP method.
+    pub api_throttled: Family<RequestLabels, Counter>,
+    /// Seconds waited to send throttled requests again.
+    pub api_throttled_wait: Counter<f64, AtomicU64>,
+    /// Writes allowed in flight now (`client::limit`).
+    pub write_window: Gauge,
 }
 
 impl Default for Metrics {
@@ -64,6 +70,9 @@ impl Default for Metrics {
             }),
             api_requests: Family::default(),
             leader: Gauge::default(),
+            api_throttled: Family::default(),
+            api_throttled_wait: Counter::default(),
+            write_window: Gauge::default(),
         }
     }
 }
@@ -91,6 +100,21 @@ impl Metrics {
             "api_requests",
             "Requests sent to the Kubernetes API, by HTTP method",
             self.api_requests.clone(),
+        );
+        registry.register(
+            "api_throttled_requests",
+            "Requests the Kubernetes API turned away with 429 Too Many Requests (API Priority and Fairness), by HTTP method",
+            self.api_throttled.clone(),
+        );
+        registry.register(
+            "api_throttled_wait_seconds",
+            "Time throttled requests waited before being sent again (the server's Retry-After)",
+            self.api_throttled_wait.clone(),
+        );
+        registry.register(
+            "api_write_window",
+            "Writes allowed in flight now: halved when the API server throttles one, grown back as writes are served",
+            self.write_window.clone(),
         );
         registry.register(
             "leader",
@@ -124,6 +148,18 @@ impl Metrics {
         self.errors
             .get_or_create(&ErrorLabels { controller, error })
             .inc();
+    }
+
+    pub fn throttled(&self, verb: &str) {
+        self.api_throttled
+            .get_or_create(&RequestLabels {
+                verb: verb.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn throttled_wait(&self, waited: std::time::Duration) {
+        self.api_throttled_wait.inc_by(waited.as_secs_f64());
     }
 
     pub fn api_request(&self, verb: &str) {

@@ -1,24 +1,87 @@
-//! The cap on the controllers' writes in flight.
+//! The cap on the controllers' writes in flight, which adapts to what the API server admits.
+//!
+//! API Priority and Fairness gives the operator's user a share of the server's seats and
+//! short queues; a write beyond them is turned away with 429, a request the server and every
+//! other tenant of that priority level paid for. So the cap starts low and doubles with each
+//! window of writes served (slow start, as TCP's), is halved when a write sent under it is
+//! throttled, and then grows by one per window served. It never exceeds the configured
+//! `--max-mutating-requests`, nor falls below one.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use http::Request;
-use tokio::sync::Semaphore;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::time::Instant;
 use tower::BoxError;
 
 use super::guard::{Answer, Guard, mutating};
 
-/// Holds every request that changes state until one of `permits` is free. Reads, and with
-/// them the long-running watches, pass untouched.
+/// Writes in flight before the first window is served: one slow-start round trip reaches 16.
+const INITIAL: usize = 8;
+/// How long after a cut the window is not cut again. The writes throttled together come back
+/// together, after the server's `Retry-After` (1 s from API Priority and Fairness): a wave of
+/// 429s is one signal, as TCP takes the losses of one round trip as one.
+const CUT_SPACING: Duration = Duration::from_secs(1);
+
+/// Holds every request that changes state until one of the window's slots is free. Reads, and
+/// with them the long-running watches, pass untouched.
 #[derive(Clone)]
 pub struct MutatingLimit {
-    permits: Arc<Semaphore>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    slots: Semaphore,
+    window: Mutex<Window>,
+    /// The window's size, for `/metrics`.
+    gauge: Gauge,
 }
 
 impl MutatingLimit {
-    pub fn new(permits: usize) -> Self {
+    pub fn new(max: usize, gauge: Gauge) -> Self {
+        let window = Window::new(max);
+        gauge.set(window.size as i64);
         Self {
-            permits: Arc::new(Semaphore::new(permits.max(1))),
+            shared: Arc::new(Shared {
+                slots: Semaphore::new(window.size),
+                window: Mutex::new(window),
+                gauge,
+            }),
+        }
+    }
+
+    /// A write answered by the server without throttling.
+    pub fn served(&self) {
+        let grown = self.window().served();
+        self.shared.slots.add_permits(grown);
+        self.publish();
+    }
+
+    /// A write was throttled (429).
+    pub fn throttled(&self) {
+        let cut = self.window().throttled(Instant::now());
+        let forgotten = self.shared.slots.forget_permits(cut);
+        self.window().owe(cut - forgotten);
+        self.publish();
+    }
+
+    fn window(&self) -> std::sync::MutexGuard<'_, Window> {
+        self.shared
+            .window
+            .lock()
+            .expect("no panic holds the window")
+    }
+
+    fn publish(&self) {
+        self.shared.gauge.set(self.window().size as i64);
+    }
+
+    /// Gives a slot back, or keeps it if the window shrank while it was out.
+    fn release(&self, slot: SemaphorePermit<'_>) {
+        if self.window().repay() {
+            slot.forget();
         }
     }
 }
@@ -29,75 +92,86 @@ impl Guard for MutatingLimit {
     }
 
     async fn around<T: Send + 'static>(self, answer: impl Answer<T>) -> Result<T, BoxError> {
-        let _permit = self
-            .permits
-            .acquire_owned()
+        let slot = self
+            .shared
+            .slots
+            .acquire()
             .await
             .expect("the semaphore is never closed");
-        answer.await
+        let answer = answer.await;
+        self.release(slot);
+        answer
+    }
+}
+
+/// How many writes may be in flight, decided without I/O.
+#[derive(Debug)]
+struct Window {
+    size: usize,
+    max: usize,
+    slow_start: bool,
+    /// Writes served since the window last changed.
+    served: usize,
+    /// Slots out when the window shrank, kept as they come back.
+    debt: usize,
+    /// When it last shrank.
+    cut_at: Option<Instant>,
+}
+
+impl Window {
+    fn new(max: usize) -> Self {
+        let max = max.max(1);
+        Self {
+            size: INITIAL.min(max),
+            max,
+            slow_start: true,
+            served: 0,
+            debt: 0,
+            cut_at: None,
+        }
+    }
+
+    /// Counts a write served; returns how many slots the window grew by.
+    fn served(&mut self) -> usize {
+        self.served += 1;
+        if self.served < self.size || self.size == self.max {
+            return 0;
+        }
+        self.served = 0;
+        let grown = match self.slow_start {
+            true => self.size.min(self.max - self.size),
+            false => 1,
+        };
+        self.size += grown;
+        let repaid = grown.min(self.debt);
+        self.debt -= repaid;
+        grown - repaid
+    }
+
+    /// Halves the window for a write throttled at `now`, unless it was just cut; returns by
+    /// how many slots.
+    fn throttled(&mut self, now: Instant) -> usize {
+        if self.cut_at.is_some_and(|cut| now < cut + CUT_SPACING) {
+            return 0;
+        }
+        let size = (self.size / 2).max(1);
+        let cut = self.size - size;
+        (self.size, self.slow_start, self.served, self.cut_at) = (size, false, 0, Some(now));
+        cut
+    }
+
+    /// Slots the window shrank by that were out at the time.
+    fn owe(&mut self, slots: usize) {
+        self.debt += slots;
+    }
+
+    /// Whether a slot coming back pays a debt (and is not given out again).
+    fn repay(&mut self) -> bool {
+        let owed = self.debt > 0;
+        self.debt -= usize::from(owed);
+        owed
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use http::Method;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::Duration;
-    use tower::{Layer, ServiceExt};
-
-    /// A service that records how many requests it holds at once, and never answers until
-    /// told to.
-    #[tokio::test]
-    async fn mutating_requests_wait_for_a_permit_and_reads_do_not() {
-        let (in_flight, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let release = Arc::new(tokio::sync::Notify::new());
-        let inner = {
-            let (in_flight, peak, release) = (in_flight.clone(), peak.clone(), release.clone());
-            tower::service_fn(move |_req: Request<()>| {
-                let (in_flight, peak, release) = (in_flight.clone(), peak.clone(), release.clone());
-                async move {
-                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                    peak.fetch_max(now, Ordering::SeqCst);
-                    release.notified().await;
-                    in_flight.fetch_sub(1, Ordering::SeqCst);
-                    Ok::<_, BoxError>(())
-                }
-            })
-        };
-        let svc = MutatingLimit::new(2).layer(inner);
-        let request = |m: Method| Request::builder().method(m).body(()).unwrap();
-        let mut calls = Vec::new();
-        for m in [
-            Method::POST,
-            Method::PATCH,
-            Method::DELETE,
-            Method::GET,
-            Method::GET,
-        ] {
-            calls.push(tokio::spawn(svc.clone().oneshot(request(m))));
-        }
-        // Two mutating requests and both reads reach the server; the third write waits.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while in_flight.load(Ordering::SeqCst) < 4 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "requests never arrived"
-            );
-            tokio::task::yield_now().await;
-        }
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
-        assert_eq!(in_flight.load(Ordering::SeqCst), 4);
-        while calls.iter().any(|c| !c.is_finished()) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "requests never finished"
-            );
-            release.notify_waiters();
-            tokio::task::yield_now().await;
-        }
-        assert_eq!(peak.load(Ordering::SeqCst), 4);
-    }
-}
+mod tests;

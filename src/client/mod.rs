@@ -1,15 +1,16 @@
-//! The operator's API client. Three layers over kube's HTTP stack:
+//! The operator's API client. Layers over kube's HTTP stack:
 //!
-//! - **a cap on mutating requests in flight**, so that a burst of reconciles queues here
-//!   instead of crossing the API server's `--max-mutating-requests-inflight` (200 by default)
-//!   and being turned away with 429s that cost a second each (their `Retry-After`);
-//! - **a retry policy** that re-sends what the server refused before doing anything (429), and
-//!   re-sends requests that are safe to repeat after a timeout or unavailability (503, 504),
-//!   but never a create: a create that timed out may still land, and only a create that
-//!   names its object can be sent again safely. The controller decides (PodSet pods are
-//!   named, and their creates are settled by sending them again; see `expectations`).
-//!   It replaces kube's default policy, which re-sends creates on 503 and 504;
-//! - a counter of every request sent, by verb, for `/metrics`;
+//! - **a retry policy** (`retry`) that re-sends what the server refused before doing
+//!   anything (429), and re-sends requests that are safe to repeat after a timeout or
+//!   unavailability (503, 504), but never a create: a create that timed out may still land,
+//!   and only a create that names its object can be sent again safely. The controller decides
+//!   (PodSet pods are named, and their creates are settled by sending them again; see
+//!   `expectations`);
+//! - **a window of writes in flight** (`limit`), inside the retries, so that a burst of
+//!   reconciles queues here instead of being turned away by the API server's priority level
+//!   (API Priority and Fairness) with 429s; it shrinks when the server throttles a write and
+//!   grows back as writes are served, and a write waiting out a `Retry-After` holds no slot;
+//! - a counter of every request sent, by verb, and of those throttled, for `/metrics`;
 //! - a log of every distinct `Warning` header the API server answers with (a deprecated API,
 //!   a field it ignored), as client-go's default warning handler prints them: kube drops them.
 //!
@@ -23,13 +24,12 @@
 //! (see `connection`).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::Either;
-use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use kube::client::{Body, ClientBuilder, ConfigExt};
-use tower::retry::{Policy, RetryLayer};
+use tower::retry::RetryLayer;
 use tower::util::option_layer;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt as _};
 
@@ -43,6 +43,7 @@ mod fence;
 mod gated;
 mod guard;
 mod limit;
+mod retry;
 mod warnings;
 pub use acted::{NotSent, may_have_acted};
 pub use connection::{PING_AFTER_IDLE, PING_TIMEOUT, READ_IDLE_TIMEOUT};
@@ -52,6 +53,8 @@ use fence::FenceLayer;
 pub use fence::{Admit, NotLeading};
 pub use guard::mutating;
 pub use limit::MutatingLimit;
+pub use retry::retry_delay;
+use retry::{Retry, backoff};
 pub use warnings::LOGGED_AS as WARNING_LOGGED_AS;
 
 /// The controllers' controller_writes: their writes wait for one of `max_in_flight` slots, and leave only
@@ -99,25 +102,30 @@ where
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
+    let counted = metrics.clone();
     let count = ServiceBuilder::new().map_request(move |req: Request<Body>| {
-        metrics.api_request(req.method().as_str());
+        counted.api_request(req.method().as_str());
         req
     });
     let (fence, limit) = match controller_writes {
         Some(l) => (
             Some(FenceLayer(l.fence)),
-            Some(MutatingLimit::new(l.max_in_flight)),
+            Some(MutatingLimit::new(
+                l.max_in_flight,
+                metrics.write_window.clone(),
+            )),
         ),
         None => (None, None),
     };
+    let retry = Retry::new(limit.clone(), metrics.clone());
     // Innermost first: the fence is checked as a request is sent, after any wait outside it.
     ClientBuilder::new(transport, default_namespace.to_string())
         .with_layer(&deadline::RequestDeadline)
         .with_layer(&option_layer(fence))
         .with_layer(&ServiceBuilder::new().map_response(warnings::log))
         .with_layer(&count)
-        .with_layer(&RetryLayer::new(Retry::default()))
         .with_layer(&option_layer(limit))
+        .with_layer(&RetryLayer::new(retry))
         .build()
 }
 
@@ -198,39 +206,6 @@ where
     }
 }
 
-/// How long to wait before sending a request again, or `None` to hand the response back.
-/// `retry_after` is the server's `Retry-After` in seconds; `attempt` counts from 0.
-pub fn retry_delay(
-    method: &Method,
-    status: StatusCode,
-    retry_after: Option<u64>,
-    attempt: u32,
-) -> Option<Duration> {
-    const ATTEMPTS: u32 = 8;
-    const MAX_DELAY: Duration = Duration::from_secs(10);
-    let repeatable = match status {
-        StatusCode::TOO_MANY_REQUESTS => true,
-        StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT => method != Method::POST,
-        _ => false,
-    };
-    if !repeatable || attempt >= ATTEMPTS {
-        return None;
-    }
-    // The server's Retry-After is its own spreading of load.
-    Some(
-        retry_after
-            .map(Duration::from_secs)
-            .unwrap_or_else(|| backoff(attempt))
-            .min(MAX_DELAY),
-    )
-}
-
-/// 50 ms doubled per `attempt` (from 0), jittered so that requests refused together are not
-/// sent again together.
-fn backoff(attempt: u32) -> Duration {
-    crate::jitter::jittered(Duration::from_millis(50) * 2u32.pow(attempt))
-}
-
 /// Deletes the object named `name` only if it is still the one with this UID: one made since
 /// under the same name is never the one deleted.
 pub async fn delete_exact<K>(api: &kube::Api<K>, name: &str, uid: &str) -> kube::Result<()>
@@ -270,96 +245,12 @@ where
     }
 }
 
-/// Per-request retry state for [`retry_delay`].
-#[derive(Clone, Default)]
-struct Retry {
-    attempt: u32,
-}
-
-impl<B> Policy<Request<Body>, Response<B>, BoxError> for Retry {
-    type Future = tokio::time::Sleep;
-
-    fn retry(
-        &mut self,
-        req: &mut Request<Body>,
-        result: &mut Result<Response<B>, BoxError>,
-    ) -> Option<Self::Future> {
-        let response = result.as_ref().ok()?;
-        let retry_after = response
-            .headers()
-            .get(http::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok()?.parse().ok());
-        let delay = retry_delay(req.method(), response.status(), retry_after, self.attempt)?;
-        self.attempt += 1;
-        Some(tokio::time::sleep(delay))
-    }
-
-    fn clone_request(&mut self, req: &Request<Body>) -> Option<Request<Body>> {
-        // Streaming bodies cannot be sent twice; kube's requests carry whole bodies.
-        let mut copy = Request::new(req.body().try_clone()?);
-        *copy.method_mut() = req.method().clone();
-        *copy.uri_mut() = req.uri().clone();
-        *copy.version_mut() = req.version();
-        *copy.headers_mut() = req.headers().clone();
-        *copy.extensions_mut() = req.extensions().clone();
-        Some(copy)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics;
     use std::sync::atomic::{AtomicUsize, Ordering};
-
-    #[test]
-    fn refusals_are_retried_for_every_verb_honouring_retry_after() {
-        for method in [Method::GET, Method::POST, Method::PATCH, Method::DELETE] {
-            assert_eq!(
-                retry_delay(&method, StatusCode::TOO_MANY_REQUESTS, Some(1), 0),
-                Some(Duration::from_secs(1)),
-                "{method}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_create_that_timed_out_is_never_sent_again() {
-        for status in [StatusCode::GATEWAY_TIMEOUT, StatusCode::SERVICE_UNAVAILABLE] {
-            assert_eq!(retry_delay(&Method::POST, status, None, 0), None);
-            assert!(retry_delay(&Method::GET, status, None, 0).is_some());
-            assert!(retry_delay(&Method::DELETE, status, None, 0).is_some());
-        }
-    }
-
-    #[test]
-    fn errors_the_server_meant_are_returned_at_once() {
-        for status in [
-            StatusCode::CONFLICT,
-            StatusCode::NOT_FOUND,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            StatusCode::FORBIDDEN,
-            StatusCode::INTERNAL_SERVER_ERROR,
-        ] {
-            assert_eq!(retry_delay(&Method::GET, status, None, 0), None, "{status}");
-        }
-    }
-
-    #[test]
-    fn backoff_doubles_is_capped_and_gives_up() {
-        let delays: Vec<_> = (0..9)
-            .map(|a| retry_delay(&Method::GET, StatusCode::TOO_MANY_REQUESTS, None, a))
-            .collect();
-        for (attempt, full) in [(0, 50), (1, 100), (7, 6400)] {
-            let delay = delays[attempt].expect("retried");
-            let full = Duration::from_millis(full);
-            assert!(delay >= full / 2 && delay <= full, "{attempt}: {delay:?}");
-        }
-        assert_eq!(delays[8], None);
-        assert_eq!(
-            retry_delay(&Method::GET, StatusCode::TOO_MANY_REQUESTS, Some(3600), 0),
-            Some(Duration::from_secs(10))
-        );
-    }
+    use std::time::Duration;
 
     /// An API server that answers the first `collisions` creates with ServerTimeout, as a
     /// colliding generateName gets, and counts the creates it sees.
@@ -418,17 +309,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn retry_delays_are_jittered() {
-        let delays: std::collections::HashSet<_> = (0..32)
-            .map(|_| retry_delay(&Method::GET, StatusCode::TOO_MANY_REQUESTS, None, 3))
-            .collect();
-        assert!(
-            delays.len() > 1,
-            "every client retries in lockstep: {delays:?}"
-        );
-    }
-
     #[tokio::test]
     async fn a_create_gives_up_after_five_attempts() {
         let (client, seen) = colliding_server(usize::MAX);
@@ -436,6 +316,42 @@ mod tests {
         let err = create(&api, &api_pod()).await.expect_err("never created");
         assert!(matches!(err, kube::Error::Api(s) if s.reason == "ServerTimeout"));
         assert_eq!(seen.load(Ordering::SeqCst), 5);
+    }
+
+    /// Issue 28, item 4: a write the API server throttles is counted, halves the write window,
+    /// and is sent again after its Retry-After.
+    #[tokio::test]
+    async fn a_throttled_write_is_counted_and_shrinks_the_write_window() {
+        let metrics = Arc::new(Metrics::default());
+        let sent = Arc::new(AtomicUsize::new(0));
+        let counter = sent.clone();
+        let server = tower::service_fn(move |_req: Request<Body>| {
+            let first = counter.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                let answer = match first {
+                    true => Response::builder().status(429).header("Retry-After", "0"),
+                    false => Response::builder().status(201),
+                };
+                let pod = serde_json::to_vec(&api_pod()).unwrap();
+                Ok::<_, BoxError>(answer.body(Body::from(pod)).unwrap())
+            }
+        });
+        let writes = ControllerWrites {
+            max_in_flight: 64,
+            fence: Fence::always_open(),
+        };
+        let client = over(server, "default", metrics.clone(), Some(writes));
+        let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::default_namespaced(client);
+        let before = metrics.write_window.get();
+        api.create(&Default::default(), &api_pod())
+            .await
+            .expect("created once sent again");
+        assert_eq!(sent.load(Ordering::SeqCst), 2);
+        let post = metrics::RequestLabels {
+            verb: "POST".into(),
+        };
+        assert_eq!(metrics.api_throttled.get_or_create(&post).get(), 1);
+        assert_eq!(metrics.write_window.get(), before / 2);
     }
 
     fn api_pod() -> k8s_openapi::api::core::v1::Pod {

@@ -1,0 +1,168 @@
+use super::*;
+use http::Method;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tower::{Layer, ServiceExt};
+
+fn at(s: u64) -> Instant {
+    // Instants a test can order: a base and seconds after it.
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *BASE.get_or_init(Instant::now) + Duration::from_secs(s)
+}
+
+/// Serves `n` writes; returns the slots the window grew by.
+fn serve(w: &mut Window, n: usize) -> usize {
+    (0..n).map(|_| w.served()).sum()
+}
+
+#[test]
+fn the_window_doubles_per_window_served_until_the_cap() {
+    let mut w = Window::new(64);
+    assert_eq!(w.size, INITIAL);
+    assert_eq!(serve(&mut w, 7), 0, "a window not yet served");
+    assert_eq!(w.served(), 8);
+    assert_eq!(w.size, 16);
+    assert_eq!(serve(&mut w, 16), 16);
+    assert_eq!(serve(&mut w, 32), 32);
+    assert_eq!(w.size, 64);
+    assert_eq!(serve(&mut w, 1000), 0, "never past the cap");
+    assert_eq!(Window::new(3).size, 3, "a cap below the start");
+    assert_eq!(Window::new(0).size, 1, "at least one");
+}
+
+#[test]
+fn a_throttle_halves_the_window_once_and_it_then_grows_by_one() {
+    let mut w = Window::new(64);
+    serve(&mut w, 8);
+    assert_eq!(w.size, 16);
+    assert_eq!(w.throttled(at(1)), 8);
+    assert_eq!(w.size, 8);
+    // Throttled in the same wave: already answered by the cut.
+    assert_eq!(w.throttled(at(1) + Duration::from_millis(999)), 0);
+    assert_eq!(w.size, 8);
+    assert_eq!(serve(&mut w, 8), 1, "one more per window served");
+    assert_eq!(w.size, 9);
+    assert_eq!(serve(&mut w, 9), 1);
+    // Throttled in later waves: halved again, down to one at most.
+    for s in 2..10 {
+        w.throttled(at(s));
+    }
+    assert_eq!(w.size, 1);
+}
+
+#[test]
+fn slots_out_when_the_window_shrank_are_kept_as_they_come_back() {
+    let mut w = Window::new(64);
+    serve(&mut w, 8);
+    let cut = w.throttled(at(1));
+    // Two of the cut slots were free; six are out.
+    w.owe(cut - 2);
+    assert!((0..6).all(|_| w.repay()), "kept");
+    assert!(!w.repay(), "given back once repaid");
+    w.owe(3);
+    assert_eq!(serve(&mut w, 8), 0, "growth repays the debt first");
+    assert_eq!(w.debt, 2);
+}
+
+/// A service that counts the requests it holds at once, and answers each when told to.
+struct Held {
+    in_flight: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
+    release: Arc<tokio::sync::Notify>,
+}
+
+impl Held {
+    fn new() -> Self {
+        Self {
+            in_flight: Arc::default(),
+            peak: Arc::default(),
+            release: Arc::default(),
+        }
+    }
+
+    fn service(
+        &self,
+    ) -> impl tower::Service<Request<()>, Response = (), Error = BoxError, Future: Send> + Clone + use<>
+    {
+        let (in_flight, peak, release) = (
+            self.in_flight.clone(),
+            self.peak.clone(),
+            self.release.clone(),
+        );
+        tower::service_fn(move |_req: Request<()>| {
+            let (in_flight, peak, release) = (in_flight.clone(), peak.clone(), release.clone());
+            async move {
+                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                release.notified().await;
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, BoxError>(())
+            }
+        })
+    }
+
+    /// Waits until `n` requests are held, and no more arrive.
+    async fn until_held(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.in_flight.load(Ordering::SeqCst) < n {
+            assert!(Instant::now() < deadline, "requests never arrived");
+            tokio::task::yield_now().await;
+        }
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(self.in_flight.load(Ordering::SeqCst), n);
+    }
+
+    async fn finish(&self, calls: Vec<tokio::task::JoinHandle<Result<(), BoxError>>>) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while calls.iter().any(|c| !c.is_finished()) {
+            assert!(Instant::now() < deadline, "requests never finished");
+            self.release.notify_waiters();
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+fn request(m: Method) -> Request<()> {
+    Request::builder().method(m).body(()).unwrap()
+}
+
+#[tokio::test]
+async fn mutating_requests_wait_for_a_slot_and_reads_do_not() {
+    let held = Held::new();
+    let svc = MutatingLimit::new(2, Gauge::default()).layer(held.service());
+    let mut calls = Vec::new();
+    for m in [
+        Method::POST,
+        Method::PATCH,
+        Method::DELETE,
+        Method::GET,
+        Method::GET,
+    ] {
+        calls.push(tokio::spawn(svc.clone().oneshot(request(m))));
+    }
+    // Two mutating requests and both reads reach the server; the third write waits.
+    held.until_held(4).await;
+    held.finish(calls).await;
+    assert_eq!(held.peak.load(Ordering::SeqCst), 4);
+}
+
+/// Issue 28, item 4: after a throttle, no more writes are in flight than the halved window,
+/// even while the slots taken under the larger one come back; the gauge says the window.
+#[tokio::test]
+async fn a_throttled_window_holds_back_writes_already_waiting() {
+    let (held, gauge) = (Held::new(), Gauge::default());
+    let limit = MutatingLimit::new(64, gauge.clone());
+    let svc = limit.clone().layer(held.service());
+    let calls: Vec<_> = (0..20)
+        .map(|_| tokio::spawn(svc.clone().oneshot(request(Method::POST))))
+        .collect();
+    held.until_held(INITIAL).await;
+    limit.throttled();
+    assert_eq!(gauge.get(), (INITIAL / 2) as i64);
+    held.release.notify_waiters();
+    held.until_held(INITIAL / 2).await;
+    held.finish(calls).await;
+    assert_eq!(held.peak.load(Ordering::SeqCst), INITIAL);
+}
