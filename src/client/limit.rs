@@ -2,10 +2,13 @@
 //!
 //! API Priority and Fairness gives the operator's user a share of the server's seats and
 //! short queues; a write beyond them is turned away with 429, a request the server and every
-//! other tenant of that priority level paid for. So the cap starts low and doubles with each
-//! window of writes served (slow start, as TCP's), is halved when a write sent under it is
-//! throttled, and then grows by one per window served. It never exceeds the configured
-//! `--max-mutating-requests`, nor falls below one.
+//! other tenant of that priority level paid for, and the server lengthens its `Retry-After`
+//! while they go on. So the cap starts low and doubles with each window of writes served
+//! (slow start, as TCP's), is halved when a write is throttled, and then grows by one per
+//! window served, but for [`HOLD`] no further than just below the size that was throttled:
+//! a 429 answers at once, so growing on by one per window would find the limit again within
+//! a second, and again. It never exceeds the configured `--max-mutating-requests`, nor falls
+//! below one.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,10 +23,10 @@ use super::guard::{Answer, Guard, mutating};
 
 /// Writes in flight before the first window is served: one slow-start round trip reaches 16.
 const INITIAL: usize = 8;
-/// How long after a cut the window is not cut again. The writes throttled together come back
-/// together, after the server's `Retry-After` (1 s from API Priority and Fairness): a wave of
-/// 429s is one signal, as TCP takes the losses of one round trip as one.
-const CUT_SPACING: Duration = Duration::from_secs(1);
+/// How long after a throttle the window stays below the size throttled. The level's share
+/// changes only as other tenants come and go, so a probe beyond it every half a minute costs
+/// one 429 then.
+const HOLD: Duration = Duration::from_secs(30);
 
 /// Holds every request that changes state until one of the window's slots is free. Reads, and
 /// with them the long-running watches, pass untouched.
@@ -54,14 +57,19 @@ impl MutatingLimit {
 
     /// A write answered by the server without throttling.
     pub fn served(&self) {
-        let grown = self.window().served();
+        let grown = self.window().served(Instant::now());
         self.shared.slots.add_permits(grown);
         self.publish();
     }
 
-    /// A write was throttled (429).
-    pub fn throttled(&self) {
-        let cut = self.window().throttled(Instant::now());
+    /// Which window a write about to be sent is sent under: its answer is news of that one.
+    pub fn generation(&self) -> u64 {
+        self.window().generation
+    }
+
+    /// A write sent under window `generation` was throttled (429).
+    pub fn throttled(&self, generation: u64) {
+        let cut = self.window().throttled(generation, Instant::now());
         let forgotten = self.shared.slots.forget_permits(cut);
         self.window().owe(cut - forgotten);
         self.publish();
@@ -116,6 +124,11 @@ struct Window {
     debt: usize,
     /// When it last shrank.
     cut_at: Option<Instant>,
+    /// How many times it shrank: the writes throttled together were sent under one window, and
+    /// are one signal, as TCP takes the losses of one round trip as one.
+    generation: u64,
+    /// Below the size last throttled, it grows no further until [`HOLD`] after that.
+    ceiling: usize,
 }
 
 impl Window {
@@ -128,18 +141,24 @@ impl Window {
             served: 0,
             debt: 0,
             cut_at: None,
+            generation: 0,
+            ceiling: max,
         }
     }
 
-    /// Counts a write served; returns how many slots the window grew by.
-    fn served(&mut self) -> usize {
+    /// Counts a write served at `now`; returns how many slots the window grew by.
+    fn served(&mut self, now: Instant) -> usize {
         self.served += 1;
-        if self.served < self.size || self.size == self.max {
+        let top = match self.cut_at {
+            Some(cut) if now < cut + HOLD => self.ceiling,
+            _ => self.max,
+        };
+        if self.served < self.size || self.size >= top {
             return 0;
         }
         self.served = 0;
         let grown = match self.slow_start {
-            true => self.size.min(self.max - self.size),
+            true => self.size.min(top - self.size),
             false => 1,
         };
         self.size += grown;
@@ -148,14 +167,16 @@ impl Window {
         grown - repaid
     }
 
-    /// Halves the window for a write throttled at `now`, unless it was just cut; returns by
-    /// how many slots.
-    fn throttled(&mut self, now: Instant) -> usize {
-        if self.cut_at.is_some_and(|cut| now < cut + CUT_SPACING) {
+    /// Halves the window for a write sent under window `generation` and throttled at `now`,
+    /// unless that window was cut already; returns by how many slots.
+    fn throttled(&mut self, generation: u64, now: Instant) -> usize {
+        if generation != self.generation {
             return 0;
         }
+        self.generation += 1;
         let size = (self.size / 2).max(1);
         let cut = self.size - size;
+        self.ceiling = (self.size - 1).max(1);
         (self.size, self.slow_start, self.served, self.cut_at) = (size, false, 0, Some(now));
         cut
     }

@@ -54,6 +54,8 @@ pub(super) fn backoff(attempt: u32) -> Duration {
 #[derive(Clone)]
 pub(super) struct Retry {
     attempt: u32,
+    /// The write window the attempt about to be sent is sent under.
+    generation: u64,
     limit: Option<MutatingLimit>,
     metrics: Arc<Metrics>,
 }
@@ -62,6 +64,7 @@ impl Retry {
     pub(super) fn new(limit: Option<MutatingLimit>, metrics: Arc<Metrics>) -> Self {
         Self {
             attempt: 0,
+            generation: 0,
             limit,
             metrics,
         }
@@ -74,7 +77,7 @@ impl Retry {
             self.metrics.throttled(method.as_str());
         }
         match &self.limit {
-            Some(limit) if mutating(method) && throttled => limit.throttled(),
+            Some(limit) if mutating(method) && throttled => limit.throttled(self.generation),
             Some(limit) if mutating(method) => limit.served(),
             _ => {}
         }
@@ -103,7 +106,11 @@ impl<B> Policy<Request<Body>, Response<B>, BoxError> for Retry {
         Some(tokio::time::sleep(delay))
     }
 
+    /// Called as each attempt is sent, with a copy for the next one.
     fn clone_request(&mut self, req: &Request<Body>) -> Option<Request<Body>> {
+        if let Some(limit) = &self.limit {
+            self.generation = limit.generation();
+        }
         // Streaming bodies cannot be sent twice; kube's requests carry whole bodies.
         let mut copy = Request::new(req.body().try_clone()?);
         *copy.method_mut() = req.method().clone();

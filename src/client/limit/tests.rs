@@ -10,9 +10,13 @@ fn at(s: u64) -> Instant {
     *BASE.get_or_init(Instant::now) + Duration::from_secs(s)
 }
 
-/// Serves `n` writes; returns the slots the window grew by.
+/// Serves `n` writes at `at(s)`; returns the slots the window grew by.
+fn serve_at(w: &mut Window, n: usize, s: u64) -> usize {
+    (0..n).map(|_| w.served(at(s))).sum()
+}
+
 fn serve(w: &mut Window, n: usize) -> usize {
-    (0..n).map(|_| w.served()).sum()
+    serve_at(w, n, 0)
 }
 
 #[test]
@@ -20,7 +24,7 @@ fn the_window_doubles_per_window_served_until_the_cap() {
     let mut w = Window::new(64);
     assert_eq!(w.size, INITIAL);
     assert_eq!(serve(&mut w, 7), 0, "a window not yet served");
-    assert_eq!(w.served(), 8);
+    assert_eq!(w.served(at(0)), 8);
     assert_eq!(w.size, 16);
     assert_eq!(serve(&mut w, 16), 16);
     assert_eq!(serve(&mut w, 32), 32);
@@ -35,26 +39,44 @@ fn a_throttle_halves_the_window_once_and_it_then_grows_by_one() {
     let mut w = Window::new(64);
     serve(&mut w, 8);
     assert_eq!(w.size, 16);
-    assert_eq!(w.throttled(at(1)), 8);
+    assert_eq!(w.throttled(0, at(1)), 8);
     assert_eq!(w.size, 8);
-    // Throttled in the same wave: already answered by the cut.
-    assert_eq!(w.throttled(at(1) + Duration::from_millis(999)), 0);
+    // Sent under the window already cut: answered by that cut.
+    assert_eq!(w.throttled(0, at(1)), 0);
     assert_eq!(w.size, 8);
-    assert_eq!(serve(&mut w, 8), 1, "one more per window served");
+    assert_eq!(serve_at(&mut w, 8, 2), 1, "one more per window served");
     assert_eq!(w.size, 9);
-    assert_eq!(serve(&mut w, 9), 1);
-    // Throttled in later waves: halved again, down to one at most.
+    assert_eq!(serve_at(&mut w, 9, 2), 1);
+    // Sent under later windows: halved again, down to one at most.
     for s in 2..10 {
-        w.throttled(at(s));
+        w.throttled(w.generation, at(s));
     }
     assert_eq!(w.size, 1);
+}
+
+#[test]
+fn after_a_throttle_the_window_stays_below_the_size_throttled_for_a_while() {
+    let mut w = Window::new(64);
+    serve(&mut w, 8 + 16);
+    assert_eq!(w.size, 32);
+    w.throttled(0, at(1));
+    assert_eq!(w.size, 16);
+    let grown: usize = (0..100).map(|_| serve_at(&mut w, 64, 2)).sum();
+    assert_eq!((grown, w.size), (15, 31), "held just below 32");
+    let later = 1 + HOLD.as_secs();
+    assert_eq!(
+        serve_at(&mut w, 31, later),
+        1,
+        "probes again once the hold is over"
+    );
+    assert_eq!(w.size, 32);
 }
 
 #[test]
 fn slots_out_when_the_window_shrank_are_kept_as_they_come_back() {
     let mut w = Window::new(64);
     serve(&mut w, 8);
-    let cut = w.throttled(at(1));
+    let cut = w.throttled(0, at(1));
     // Two of the cut slots were free; six are out.
     w.owe(cut - 2);
     assert!((0..6).all(|_| w.repay()), "kept");
@@ -159,7 +181,7 @@ async fn a_throttled_window_holds_back_writes_already_waiting() {
         .map(|_| tokio::spawn(svc.clone().oneshot(request(Method::POST))))
         .collect();
     held.until_held(INITIAL).await;
-    limit.throttled();
+    limit.throttled(limit.generation());
     assert_eq!(gauge.get(), (INITIAL / 2) as i64);
     held.release.notify_waiters();
     held.until_held(INITIAL / 2).await;
