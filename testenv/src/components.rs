@@ -71,7 +71,6 @@ impl Cluster {
             // may not be loopback; and with no kube-proxy the Service routes nowhere anyway
             // (pods are given the API server's address, see hack/deploy-local.sh).
             "--endpoint-reconciler-type=none".into(),
-            "--enable-priority-and-fairness=false".into(),
             // Not in the defaults: setting blockOwnerDeletion on an ownerReference then needs
             // update on the owner's finalizers, as on most production clusters.
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement,NodeRestriction"
