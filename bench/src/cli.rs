@@ -46,7 +46,9 @@ pub struct BenchArgs {
     /// Tiny sizes, one run: checks the harness, not the speed.
     #[arg(long)]
     pub smoke: bool,
-    /// Only these scenarios (w1,w2,w3,w4,w5,at).
+    /// Only these scenarios (w1,w2,w3,w4,w5,apf,at). apf is W2 with the operator and the
+    /// ReplicaSet controller (default QPS) each as its own user alone in a tight API Priority
+    /// and Fairness level (3 seats), with the 429s and requests served in that level.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Only these targets (operator, replicaset, replicaset-qps1000, floor).

@@ -4,12 +4,18 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Result;
-use kube::Client;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+use kube::api::{Api, PostParams};
+use kube::{Client, ResourceExt};
+use podset_operator::rbac;
+use serde_json::json;
+use testenv::harness::OPERATOR_SA;
 use testenv::operator::{Launcher, Operator};
 use testenv::{Cluster, Options, Process};
 
 use crate::NS;
-use crate::system::proc_stats;
+use crate::system::{metric_sum, proc_stats};
 
 /// Who does the work in a run.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -40,6 +46,17 @@ impl Target {
             Target::Floor => "API floor".into(),
         }
     }
+
+    /// The ServiceAccount (namespace, name) the worker authenticates as when it runs as its
+    /// own user (see [`Env::start_as`]).
+    pub fn account(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Target::Operator => Some((NS, OPERATOR_SA)),
+            // kube-controller-manager's own name for the controller's account.
+            Target::ReplicaSet(_) => Some(("kube-system", "replicaset-controller")),
+            Target::Floor => None,
+        }
+    }
 }
 
 /// A fresh control plane with whatever does the work.
@@ -49,11 +66,26 @@ pub struct Env {
     /// The operator process.
     pub operator: Option<Operator>,
     operator_bin: PathBuf,
+    /// The credentials the operator runs with.
+    operator_kubeconfig: PathBuf,
     controllers: String,
 }
 
 impl Env {
+    /// The worker authenticates as the admin.
     pub async fn start(target: Target, operator_bin: &Path, controllers: &str) -> Result<Self> {
+        Self::start_as(target, operator_bin, controllers, false).await
+    }
+
+    /// With `own_user`, the worker authenticates as its own ServiceAccount
+    /// ([`Target::account`]) rather than as the admin, whom API Priority and Fairness exempts
+    /// (system:masters).
+    pub async fn start_as(
+        target: Target,
+        operator_bin: &Path,
+        controllers: &str,
+        own_user: bool,
+    ) -> Result<Self> {
         let mut controllers_list = vec!["serviceaccount", "serviceaccount-token"];
         let mut cm_args = Vec::new();
         if let Target::ReplicaSet(qps) = target {
@@ -63,6 +95,10 @@ impl Env {
                     format!("--kube-api-qps={q}"),
                     format!("--kube-api-burst={q}"),
                 ];
+            }
+            if own_user {
+                // Each controller then requests a token of its own ServiceAccount.
+                cm_args.push("--use-service-account-credentials=true".into());
             }
         }
         let cluster = Cluster::start(Options {
@@ -76,28 +112,35 @@ impl Env {
         .await?;
         cluster.create_namespace(NS).await?;
         let client = cluster.client().await?;
-        let operator = match target {
-            Target::Operator => Some(start_operator(&cluster, operator_bin, controllers).await?),
-            _ => None,
+        let operator_kubeconfig = match (target, own_user) {
+            (Target::Operator, true) => operator_account(&cluster, &client).await?,
+            _ => cluster.kubeconfig().to_path_buf(),
         };
-        Ok(Self {
+        let mut env = Self {
             cluster,
             client,
-            operator,
+            operator: None,
             operator_bin: operator_bin.to_path_buf(),
+            operator_kubeconfig,
             controllers: controllers.into(),
-        })
+        };
+        if target == Target::Operator {
+            env.restart_operator(&[]).await?;
+        }
+        Ok(env)
     }
 
-    /// Stops the operator and starts a new one with `vars` added to its environment; returns
-    /// how long the new one took from its start to ready (its initial lists).
+    /// Stops the operator if any and starts a new one with `vars` added to its environment;
+    /// returns how long the new one took from its start to ready (its initial lists).
     pub async fn restart_operator(&mut self, vars: &[(&str, String)]) -> Result<Duration> {
         if let Some(mut old) = self.operator.take() {
             old.process.stop();
         }
         let start = Instant::now();
         let (bin, controllers) = (&self.operator_bin, &self.controllers);
-        self.operator = Some(start_operator_with(&self.cluster, bin, controllers, vars).await?);
+        let kubeconfig = &self.operator_kubeconfig;
+        self.operator =
+            Some(start_operator_with(&self.cluster, kubeconfig, bin, controllers, vars).await?);
         Ok(start.elapsed())
     }
 
@@ -125,18 +168,45 @@ impl Env {
 }
 
 pub async fn start_operator(cluster: &Cluster, bin: &Path, controllers: &str) -> Result<Operator> {
-    start_operator_with(cluster, bin, controllers, &[]).await
+    start_operator_with(cluster, cluster.kubeconfig(), bin, controllers, &[]).await
 }
 
-/// testenv's launcher with the benchmark's knobs: warnings only in the log, `/metrics` over
-/// plain HTTP, `vars` added to the environment (a heap profiler's preload); waits until ready.
+/// ServiceAccount [`OPERATOR_SA`] in the bench namespace, bound there to the generated rules
+/// as the tests bind it: a kubeconfig authenticating as it.
+async fn operator_account(cluster: &Cluster, client: &Client) -> Result<PathBuf> {
+    let pp = PostParams::default();
+    let role = rbac::manager_cluster_role();
+    let role_name = role.name_any();
+    Api::<ClusterRole>::all(client.clone())
+        .create(&pp, &role)
+        .await?;
+    let account: ServiceAccount =
+        serde_json::from_value(json!({ "metadata": { "name": OPERATOR_SA } }))?;
+    Api::<ServiceAccount>::namespaced(client.clone(), NS)
+        .create(&pp, &account)
+        .await?;
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": { "name": role_name },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name },
+        "subjects": [{ "kind": "ServiceAccount", "name": OPERATOR_SA, "namespace": NS }],
+    }))?;
+    Api::<RoleBinding>::namespaced(client.clone(), NS)
+        .create(&pp, &binding)
+        .await?;
+    cluster.service_account_kubeconfig(NS, OPERATOR_SA).await
+}
+
+/// testenv's launcher with the benchmark's knobs: `kubeconfig`'s credentials, warnings only in
+/// the log, `/metrics` over plain HTTP, `vars` added to the environment (a heap profiler's
+/// preload); waits until ready.
 async fn start_operator_with(
     cluster: &Cluster,
+    kubeconfig: &Path,
     bin: &Path,
     controllers: &str,
     vars: &[(&str, String)],
 ) -> Result<Operator> {
-    let mut launcher = Launcher::new(bin, "operator", cluster.dir(), cluster.kubeconfig(), NS)
+    let mut launcher = Launcher::new(bin, "operator", cluster.dir(), kubeconfig, NS)
         .instance("podset-testenv-bench")
         .log_level("warn")
         .plain_metrics()
@@ -156,16 +226,16 @@ pub async fn operator_writes(metrics_port: u16) -> Result<f64> {
         .await?
         .text()
         .await?;
-    Ok(text
-        .lines()
-        .filter(|l| l.starts_with("podset_operator_api_requests_total{"))
-        .filter(|l| {
-            ["POST", "PUT", "PATCH", "DELETE"]
-                .iter()
-                .any(|v| l.contains(&format!("verb=\"{v}\"")))
-        })
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum())
+    let mutating = |labels: &str| {
+        ["POST", "PUT", "PATCH", "DELETE"]
+            .iter()
+            .any(|v| labels.contains(&format!("verb=\"{v}\"")))
+    };
+    Ok(metric_sum(
+        &text,
+        "podset_operator_api_requests_total",
+        mutating,
+    ))
 }
 
 /// Fetches a CPU profile from the API server's `/debug/pprof` and writes it to a file.

@@ -24,6 +24,10 @@ pub struct Sample {
     pub restart_seconds: f64,
     /// Its peak and steady RSS after that restart.
     pub restart_rss_mib: (f64, f64),
+    /// The requests the API server rejected (429) and dispatched in the controller's own
+    /// priority level (scenario apf).
+    pub level_rejected: Option<f64>,
+    pub level_dispatched: Option<f64>,
     pub note: String,
 }
 
@@ -36,6 +40,16 @@ pub struct Row {
 impl Row {
     fn med(&self, f: impl Fn(&Sample) -> f64) -> f64 {
         median(&self.samples.iter().map(f).collect::<Vec<_>>())
+    }
+
+    /// The median of a figure some samples lack, or "-" if all do (0 is a figure here).
+    fn med_some(&self, f: impl Fn(&Sample) -> Option<f64>, digits: usize) -> String {
+        let values: Vec<f64> = self.samples.iter().filter_map(f).collect();
+        if values.is_empty() {
+            "-".into()
+        } else {
+            format!("{:.digits$}", median(&values))
+        }
     }
 }
 
@@ -93,6 +107,8 @@ pub fn report(rows: &[Row], args: &BenchArgs) -> Result<()> {
         "apiserver+etcd CPU s",
         "restart to ready s",
         "after restart: peak/steady RSS MiB",
+        "APF 429s",
+        "APF dispatched",
         "note",
     ];
     let mut table = vec![header.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
@@ -128,18 +144,7 @@ pub fn report(rows: &[Row], args: &BenchArgs) -> Result<()> {
                 .map(|x| format!("{x:.2}"))
                 .unwrap_or("-".into()),
             fmt(r.med(|s| s.mutations), 2),
-            {
-                let idle: Vec<f64> = r
-                    .samples
-                    .iter()
-                    .filter_map(|s| s.idle_writes_per_min)
-                    .collect();
-                if idle.is_empty() {
-                    "-".into()
-                } else {
-                    format!("{:.1}", median(&idle))
-                }
-            },
+            r.med_some(|s| s.idle_writes_per_min, 1),
             if r.scenario.starts_with("W3") {
                 r.med(|s| s.max_pods as f64).to_string()
             } else {
@@ -155,6 +160,8 @@ pub fn report(rows: &[Row], args: &BenchArgs) -> Result<()> {
                 fmt(r.med(|s| s.restart_rss_mib.0), 1),
                 fmt(r.med(|s| s.restart_rss_mib.1), 1)
             ),
+            r.med_some(|s| s.level_rejected, 0),
+            r.med_some(|s| s.level_dispatched, 0),
             note,
         ]);
     }

@@ -74,18 +74,30 @@ const MUTATING: [&str; 6] = [
 
 /// The API server's count of mutating requests served so far (all clients).
 pub async fn apiserver_mutations(client: &Client) -> Result<f64> {
+    let text = apiserver_metrics(client).await?;
+    Ok(metric_sum(&text, "apiserver_request_total", |labels| {
+        MUTATING
+            .iter()
+            .any(|v| labels.contains(&format!("verb=\"{v}\"")))
+    }))
+}
+
+/// The API server's `/metrics` (Prometheus text), read as the admin.
+pub async fn apiserver_metrics(client: &Client) -> Result<String> {
     let req = http::Request::get("/metrics").body(Vec::new())?;
-    let text = client.request_text(req).await?;
-    Ok(text
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| {
-            MUTATING
-                .iter()
-                .any(|v| l.contains(&format!("verb=\"{v}\"")))
-        })
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum())
+    Ok(client.request_text(req).await?)
+}
+
+/// The sum over the series of metric `name` in Prometheus `text` whose labels (`{...}`, as
+/// written) `keep` accepts; 0 if none (a counter's series appears at its first count).
+pub fn metric_sum(text: &str, name: &str, keep: impl Fn(&str) -> bool) -> f64 {
+    text.lines()
+        .filter_map(|l| l.strip_prefix(name)?.strip_prefix('{'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(labels, _)| keep(labels))
+        .filter_map(|(_, value)| value.parse::<f64>().ok())
+        // Not `sum()`, whose empty sum is -0, printed "-0".
+        .fold(0.0, |total, v| total + v)
 }
 
 /// The median of `values` (the mean of the middle two for an even count).
@@ -136,5 +148,26 @@ mod tests {
             .map(|i| (Duration::from_secs(i * 60), 100 + 5 * i))
             .collect();
         assert!((slope_kib_per_minute(&rising) - 5.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn metric_sums() {
+        let text = "\
+# HELP apiserver_request_total Counter of apiserver requests.
+# TYPE apiserver_request_total counter
+apiserver_request_total{code=\"201\",verb=\"POST\"} 1000
+apiserver_request_total{code=\"200\",verb=\"GET\"} 7
+apiserver_request_total{code=\"429\",verb=\"POST\"} 2.5e+01
+apiserver_request_total_extra{verb=\"POST\"} 99
+apiserver_request_total 3
+";
+        let posts = |labels: &str| labels.contains("verb=\"POST\"");
+        assert_eq!(metric_sum(text, "apiserver_request_total", posts), 1025.0);
+        assert_eq!(
+            metric_sum(text, "apiserver_request_total", |_| true),
+            1032.0
+        );
+        let none = metric_sum(text, "absent_total", |_| true);
+        assert_eq!(format!("{none}"), "0");
     }
 }

@@ -1,4 +1,4 @@
-//! W1, W2, W4, W5: objects created at once, timed until every status shows them.
+//! W1, W2, W4, W5, apf: objects created at once, timed until every status shows them.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -10,6 +10,7 @@ use crate::cli::{BenchArgs, Sizes};
 use crate::env::{Env, Target, operator_writes, save_apiserver_profile};
 use crate::heap;
 use crate::report::Sample;
+use crate::scenario::apf;
 use crate::system::{ProcStats, apiserver_mutations, mib, proc_stats};
 use crate::workload::{self, Convergence, Kind, names};
 
@@ -24,6 +25,9 @@ pub struct Work {
     /// The operator's time from a restart to ready once everything converged, and its memory
     /// after that restart's initial list.
     pub restart: bool,
+    /// The controller as its own user, alone in a tight API Priority and Fairness level (see
+    /// [`apf::confine`]): its time, and the requests the level rejected and served.
+    pub tight: bool,
 }
 
 impl Work {
@@ -35,6 +39,7 @@ impl Work {
             replicas,
             idle: false,
             restart: false,
+            tight: false,
         }
     }
 }
@@ -46,7 +51,7 @@ pub async fn converge_run(
     s: &Sizes,
     work: Work,
 ) -> Result<Sample> {
-    let mut env = Env::start(target, &args.operator, "podset").await?;
+    let mut env = Env::start_as(target, &args.operator, "podset", work.tight).await?;
     let pods = work.objects * work.replicas as usize;
     let heap_raw = match (args.heap_profile, target) {
         (true, Target::Operator) => {
@@ -55,6 +60,11 @@ pub async fn converge_run(
             Some(raw)
         }
         _ => None,
+    };
+    let confined = if work.tight {
+        Some(apf::confine(&env.client, target).await?)
+    } else {
+        None
     };
     let before = apiserver_mutations(&env.client).await?;
     let start_cpu = worker_stats(&env)?.unwrap_or_default();
@@ -81,6 +91,12 @@ pub async fn converge_run(
         control_plane_cpu,
         ..Sample::default()
     };
+    if let Some(user) = confined {
+        apf::count(&env.client, &user, &mut sample).await?;
+        if let Some(op) = &env.operator {
+            sample.note += &apf::operator_throttled(op.metrics_port).await?;
+        }
+    }
     if let Some(stats) = steady_stats(&env, s).await? {
         sample.steady_rss_mib = mib(stats.rss_kib);
         sample.peak_rss_mib = mib(stats.peak_rss_kib);

@@ -1,5 +1,6 @@
 //! The benchmark scenarios and which of them run.
 
+mod apf;
 mod at;
 mod converge;
 mod storm;
@@ -88,6 +89,22 @@ pub async fn bench(args: BenchArgs) -> Result<()> {
                     let work = Work {
                         restart: true,
                         ..Work::of("w5", s.w5_objects, s.w5_replicas)
+                    };
+                    converge_run(t, &args, &s, work)
+                })
+                .await?,
+            );
+        }
+    }
+    if wanted(&args, "apf") {
+        // W2 again, each controller as its own user alone in a level of about 3 seats: how
+        // each copes with the API server's 429s (client-side limits alone decide W2 above).
+        for t in targets(&args, [Target::Operator, Target::ReplicaSet(None), qps]) {
+            rows.push(
+                repeat(runs, "APF W2 200x5, 3 seats", t.label(), || {
+                    let work = Work {
+                        tight: true,
+                        ..Work::of("apf", s.w2_objects, s.w2_replicas)
                     };
                     converge_run(t, &args, &s, work)
                 })
