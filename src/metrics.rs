@@ -151,11 +151,7 @@ impl Metrics {
     }
 
     pub fn throttled(&self, verb: &str) {
-        self.api_throttled
-            .get_or_create(&RequestLabels {
-                verb: verb.to_string(),
-            })
-            .inc();
+        by_verb(&self.api_throttled, verb).inc();
     }
 
     pub fn throttled_wait(&self, waited: std::time::Duration) {
@@ -163,12 +159,17 @@ impl Metrics {
     }
 
     pub fn api_request(&self, verb: &str) {
-        self.api_requests
-            .get_or_create(&RequestLabels {
-                verb: verb.to_string(),
-            })
-            .inc();
+        by_verb(&self.api_requests, verb).inc();
     }
+}
+
+fn by_verb<'a>(
+    family: &'a Family<RequestLabels, Counter>,
+    verb: &str,
+) -> impl std::ops::Deref<Target = Counter> + 'a {
+    family.get_or_create(&RequestLabels {
+        verb: verb.to_string(),
+    })
 }
 
 pub struct ReconcileTimer<'a> {

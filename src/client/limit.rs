@@ -57,9 +57,9 @@ impl MutatingLimit {
 
     /// A write answered by the server without throttling.
     pub fn served(&self) {
-        let grown = self.window().served(Instant::now());
-        self.shared.slots.add_permits(grown);
-        self.publish();
+        let mut window = self.window();
+        self.shared.slots.add_permits(window.served(Instant::now()));
+        self.shared.gauge.set(window.size as i64);
     }
 
     /// Which window a write about to be sent is sent under: its answer is news of that one.
@@ -69,10 +69,13 @@ impl MutatingLimit {
 
     /// A write sent under window `generation` was throttled (429).
     pub fn throttled(&self, generation: u64) {
-        let cut = self.window().throttled(generation, Instant::now());
+        // Under one lock: a slot coming back between the cut and the debt would be given
+        // out again.
+        let mut window = self.window();
+        let cut = window.throttled(generation, Instant::now());
         let forgotten = self.shared.slots.forget_permits(cut);
-        self.window().owe(cut - forgotten);
-        self.publish();
+        window.owe(cut - forgotten);
+        self.shared.gauge.set(window.size as i64);
     }
 
     fn window(&self) -> std::sync::MutexGuard<'_, Window> {
@@ -80,10 +83,6 @@ impl MutatingLimit {
             .window
             .lock()
             .expect("no panic holds the window")
-    }
-
-    fn publish(&self) {
-        self.shared.gauge.set(self.window().size as i64);
     }
 
     /// Gives a slot back, or keeps it if the window shrank while it was out.

@@ -70,8 +70,9 @@ impl Retry {
         }
     }
 
-    /// Tells the write window and the metrics what the server made of one attempt.
-    fn answered(&self, method: &Method, status: StatusCode) {
+    /// Tells the write window and the metrics what the server made of one attempt; whether
+    /// it was throttled.
+    fn answered(&self, method: &Method, status: StatusCode) -> bool {
         let throttled = status == StatusCode::TOO_MANY_REQUESTS;
         if throttled {
             self.metrics.throttled(method.as_str());
@@ -81,6 +82,7 @@ impl Retry {
             Some(limit) if mutating(method) => limit.served(),
             _ => {}
         }
+        throttled
     }
 }
 
@@ -93,13 +95,13 @@ impl<B> Policy<Request<Body>, Response<B>, BoxError> for Retry {
         result: &mut Result<Response<B>, BoxError>,
     ) -> Option<Self::Future> {
         let response = result.as_ref().ok()?;
-        self.answered(req.method(), response.status());
+        let throttled = self.answered(req.method(), response.status());
         let retry_after = response
             .headers()
             .get(http::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok()?.parse().ok());
         let delay = retry_delay(req.method(), response.status(), retry_after, self.attempt)?;
-        if response.status() == StatusCode::TOO_MANY_REQUESTS {
+        if throttled {
             self.metrics.throttled_wait(delay);
         }
         self.attempt += 1;
