@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 const CLOSED: u64 = 0;
@@ -34,6 +35,8 @@ struct Inner {
     /// Whether a write let through in this term was dropped before its answer came: it may
     /// still land.
     abandoned: AtomicBool,
+    /// Told when the last write in flight is answered or dropped.
+    settled: Notify,
 }
 
 impl Fence {
@@ -42,6 +45,7 @@ impl Fence {
             until: AtomicU64::new(until),
             in_flight: AtomicUsize::new(0),
             abandoned: AtomicBool::new(false),
+            settled: Notify::new(),
         }))
     }
 
@@ -93,6 +97,20 @@ impl Fence {
         self.0.abandoned.load(Ordering::SeqCst) || self.0.in_flight.load(Ordering::SeqCst) > 0
     }
 
+    /// Returns once no write let through is waiting for its answer.
+    pub async fn settled(&self) {
+        loop {
+            let notified = self.0.settled.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the count is read, so a write answered in between still wakes it.
+            notified.as_mut().enable();
+            if self.0.in_flight.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// A write let through: counted until its answer comes, abandoned if dropped first.
     pub fn let_through(&self) -> InFlight {
         self.0.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -118,9 +136,11 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.fence.0.in_flight.fetch_sub(1, Ordering::SeqCst);
         if !self.answered {
             self.fence.0.abandoned.store(true, Ordering::SeqCst);
+        }
+        if self.fence.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.fence.0.settled.notify_waiters();
         }
     }
 }

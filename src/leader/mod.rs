@@ -30,13 +30,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{Config as WatchConfig, Event, watcher};
 use kube::{Api, Client};
 use parking_lot::Mutex;
-use tokio::time::{Instant, sleep_until, timeout};
+use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -251,29 +251,29 @@ impl LeaderElection {
         }
     }
 
-    /// Gives the lease up so a standby takes over at once, if this instance still holds it
-    /// as last read; written over that version, so another holder is never wiped. Bounded by
-    /// the renew deadline: a failed release only means the standby waits out the lease. Not
-    /// while a write of this term may still land (its controllers were stopped before its
-    /// answer came): the standby then waits out the lease, as after a crash.
+    /// Gives the lease up so a standby takes over at once, if this instance still holds it;
+    /// written over the version last read, so another holder is never wiped. First the
+    /// writes of this term still in flight are let land (the controllers have stopped; no new
+    /// one leaves): a successor must not act before they do. Bounded by the renew deadline: a
+    /// release that does not happen in time only means the standby waits out the lease. Not
+    /// at all if a write of this term was dropped before its answer came (its controllers were
+    /// stopped first): it may still land, so the standby waits out the lease, as after a crash.
     pub async fn release(&self) {
         self.fence.close();
+        let deadline = Instant::now() + self.timing.renew_deadline;
+        if timeout_at(deadline, self.fence.settled()).await.is_err() {
+            warn!(lease = %self.name, wait = ?self.timing.renew_deadline, "writes of this term were still unanswered; not releasing the leader lease: it expires by itself");
+            return;
+        }
         if self.fence.writes_abandoned() {
             warn!(lease = %self.name, "writes of this term were stopped before their answers came and may still land; not releasing the leader lease: it expires by itself");
             return;
         }
-        let Some(mine) = self.observed.lock().clone() else {
-            return;
-        };
-        if mine.holder() != self.identity {
-            return;
-        }
-        let free = record::released(&mine.spec, self.clock.now());
-        let write = self.write(Some(&mine), free);
-        match timeout(self.timing.renew_deadline, write).await {
+        let released = self.rewrite(|mine| record::released(mine, self.clock.now()));
+        match timeout_at(deadline, released).await {
             Ok(Ok(Wrote::Landed(_))) => info!(lease = %self.name, "released the leader lease"),
             Ok(Ok(Wrote::Lost)) => {
-                info!(lease = %self.name, "the leader lease had already changed; not released")
+                info!(lease = %self.name, "the leader lease names another holder or is gone; not released")
             }
             Ok(Err(e)) => {
                 warn!(error = %e, "could not release the leader lease; it expires by itself")
@@ -322,10 +322,25 @@ impl LeaderElection {
         })
     }
 
-    /// One renewal, over the version last read; a conflict is read again, and renewed again
-    /// only if the Lease still names this instance (someone changed something else). A
-    /// deleted Lease is lost: whoever creates it again waits a lease duration.
+    /// One renewal, over the version last read (see [`Self::rewrite`]).
     async fn renew(&self) -> kube::Result<Wrote> {
+        self.rewrite(|mine| {
+            record::claim(
+                Some(mine),
+                &self.identity,
+                self.timing.lease,
+                self.clock.now(),
+            )
+        })
+        .await
+    }
+
+    /// Writes `record` of the Lease as last read, over its version, while it names this
+    /// instance. A conflict is read again and written again only if the Lease still names
+    /// this instance (someone changed something else, or a write of ours landed though its
+    /// answer was lost). A deleted Lease is lost: whoever creates it again waits a lease
+    /// duration.
+    async fn rewrite(&self, record: impl Fn(&LeaseSpec) -> LeaseSpec) -> kube::Result<Wrote> {
         loop {
             let Some(mine) = self.observed.lock().clone() else {
                 return Ok(Wrote::Lost);
@@ -333,13 +348,7 @@ impl LeaderElection {
             if mine.holder() != self.identity {
                 return Ok(Wrote::Lost);
             }
-            let claim = record::claim(
-                Some(&mine.spec),
-                &self.identity,
-                self.timing.lease,
-                self.clock.now(),
-            );
-            match self.write(Some(&mine), claim).await? {
+            match self.write(Some(&mine), record(&mine.spec)).await? {
                 Wrote::Landed(sent) => return Ok(Wrote::Landed(sent)),
                 Wrote::Lost => {
                     self.read().await?;
@@ -397,11 +406,7 @@ impl LeaderElection {
 
     /// Creates the Lease (nothing observed) or replaces it over the observed version. A write
     /// that lands says when it was sent: its renew deadline runs from then.
-    async fn write(
-        &self,
-        over: Option<&Observed>,
-        spec: k8s_openapi::api::coordination::v1::LeaseSpec,
-    ) -> kube::Result<Wrote> {
+    async fn write(&self, over: Option<&Observed>, spec: LeaseSpec) -> kube::Result<Wrote> {
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),

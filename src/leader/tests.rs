@@ -316,3 +316,46 @@ async fn a_record_naming_this_instance_is_led_at_once_only_if_it_saw_its_write_l
         again.elapsed()
     );
 }
+
+/// The in-cluster rolling upgrade once went leaderless for a whole lease: a renewal that
+/// landed but whose answer the leader never saw (the term ended while it was in flight)
+/// left the leader with a stale version, and its release met a 409 and gave up. Still
+/// named holder, it reads the Lease again and releases it.
+#[tokio::test(start_paused = true)]
+async fn a_release_over_a_renewal_whose_answer_was_lost_still_releases() {
+    let state = ApiState::default();
+    let me = election(&state, "me");
+    assert!(acquire_within(&me, LEASE * 2).await);
+    state.lock().write(holding("me", jiff::Timestamp::now()));
+    me.release().await;
+    assert_eq!(state.lock().holder(), None, "{:?}", state.lock().seen);
+}
+
+/// A write of the term still being answered when the controllers stop lands before the
+/// release, not after a successor acted: the release waits for it, then hands over at once.
+/// One dropped unanswered may land any time: the Lease is left to expire.
+#[tokio::test(start_paused = true)]
+async fn a_release_waits_for_writes_in_flight_and_skips_after_one_was_dropped() {
+    let state = ApiState::default();
+    let me = Arc::new(election(&state, "me"));
+    assert!(acquire_within(&me, LEASE * 2).await);
+    let in_flight = me.fence.let_through();
+    let releasing = tokio::spawn({
+        let me = me.clone();
+        async move { me.release().await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        state.lock().holder().as_deref(),
+        Some("me"),
+        "released too soon"
+    );
+    in_flight.answered();
+    releasing.await.unwrap();
+    assert_eq!(state.lock().holder(), None);
+
+    assert!(acquire_within(&me, LEASE * 2).await);
+    drop(me.fence.let_through());
+    me.release().await;
+    assert_eq!(state.lock().holder().as_deref(), Some("me"));
+}

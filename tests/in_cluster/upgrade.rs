@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
-use futures::TryStreamExt;
+use futures::{AsyncBufReadExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, LogParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use podset_operator::api::{At, AtPhase, PodSet};
 use tokio_util::sync::CancellationToken;
@@ -40,6 +40,8 @@ struct Seen {
     gap_since: Option<Instant>,
     fewest_ready: Option<usize>,
     holders: Vec<String>,
+    /// What each operator pod logged about the leader lease: why a gap was as long as it was.
+    lease_lines: Vec<String>,
 }
 
 const SAMPLE: Duration = Duration::from_millis(200);
@@ -160,8 +162,9 @@ pub async fn loses_nothing(
     );
     ensure!(
         seen.longest_gap < LEASE_DURATION,
-        "leaderless for {:?}, longer than the lease",
-        seen.longest_gap
+        "leaderless for {:?}, longer than the lease; the operator pods said of the lease:\n{}",
+        seen.longest_gap,
+        seen.lease_lines.join("\n")
     );
     ensure!(
         seen.fewest_ready.unwrap_or(0) >= MIN_AVAILABLE,
@@ -208,11 +211,19 @@ async fn record_pods(pods: kube::Api<Pod>, seen: Arc<Mutex<Seen>>) -> Result<()>
     Ok(())
 }
 
-/// Samples the Lease's holder and the Ready operator pods until `stop`.
+/// Samples the Lease's holder and the Ready operator pods until `stop`, and follows each
+/// operator pod's log.
 async fn sample(install: Install, seen: Arc<Mutex<Seen>>, stop: CancellationToken) -> Result<()> {
+    let mut followed = BTreeMap::new();
     while !stop.is_cancelled() {
         let holder = install.holder().await?;
         let live = install.live_pods().await?;
+        for pod in live.iter().filter(|p| pod_ready(p)) {
+            followed.entry(pod.name_any()).or_insert_with_key(|name| {
+                let follow = follow_lease_lines(install.clone(), name.clone(), seen.clone());
+                tokio_util::task::AbortOnDropHandle::new(tokio::spawn(follow))
+            });
+        }
         let ready = live.iter().filter(|p| pod_ready(p)).count();
         let led = live.iter().any(|p| p.name_any() == holder);
         seen.lock().unwrap().note(holder, ready, led);
@@ -221,9 +232,32 @@ async fn sample(install: Install, seen: Arc<Mutex<Seen>>, stop: CancellationToke
             _ = stop.cancelled() => {}
         }
     }
+    drop(followed);
     let mut s = seen.lock().unwrap();
     if let Some(since) = s.gap_since {
         s.longest_gap = s.longest_gap.max(since.elapsed());
+    }
+    Ok(())
+}
+
+/// Keeps the lines `pod` logs about the leader lease, until its log ends.
+async fn follow_lease_lines(install: Install, pod: String, seen: Arc<Mutex<Seen>>) -> Result<()> {
+    let params = LogParams {
+        follow: true,
+        ..LogParams::default()
+    };
+    let mut lines = install
+        .api::<Pod>()
+        .log_stream(&pod, &params)
+        .await?
+        .lines();
+    while let Some(line) = lines.try_next().await? {
+        if line.contains("lease") {
+            seen.lock()
+                .unwrap()
+                .lease_lines
+                .push(format!("{pod}: {line}"));
+        }
     }
     Ok(())
 }
