@@ -69,6 +69,13 @@ struct RunArgs {
     #[arg(long, env = "CONCURRENCY", default_value_t = 64)]
     concurrency: u16,
 
+    /// At reconciles in flight at once (0 = unbounded). Ats due together start breadth-first:
+    /// each waits for the write window in turn, so every due At's create leaves before any
+    /// At's later writes; a bound below the number due at once makes the last ones wait for
+    /// whole reconciles of the first.
+    #[arg(long, env = "AT_CONCURRENCY", default_value_t = 1024)]
+    at_concurrency: u16,
+
     /// Seconds between looks at a converged PodSet though nothing changed: the watch triggers
     /// only on spec changes, so a status overwritten by someone else (a deposed leader's late
     /// write) is corrected then. A look at a PodSet that is as it should be writes nothing.
@@ -245,6 +252,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         podset: args.controllers.contains(&Which::Podset),
         at: args.controllers.contains(&Which::At),
         concurrency: args.concurrency,
+        at_concurrency: args.at_concurrency,
         resync: Duration::from_secs(args.resync_period_seconds),
         instance: args.instance.clone(),
         clock: Clock::system(),

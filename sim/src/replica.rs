@@ -270,6 +270,7 @@ impl Replica {
                 podset: true,
                 at: true,
                 concurrency: self.settings.concurrency,
+                at_concurrency: self.settings.concurrency,
                 resync: self.settings.resync,
                 instance: identity.to_string(),
                 clock,

@@ -123,7 +123,9 @@ async fn carry_out(at: &At, step: Step, ctx: &Context, now: Timestamp) -> Result
         }
         Step::Record(status) => Outcome::record(status, Next::Then(Action::await_change())),
         Step::Release(status) => release(at, status, ctx).await?,
-        Step::Start => match write_status(at, &plan::starting(at, now), ctx).await? {
+        // Quietly: the Started event follows within moments, and a request less before the
+        // create is what an At due among hundreds waits for.
+        Step::Start => match write_quietly(at, &plan::starting(at, now), ctx).await? {
             Some(running) => create(&running, ctx, now).await?,
             // A stale copy: whatever was recorded since, nothing is created.
             None => Outcome::Then(retry_after(at, ctx)),
@@ -197,7 +199,7 @@ async fn create(at: &At, ctx: &Context, now: Timestamp) -> Result<Outcome> {
 /// Records `status`, which names the pod, then releases that pod (and only that UID) from
 /// its gate: from then on it may run.
 async fn release(at: &At, status: AtStatus, ctx: &Context) -> Result<Outcome> {
-    let Some(written) = write_status(at, &status, ctx).await? else {
+    let Some(written) = write_quietly(at, &status, ctx).await? else {
         return Ok(Outcome::Then(retry_after(at, ctx)));
     };
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
@@ -219,6 +221,8 @@ async fn release(at: &At, status: AtStatus, ctx: &Context) -> Result<Outcome> {
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 422 => {}
         Err(e) => return Err(Error::PodApi(e)),
     }
+    // Told once the pod may run: the events are not what it waits for.
+    announce(at, &status, ctx).await;
     Ok(Outcome::Write {
         over: Some(Box::new(written)),
         status,
@@ -241,10 +245,28 @@ fn controlled_by(at: &At, pod: &Pod) -> bool {
 }
 
 /// Writes `status` if it differs from what `at` shows, then publishes the events of the
-/// change. The patch carries the At's resourceVersion: a read that lagged behind an earlier
-/// write (a DONE, say) must not overwrite it. Returns the At as written, or `None` on such a
-/// conflict.
+/// change (see [`write_quietly`]).
 async fn write_status(at: &At, status: &AtStatus, ctx: &Context) -> Result<Option<At>> {
+    let written = write_quietly(at, status, ctx).await?;
+    if written.is_some() {
+        announce(at, status, ctx).await;
+    }
+    Ok(written)
+}
+
+/// Publishes an event per condition that changed from `at` to `status`, a status written.
+async fn announce(at: &At, status: &AtStatus, ctx: &Context) {
+    let phase = phase_name(status.phase);
+    for note in plan::status_events(at.status.as_ref(), status) {
+        info!(phase, reason = %note.reason, note = %note.note, "status changed");
+        publish(at, ctx, note.type_, &note.reason, note.action, note.note).await;
+    }
+}
+
+/// Writes `status` if it differs from what `at` shows. The patch carries the At's
+/// resourceVersion: a read that lagged behind an earlier write (a DONE, say) must not
+/// overwrite it. Returns the At as written, or `None` on such a conflict.
+async fn write_quietly(at: &At, status: &AtStatus, ctx: &Context) -> Result<Option<At>> {
     if at.status.as_ref() == Some(status) {
         return Ok(Some(at.clone()));
     }
@@ -273,11 +295,6 @@ async fn write_status(at: &At, status: &AtStatus, ctx: &Context) -> Result<Optio
         },
         Err(e) => return Err(Error::StatusWrite(e)),
     };
-    let phase = phase_name(status.phase);
-    for note in plan::status_events(at.status.as_ref(), status) {
-        info!(phase, reason = %note.reason, note = %note.note, "status changed");
-        publish(at, ctx, note.type_, &note.reason, note.action, note.note).await;
-    }
     Ok(Some(written))
 }
 

@@ -52,8 +52,10 @@ pub struct Settings {
     pub namespace: Option<String>,
     pub podset: bool,
     pub at: bool,
-    /// Reconciles in flight at once, per controller (0 = unbounded).
+    /// PodSet reconciles in flight at once (0 = unbounded).
     pub concurrency: u16,
+    /// At reconciles in flight at once (0 = unbounded).
+    pub at_concurrency: u16,
     /// How often a converged PodSet is looked at again though nothing changed.
     pub resync: Duration,
     /// The `reportingInstance` of events (the pod name, in a cluster).
@@ -146,6 +148,7 @@ pub async fn run(
             &mut controllers,
             "podset",
             podset_rx,
+            settings.concurrency,
             podset::reconcile,
             podset::error_policy,
         );
@@ -156,6 +159,7 @@ pub async fn run(
             &mut controllers,
             "at",
             at_rx,
+            settings.at_concurrency,
             at::reconcile,
             at::error_policy,
         );
@@ -212,6 +216,7 @@ impl Launch<'_> {
         set: &mut JoinSet<&'static str>,
         name: &'static str,
         owned: UnboundedReceiver<ObjectRef<K>>,
+        concurrency: u16,
         reconcile: fn(Arc<K>, Arc<Context>) -> Fut,
         error_policy: fn(Arc<K>, &Error, Arc<Context>) -> Action,
     ) -> tokio::sync::watch::Receiver<bool>
@@ -227,7 +232,7 @@ impl Launch<'_> {
         let events = unreadable::readable(events, self.ctx.clone());
         let primary = watch_into_store(events, writer, synced, self.ctx.clone());
         let controller = Controller::for_stream(primary, reader)
-            .with_config(ControllerConfig::default().concurrency(self.settings.concurrency))
+            .with_config(ControllerConfig::default().concurrency(concurrency))
             .reconcile_on(owned)
             .graceful_shutdown_on(self.shutdown.clone().cancelled_owned())
             .run(reconcile, error_policy, self.ctx.clone())

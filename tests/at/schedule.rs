@@ -14,8 +14,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use podset_operator::api::at::SPEC_FROZEN_MESSAGE;
 use podset_operator::api::{At, AtPhase};
 use podset_operator::plan::at::{
-    CONDITION_COMPLETED, CONDITION_SCHEDULED, REASON_SCHEDULED, REASON_STARTED, REASON_STARTING,
-    REASON_SUCCEEDED,
+    CONDITION_COMPLETED, CONDITION_SCHEDULED, REASON_SCHEDULED, REASON_STARTED, REASON_SUCCEEDED,
 };
 use testenv::harness::{PROMPTLY, at, poll, set_pod_phase};
 
@@ -157,12 +156,7 @@ async fn runs_once_at_its_schedule_then_done_with_success() -> Result<()> {
         ("True", REASON_SUCCEEDED)
     );
     assert!(completed.2.contains("exit code 0"), "{}", completed.2);
-    for reason in [
-        REASON_SCHEDULED,
-        REASON_STARTING,
-        REASON_STARTED,
-        REASON_SUCCEEDED,
-    ] {
+    for reason in [REASON_SCHEDULED, REASON_STARTED, REASON_SUCCEEDED] {
         wait_event(&ns, "hello", "Normal", reason).await?;
     }
     assert!(
