@@ -51,7 +51,8 @@ pub struct BenchArgs {
     /// and Fairness level (3 seats), with the 429s and requests served in that level.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
-    /// Only these targets (operator, replicaset, replicaset-qps1000, floor).
+    /// Only these targets (operator, replicaset, replicaset-qps1000, floor, cronjob-qps1000:
+    /// the CronJob baseline of scenario at, not in --smoke).
     #[arg(long, value_delimiter = ',')]
     pub targets: Vec<String>,
     /// CSV output.

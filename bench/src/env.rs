@@ -24,6 +24,8 @@ pub enum Target {
     /// kube-controller-manager's replicaset controller, with its client QPS/burst (None:
     /// its defaults, 20/30).
     ReplicaSet(Option<u32>),
+    /// kube-controller-manager's cronjob and job controllers at QPS/burst 1000 (scenario at).
+    CronJob,
     /// The bench client itself creating the pods.
     Floor,
 }
@@ -34,6 +36,7 @@ impl Target {
             Target::Operator => "operator",
             Target::ReplicaSet(None) => "replicaset",
             Target::ReplicaSet(Some(_)) => "replicaset-qps1000",
+            Target::CronJob => "cronjob-qps1000",
             Target::Floor => "floor",
         }
     }
@@ -43,6 +46,7 @@ impl Target {
             Target::Operator => "podset-operator".into(),
             Target::ReplicaSet(None) => "replicaset (default qps)".into(),
             Target::ReplicaSet(Some(q)) => format!("replicaset (qps {q})"),
+            Target::CronJob => "cronjob + job (qps 1000)".into(),
             Target::Floor => "API floor".into(),
         }
     }
@@ -54,7 +58,18 @@ impl Target {
             Target::Operator => Some((NS, OPERATOR_SA)),
             // kube-controller-manager's own name for the controller's account.
             Target::ReplicaSet(_) => Some(("kube-system", "replicaset-controller")),
+            Target::CronJob => Some(("kube-system", "cronjob-controller")),
             Target::Floor => None,
+        }
+    }
+
+    /// The kube-controller-manager controllers doing the work and their client QPS/burst
+    /// (None: the defaults), or None if it is not kube-controller-manager.
+    fn controllers(self) -> Option<(&'static [&'static str], Option<u32>)> {
+        match self {
+            Target::ReplicaSet(qps) => Some((&["replicaset"], qps)),
+            Target::CronJob => Some((&["cronjob", "job"], Some(1000))),
+            Target::Operator | Target::Floor => None,
         }
     }
 }
@@ -88,8 +103,8 @@ impl Env {
     ) -> Result<Self> {
         let mut controllers_list = vec!["serviceaccount", "serviceaccount-token"];
         let mut cm_args = Vec::new();
-        if let Target::ReplicaSet(qps) = target {
-            controllers_list.push("replicaset");
+        if let Some((own, qps)) = target.controllers() {
+            controllers_list.extend(own);
             if let Some(q) = qps {
                 cm_args = vec![
                     format!("--kube-api-qps={q}"),

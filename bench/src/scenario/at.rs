@@ -1,116 +1,58 @@
-//! Ats all due in the same second.
+//! Ats all due in the same second, and the baseline: as many CronJobs due in the same minute.
 
-use std::collections::HashMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::{Result, bail};
-use futures::StreamExt;
+use jiff::{Timestamp, Unit};
 use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
-use kube::api::{Api, ListParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::api::Api;
+use kube::{Client, ResourceExt};
 use podset_operator::api::{At, AtSpec};
 
 use crate::NS;
 use crate::cli::{BenchArgs, Sizes};
 use crate::env::{Env, Target};
 use crate::report::Sample;
-use crate::system::quantile;
+use crate::scenario::cronjob;
+use crate::scenario::lateness::{FirstPods, OwnerOf, create_each, due_after};
 use crate::workload::names;
 
-/// Ats all due in the same second: lateness of their pods, and duplicates.
-pub async fn at_run(args: &BenchArgs, s: &Sizes) -> Result<Sample> {
-    let env = Env::start(Target::Operator, &args.operator, "at").await?;
-    let lead = Duration::from_secs(if s.ats > 100 { 15 } else { 5 });
-    let due = jiff::Timestamp::now()
-        .checked_add(lead)?
-        .round(jiff::Unit::Second)?;
-    let due_at = SystemTime::UNIX_EPOCH + Duration::from_secs(due.as_second() as u64);
-    let schedule = due.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-    // Record when each pod is first seen, by a watch started before the Ats exist.
-    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(HashMap::<String, SystemTime>::new()));
-    let recorder = {
-        let seen = seen.clone();
-        tokio::spawn(async move {
-            let mut events = std::pin::pin!(
-                watcher(pods, watcher::Config::default())
-                    .default_backoff()
-                    .applied_objects()
-            );
-            while let Some(Ok(p)) = events.next().await {
-                seen.lock()
-                    .unwrap()
-                    .entry(p.name_any())
-                    .or_insert_with(SystemTime::now);
-            }
-        })
+/// `s.ats` Ats (or CronJobs) all due at once: lateness of their pods, and duplicates.
+pub async fn at_run(target: Target, args: &BenchArgs, s: &Sizes) -> Result<Sample> {
+    let (unit, owner_of): (Unit, OwnerOf) = match target {
+        Target::Operator => (Unit::Second, at_of),
+        // Cron schedules have minute granularity.
+        Target::CronJob => (Unit::Minute, cronjob::cronjob_of),
+        Target::ReplicaSet(_) | Target::Floor => bail!("{} runs no Ats", target.label()),
     };
-    let ats: Api<At> = Api::namespaced(env.client.clone(), NS);
-    let pp = PostParams::default();
-    futures::stream::iter(names("at", s.ats))
-        .map(|name| {
-            let at = At::new(
-                &name,
-                AtSpec {
-                    schedule: schedule.clone(),
-                    command: "echo YAY".into(),
-                },
-            );
-            let (ats, pp) = (ats.clone(), pp.clone());
-            async move { ats.create(&pp, &at).await }
-        })
-        .buffer_unordered(32)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?;
-    if SystemTime::now() > due_at {
-        bail!(
-            "creating {} Ats took past their schedule; raise the lead time",
-            s.ats
-        );
+    let env = Env::start(target, &args.operator, "at").await?;
+    // Creating 500 takes a few seconds.
+    let lead = Duration::from_secs(if s.ats > 100 { 15 } else { 5 });
+    let due = due_after(lead, unit)?;
+    let pods = FirstPods::start(&env.client, owner_of);
+    if target == Target::CronJob {
+        cronjob::create(&env.client, s.ats, due).await?;
+    } else {
+        create_ats(&env.client, s.ats, due).await?;
     }
-    testenv::poll(
-        lead + Duration::from_secs(120),
-        "a pod for every At",
-        || async { Ok(seen.lock().unwrap().len() >= s.ats) },
-    )
-    .await?;
-    recorder.abort();
-    let lateness: Vec<f64> = seen
-        .lock()
-        .unwrap()
-        .values()
-        .map(|t| {
-            t.duration_since(due_at)
-                .map(|d| d.as_secs_f64())
-                .unwrap_or(0.0)
-        })
+    pods.measure(s.ats, due).await
+}
+
+/// The At that controls a pod.
+fn at_of(pod: &Pod) -> Option<String> {
+    let owner = pod.owner_references().iter().find(|r| r.kind == "At")?;
+    Some(owner.name.clone())
+}
+
+async fn create_ats(client: &Client, n: usize, due: Timestamp) -> Result<()> {
+    let schedule = due.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let spec = AtSpec {
+        schedule,
+        command: "echo YAY".into(),
+    };
+    let ats = names("at", n)
+        .iter()
+        .map(|name| At::new(name, spec.clone()))
         .collect();
-    let list = Api::<Pod>::namespaced(env.client.clone(), NS)
-        .list(&ListParams::default())
-        .await?;
-    let mut per_owner: HashMap<String, usize> = HashMap::new();
-    for p in &list.items {
-        for r in p.owner_references() {
-            *per_owner.entry(r.uid.clone()).or_default() += 1;
-        }
-    }
-    let duplicates = per_owner
-        .values()
-        .map(|n| n.saturating_sub(1))
-        .sum::<usize>();
-    Ok(Sample {
-        seconds: quantile(&lateness, 0.5),
-        pods: list.items.len(),
-        max_pods: duplicates,
-        note: format!(
-            "lateness p50 {:.3}s p99 {:.3}s max {:.3}s; duplicate pods {duplicates}",
-            quantile(&lateness, 0.5),
-            quantile(&lateness, 0.99),
-            quantile(&lateness, 1.0)
-        ),
-        ..Sample::default()
-    })
+    create_each(&Api::<At>::namespaced(client.clone(), NS), ats).await
 }

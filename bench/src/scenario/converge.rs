@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 
 use crate::NS;
 use crate::cli::{BenchArgs, Sizes};
@@ -128,6 +128,7 @@ async fn submit_and_wait(env: &Env, target: Target, work: Work) -> Result<f64> {
         }
         Target::Operator => Kind::PodSet,
         Target::ReplicaSet(_) => Kind::ReplicaSet,
+        Target::CronJob => bail!("the CronJob controller converges no PodSets or ReplicaSets"),
     };
     let mut conv = Convergence::start(&env.client, NS, kind);
     let names = names("w", work.objects);
