@@ -328,7 +328,8 @@ async fn a_release_over_a_renewal_whose_answer_was_lost_still_releases() {
     assert!(acquire_within(&me, LEASE * 2).await);
     state.lock().write(holding("me", jiff::Timestamp::now()));
     me.release().await;
-    assert_eq!(state.lock().holder(), None, "{:?}", state.lock().seen);
+    let holder = state.lock().holder();
+    assert_eq!(holder, None, "{:?}", state.lock().seen);
 }
 
 /// A write of the term still being answered when the controllers stop lands before the
