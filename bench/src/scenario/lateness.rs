@@ -50,8 +50,16 @@ where
     Ok(())
 }
 
-/// Per owner: when its first pod was seen, and the names of all its pods.
-type Seen = HashMap<String, (SystemTime, HashSet<String>)>;
+/// Per owner: when its first pod was seen, when one was first seen runnable (no scheduling
+/// gate: an At's pod is created gated and released once recorded), and all its pods' names.
+#[derive(Default)]
+struct Owned {
+    created: Option<SystemTime>,
+    runnable: Option<SystemTime>,
+    pods: HashSet<String>,
+}
+
+type Seen = HashMap<String, Owned>;
 
 /// A watch of the bench namespace's pods, started before their owners exist.
 pub struct FirstPods {
@@ -67,16 +75,18 @@ impl FirstPods {
         Self { seen, task }
     }
 
-    /// Waits (until 120 s after `due`) for a pod of each of `owners` owners; their lateness.
+    /// Waits (until 120 s after `due`) for a runnable pod of each of `owners` owners; their
+    /// lateness.
     pub async fn measure(self, owners: usize, due: Timestamp) -> Result<Sample> {
         let due_at = SystemTime::from(due);
         let ahead = due_at
             .duration_since(SystemTime::now())
             .ok()
             .context("creating the objects took past their due time; raise the lead time")?;
-        let what = format!("a pod for each of {owners} objects");
+        let what = format!("a runnable pod for each of {owners} objects");
         testenv::poll(ahead + Duration::from_secs(120), &what, || async {
-            Ok(self.seen.lock().unwrap().len() >= owners)
+            let seen = self.seen.lock().unwrap();
+            Ok(seen.values().filter(|o| o.runnable.is_some()).count() >= owners)
         })
         .await?;
         self.task.abort();
@@ -93,39 +103,49 @@ async fn record(pods: Api<Pod>, owner_of: OwnerOf, seen: Arc<Mutex<Seen>>) {
     while let Some(event) = events.next().await {
         let Ok(pod) = event else { continue };
         if let Some(owner) = owner_of(&pod) {
+            let now = SystemTime::now();
+            let gated = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .is_some_and(|g| !g.is_empty());
             let mut seen = seen.lock().unwrap();
-            let (_, names) = seen
-                .entry(owner)
-                .or_insert_with(|| (SystemTime::now(), HashSet::new()));
-            names.insert(pod.name_any());
+            let owned = seen.entry(owner).or_default();
+            owned.created.get_or_insert(now);
+            if !gated {
+                owned.runnable.get_or_insert(now);
+            }
+            owned.pods.insert(pod.name_any());
         }
     }
 }
 
-/// The lateness of each owner's first pod (a pod seen before its due time counts 0), its
-/// quantiles, and the pods beyond one per owner (`max_pods`, checked by the invariants).
+/// The lateness of each owner's first pod (a pod seen before its due time counts 0), and of
+/// its first runnable one; their quantiles, and the pods beyond one per owner (`max_pods`,
+/// checked by the invariants).
 fn lateness_sample(seen: &Seen, due_at: SystemTime) -> Sample {
-    let lateness: Vec<f64> = seen
-        .values()
-        .map(|(first, _)| {
-            first
-                .duration_since(due_at)
-                .map_or(0.0, |d| d.as_secs_f64())
-        })
-        .collect();
-    let pods: usize = seen.values().map(|(_, pods)| pods.len()).sum();
+    let late = |at: fn(&Owned) -> Option<SystemTime>| -> Vec<f64> {
+        seen.values()
+            .filter_map(at)
+            .map(|t| t.duration_since(due_at).map_or(0.0, |d| d.as_secs_f64()))
+            .collect()
+    };
+    let (created, runnable) = (late(|o| o.created), late(|o| o.runnable));
+    let pods: usize = seen.values().map(|o| o.pods.len()).sum();
     let duplicates = pods - seen.len();
-    let q = |q| quantile(&lateness, q);
+    let q = |v: &[f64]| {
+        let q = |q| quantile(v, q);
+        format!("p50 {:.3}s p99 {:.3}s max {:.3}s", q(0.5), q(0.99), q(1.0))
+    };
     Sample {
-        seconds: q(0.5),
+        seconds: quantile(&created, 0.5),
         pods,
         max_pods: duplicates,
         note: format!(
-            "lateness of {}: p50 {:.3}s p99 {:.3}s max {:.3}s; duplicate pods {duplicates}",
-            lateness.len(),
-            q(0.5),
-            q(0.99),
-            q(1.0)
+            "lateness of {}: created {}; runnable {}; duplicate pods {duplicates}",
+            created.len(),
+            q(&created),
+            q(&runnable)
         ),
         ..Sample::default()
     }
