@@ -10,8 +10,10 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use podset_operator::api::{PodSet, PodSetSpec};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 /// How many API calls the benchmark client keeps in flight when it submits objects.
@@ -104,6 +106,19 @@ pub async fn create_all(
         api.create(&PostParams::default(), &objects[name]).await
     })
     .await
+}
+
+/// Creates `objects`, `SUBMIT_CONCURRENCY` at a time.
+pub async fn create_each<K>(api: &Api<K>, objects: Vec<K>) -> Result<()>
+where
+    K: Resource + Clone + std::fmt::Debug + Serialize + DeserializeOwned,
+{
+    let pp = &PostParams::default();
+    stream::iter(objects.into_iter().map(Ok::<_, anyhow::Error>))
+        .try_for_each_concurrent(SUBMIT_CONCURRENCY, |object| async move {
+            Ok(api.create(pp, &object).await.map(drop)?)
+        })
+        .await
 }
 
 pub async fn scale_all(

@@ -14,8 +14,8 @@ use crate::cli::{BenchArgs, Sizes};
 use crate::env::{Env, Target};
 use crate::report::Sample;
 use crate::scenario::cronjob;
-use crate::scenario::lateness::{FirstPods, OwnerOf, create_each, due_after};
-use crate::workload::names;
+use crate::scenario::lateness::{FirstPods, OwnerOf, due_after};
+use crate::workload::{create_each, names};
 
 /// `s.ats` Ats (or CronJobs) all due at once: lateness of their pods, and duplicates.
 pub async fn at_run(target: Target, args: &BenchArgs, s: &Sizes) -> Result<Sample> {

@@ -10,8 +10,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::NS;
-use crate::scenario::lateness::create_each;
-use crate::workload::names;
+use crate::workload::{create_each, names};
 
 /// `n` CronJobs due once, at `due` (a whole minute, UTC).
 pub async fn create(client: &Client, n: usize, due: Timestamp) -> Result<()> {

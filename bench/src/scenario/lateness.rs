@@ -2,7 +2,6 @@
 //! owner's (an At's, a CronJob's) first pod is first seen by a watch, after their due time.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -10,11 +9,9 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 use jiff::{RoundMode, Timestamp, TimestampRound, Unit};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use kube::{Client, ResourceExt};
 use tokio::task::JoinHandle;
 
 use crate::NS;
@@ -28,26 +25,6 @@ pub type OwnerOf = fn(&Pod) -> Option<String>;
 pub fn due_after(lead: Duration, unit: Unit) -> Result<Timestamp> {
     let round = TimestampRound::new().smallest(unit).mode(RoundMode::Ceil);
     Ok(Timestamp::now().checked_add(lead)?.round(round)?)
-}
-
-/// Creates `objects`, 32 requests at a time.
-pub async fn create_each<K>(api: &Api<K>, objects: Vec<K>) -> Result<()>
-where
-    K: Resource + Clone + Debug + Serialize + DeserializeOwned,
-{
-    let pp = PostParams::default();
-    let results: Vec<_> = futures::stream::iter(objects)
-        .map(|object| {
-            let pp = &pp;
-            async move { api.create(pp, &object).await }
-        })
-        .buffer_unordered(32)
-        .collect()
-        .await;
-    for result in results {
-        result?;
-    }
-    Ok(())
 }
 
 /// Per owner: when its first pod was seen, when one was first seen runnable (no scheduling
