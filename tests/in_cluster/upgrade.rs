@@ -218,15 +218,15 @@ async fn sample(install: Install, seen: Arc<Mutex<Seen>>, stop: CancellationToke
     while !stop.is_cancelled() {
         let holder = install.holder().await?;
         let live = install.live_pods().await?;
-        for pod in live.iter().filter(|p| pod_ready(p)) {
+        let ready: Vec<&Pod> = live.iter().filter(|p| pod_ready(p)).collect();
+        for pod in &ready {
             followed.entry(pod.name_any()).or_insert_with_key(|name| {
                 let follow = follow_lease_lines(install.clone(), name.clone(), seen.clone());
                 tokio_util::task::AbortOnDropHandle::new(tokio::spawn(follow))
             });
         }
-        let ready = live.iter().filter(|p| pod_ready(p)).count();
         let led = live.iter().any(|p| p.name_any() == holder);
-        seen.lock().unwrap().note(holder, ready, led);
+        seen.lock().unwrap().note(holder, ready.len(), led);
         tokio::select! {
             _ = tokio::time::sleep(SAMPLE) => {}
             _ = stop.cancelled() => {}
