@@ -12,7 +12,8 @@
 //!   missed the deletion acts once; more is a loop); a create that reached the server before
 //!   the deletion and was held there is not one of them.
 //! - **At**: its command starts at most once; a pod is released from its scheduling gate only
-//!   once its At recorded its UID; DONE is final; DONE records what happened: a success or a
+//!   once its At recorded its UID, and only to run the command the At had when it was
+//!   recorded RUNNING (a pod made from a stale copy of an edited spec never runs); DONE is final; DONE records what happened: a success or a
 //!   failure only from a run that ended so; `PodVanished` only for a recorded pod that is gone
 //!   (a command that never ran is never given up on); and no run starts or ends after a
 //!   `PodVanished` verdict.
@@ -68,6 +69,8 @@ struct AtRecord {
     /// Runs started (the kubelet started its container), and how each ended.
     runs: Vec<Option<bool>>,
     vanished: bool,
+    /// `spec.command` when the At was first recorded RUNNING: the spec that runs.
+    started_with: Option<String>,
 }
 
 #[derive(Default)]
@@ -362,6 +365,14 @@ impl Oracle {
                 change.key.namespace, change.key.name
             ));
         }
+        let runs_command = change.new.as_deref().map(command);
+        let started_with = self.ats.get(at_uid).and_then(|r| r.started_with.clone());
+        if released && runs_command != started_with.as_deref() {
+            self.violate(format!(
+                "pod {}/{} was released to run {runs_command:?}, yet its At was started with {started_with:?}",
+                change.key.namespace, change.key.name
+            ));
+        }
         let record = self.ats.entry(at_uid.to_string()).or_default();
         let started = matches!(
             (old_phase, new_phase),
@@ -413,6 +424,9 @@ impl Oracle {
         }
         let _ = actor;
         let record = self.ats.entry(objects::uid(new).into()).or_default();
+        if is == "RUNNING" && !matches!(was, "RUNNING" | "DONE") {
+            record.started_with = Some(new["spec"]["command"].as_str().unwrap_or_default().into());
+        }
         if is != "DONE" || was == "DONE" {
             return;
         }
@@ -479,6 +493,13 @@ impl Oracle {
         }
         self.newest_written = self.newest_written.max(term);
     }
+}
+
+/// The command an At's pod runs (`sh -c <command>`).
+fn command(pod: &Value) -> &str {
+    pod["spec"]["containers"][0]["command"][2]
+        .as_str()
+        .unwrap_or_default()
 }
 
 /// The reason of an At's `Completed` condition.

@@ -52,6 +52,14 @@ pub enum Action {
         due_in: i64,
         command: String,
     },
+    /// A person edits an At's spec: a new schedule `due_in` seconds after the action, and a
+    /// new command. Before it started, the At runs the new spec; after, it ignores it.
+    EditAt {
+        ns: &'static str,
+        at: String,
+        due_in: i64,
+        command: String,
+    },
     DeleteAtPod {
         ns: &'static str,
         at: String,
@@ -133,6 +141,18 @@ pub fn plan(rng: &mut fastrand::Rng, span: Duration) -> Vec<(Duration, Action)> 
             },
         ));
         let after_due = when + Duration::from_secs(due_in.max(0) as u64);
+        if rng.f64() < 0.15 {
+            // Around the old due time, so that copies of either spec meet.
+            let near = (after_due + Duration::from_millis(rng.u64(0..3000)))
+                .saturating_sub(Duration::from_millis(1500));
+            let edit = Action::EditAt {
+                ns,
+                at: name.clone(),
+                due_in: rng.i64(-5..60),
+                command: format!("echo EDITED-{i}"),
+            };
+            plan.push((near, edit));
+        }
         if rng.f64() < 0.15 {
             let later = after_due + Duration::from_millis(rng.u64(0..4000));
             plan.push((
@@ -233,6 +253,18 @@ fn perform_on(w: &mut World, action: &Action, now: jiff::Timestamp) {
             let at = json!({"metadata": {"name": name},
                 "spec": {"schedule": seconds(due), "command": command}});
             store.create(Kind::At, ns, at, none, now).map(drop)
+        }
+        Action::EditAt {
+            ns,
+            at,
+            due_in,
+            command,
+        } => {
+            let due = now + jiff::SignedDuration::from_secs(*due_in);
+            let patch = json!({"spec": {"schedule": seconds(due), "command": command}});
+            store
+                .merge_patch(&key(Kind::At, ns, at), &patch, None)
+                .map(drop)
         }
         Action::DeleteAtPod { ns, at } => store
             .delete(

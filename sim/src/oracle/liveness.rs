@@ -37,6 +37,23 @@ impl Oracle {
                     objects::namespace(at)
                 ));
             }
+            // A pod held at its gate that its At will never release: litter, and a name the
+            // At's next run would find taken.
+            let gated = store
+                .objects(Kind::Pod, Some(objects::namespace(at)))
+                .find(|p| {
+                    objects::gated(p)
+                        && !objects::terminating(p)
+                        && controller(p).is_some_and(|(_, _, uid)| uid == objects::uid(at))
+                });
+            if let Some(pod) = gated.filter(|_| phase == "DONE" || !due) {
+                return Some(format!(
+                    "At {}/{} is {phase:?} and its pod {} waits at its gate for good",
+                    objects::namespace(at),
+                    objects::name(at),
+                    objects::name(pod)
+                ));
+            }
         }
         None
     }

@@ -35,9 +35,10 @@ fn done(ns: &'static str, name: &'static str) -> impl Fn(&Store) -> bool {
 
 /// Fault 3, first half: the window in which a lost create may still land was counted on the
 /// wall clock from the `startTime` another process wrote. A leader whose clock ran an hour
-/// ahead writes RUNNING and dies before it creates the pod: its successor must still reach
-/// a verdict within the window, not an hour later. (Random search: `ClockJump` seeds, "At is
-/// due and RUNNING".)
+/// ahead sends the create of the pod and dies before it lands (then before it recorded
+/// RUNNING; since the pod comes first, with nothing recorded): its successor must still reach
+/// a verdict at once, not an hour later. (Random search: `ClockJump` seeds, "At is due and
+/// RUNNING".)
 #[test]
 fn the_create_window_is_timed_by_the_process_that_waits_not_by_the_writers_clock() {
     let report = play(3, Setup::default(), |scene| async move {
@@ -49,12 +50,8 @@ fn the_create_window_is_timed_by_the_process_that_waits_not_by_the_writers_clock
         };
         scene.rule(rule(Some(l), Method::POST, "/pods", stuck, 1));
         scene.user(due_now("ns-a", "job"));
-        scene
-            .until("RUNNING recorded", secs(30), |s| {
-                s.objects(Kind::At, Some("ns-a"))
-                    .any(|a| a["status"]["phase"] == "RUNNING")
-            })
-            .await?;
+        // Simulated time: the leader reconciles the due At at once, and its create hangs.
+        scene.sleep(secs(5)).await;
         scene.replicas[l].crash(&scene.sim);
         scene
             .until("a verdict", secs(200), done("ns-a", "job"))
@@ -177,6 +174,84 @@ fn an_at_runs_on_time_after_its_replicas_clock_is_corrected() {
             .until("a verdict", secs(150), done("ns-a", "job"))
             .await?;
         at_succeeded(&scene, "ns-a", "job")
+    });
+    assert_ok(&report);
+}
+
+/// The At's pod.
+fn pod_of(scene: &Scene, ns: &str, at: &str) -> Result<serde_json::Value, String> {
+    scene
+        .get(Kind::Pod, ns, &format!("{at}-pod"))
+        .ok_or_else(|| format!("no pod of At {ns}/{at}"))
+}
+
+/// The edit of At `ns-a/job` to a schedule `due_in` seconds away and a new command.
+fn edit(due_in: i64) -> Action {
+    Action::EditAt {
+        ns: "ns-a",
+        at: "job".into(),
+        due_in,
+        command: "echo EDITED".into(),
+    }
+}
+
+/// Found by the search (seed 500548, with the oracle's check of the command a released pod
+/// runs): RUNNING was recorded first, the create did not get through, the spec was edited,
+/// and the successor made the pod from the edited spec. The At said the edit was ignored,
+/// and ran it. Since the pod comes first and RUNNING is recorded with its UID, under the
+/// version the pod was made from, the command that runs is the one recorded.
+#[test]
+fn an_edit_after_the_at_started_never_changes_the_command_that_runs() {
+    let report = play(12, Setup::default(), |scene| async move {
+        let l = leader(&scene).await?;
+        let stuck = plan(Before::Hang, After::Reply);
+        scene.rule(rule(Some(l), Method::POST, "/pods", stuck, 1));
+        scene.user(due_now("ns-a", "job"));
+        scene.sleep(secs(5)).await;
+        scene.user(edit(-5));
+        scene.replicas[l].crash(&scene.sim);
+        scene
+            .until("a verdict", secs(200), done("ns-a", "job"))
+            .await?;
+        at_succeeded(&scene, "ns-a", "job")
+    });
+    assert_ok(&report);
+}
+
+/// The hazard of making the pod first: a create held at the server lands after the user
+/// moved the schedule ten minutes later and changed the command. The pod, gated, must not run
+/// (its record is refused: the At changed), and is deleted; the new command runs at the new
+/// time.
+#[test]
+fn a_pod_made_from_a_spec_edited_since_never_runs() {
+    let report = play(13, Setup::default(), |scene| async move {
+        let l = leader(&scene).await?;
+        let held = plan(Before::Hold(secs(10)), After::Reply);
+        scene.rule(rule(Some(l), Method::POST, "/pods", held, 1));
+        scene.user(due_now("ns-a", "job"));
+        scene.sleep(secs(2)).await;
+        scene.user(edit(600));
+        // Nothing is recorded until the held create lands and its record is refused.
+        scene
+            .until("the stale pod deleted, the At PENDING", secs(60), |s| {
+                let pending = s
+                    .objects(Kind::At, Some("ns-a"))
+                    .any(|a| a["status"]["phase"] == "PENDING");
+                let pod = s
+                    .objects(Kind::Pod, Some("ns-a"))
+                    .any(|p| p["metadata"]["name"] == "job-pod");
+                pending && !pod
+            })
+            .await?;
+        scene.sleep(secs(590)).await;
+        scene
+            .until("a verdict", secs(60), done("ns-a", "job"))
+            .await?;
+        let command = pod_of(&scene, "ns-a", "job")?["spec"]["containers"][0]["command"][2].clone();
+        match command.as_str() {
+            Some("echo EDITED") => at_succeeded(&scene, "ns-a", "job"),
+            other => Err(format!("the pod ran {other:?}")),
+        }
     });
     assert_ok(&report);
 }
