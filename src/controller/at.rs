@@ -1,6 +1,6 @@
-//! The At reconcile: carry out the plan's step (record RUNNING, create the pod gated, record
-//! it and release it, or read it live when the cache shows none), then write the status if it
-//! changed and publish an event per change. `plan::at` says why the command runs at most
+//! The At reconcile: carry out the plan's step (create the pod gated, record it RUNNING and
+//! release it, delete a gated pod not to be released, or read the pod live when the cache
+//! shows none), then write the status if it changed and publish an event per change. `plan::at` says why the command runs at most
 //! once, and is never lost to a crash or a lost reply.
 
 use std::sync::Arc;
@@ -62,15 +62,6 @@ impl Outcome {
             next,
         }
     }
-
-    /// `status` written over `at`, a copy a step has written.
-    fn record_over(at: &At, status: AtStatus, next: Next) -> Self {
-        Outcome::Write {
-            over: Some(Box::new(at.clone())),
-            status,
-            next,
-        }
-    }
 }
 
 /// How often a RUNNING At whose pod the watch does not show reads its pod.
@@ -123,41 +114,61 @@ async fn carry_out(at: &At, step: Step, ctx: &Context, now: Timestamp) -> Result
         }
         Step::Record(status) => Outcome::record(status, Next::Then(Action::await_change())),
         Step::Release(status) => release(at, status, ctx).await?,
-        // Quietly: the Started event follows within moments, and a request less before the
-        // create is what an At due among hundreds waits for.
-        Step::Start => match write_quietly(at, &plan::starting(at, now), ctx).await? {
-            Some(running) => create(&running, ctx, now).await?,
-            // A stale copy: whatever was recorded since, nothing is created.
-            None => Outcome::Then(retry_after(at, ctx)),
-        },
         Step::Create => create(at, ctx, now).await?,
         Step::Confirm => {
             let live = read_pod(at, ctx)
                 .await?
                 .filter(|p| controlled_by(at, p))
                 .map(|p| CachedPod::from_pod(&p));
-            match plan::confirmed(at, live.as_ref(), now) {
-                Step::Release(status) => release(at, status, ctx).await?,
-                Step::Record(status) => Outcome::record(status, Next::Then(Action::await_change())),
-                other => unreachable!("a live read settles a record or a release, not {other:?}"),
-            }
+            settle(at, plan::confirmed(at, live.as_ref(), now), ctx).await?
+        }
+        Step::Discard(uid, then) => {
+            discard(at, &uid.to_string(), ctx).await?;
+            Box::pin(carry_out(at, *then, ctx, now)).await?
         }
     })
 }
 
-/// Creates the pod of an At recorded RUNNING, gated: it cannot start until recorded. The
-/// name is deterministic, so a create that finds the pod already there (an earlier attempt
-/// whose reply was lost, or a predecessor's) takes it, unless someone else's pod has the
-/// name: then it is left alone, and the At goes back to PENDING, as it does when the API
-/// server refuses the create. A create whose outcome is unknown is an error: the next
-/// reconcile creates again, or finds the pod.
+/// Carries out what a pod seen live settles: a record or a release. A gated pod that is
+/// not to be released is deleted, and the next reconcile creates anew.
+async fn settle(at: &At, step: Step, ctx: &Context) -> Result<Outcome> {
+    Ok(match step {
+        Step::Release(status) => release(at, status, ctx).await?,
+        Step::Record(status) => Outcome::record(status, Next::Then(Action::await_change())),
+        Step::Discard(uid, _) => {
+            discard(at, &uid.to_string(), ctx).await?;
+            Outcome::Then(retry_after(at, ctx))
+        }
+        other => unreachable!("a pod seen settles a record, a release or a discard, not {other:?}"),
+    })
+}
+
+/// Deletes the At's gated pod `uid`, which never ran. Already gone, or another pod now has
+/// the name (the precondition fails): nothing of this pod is left either way.
+async fn discard(at: &At, uid: &str, ctx: &Context) -> Result<()> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
+    let name = plan::pod_name(at);
+    info!(pod = name, "deleting a gated pod that is not to run");
+    match client::delete_exact(&api, &name, uid).await {
+        Ok(()) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(Error::PodApi(e)),
+    }
+}
+
+/// Creates the pod of a due At, gated: it cannot start until recorded. The name is
+/// deterministic, so a create meets any pod already there (an earlier attempt whose reply
+/// was lost, a predecessor's): one of this At's is settled as seen, and someone else's is
+/// left alone, the At staying PENDING, as it does when the API server refuses the create. A
+/// create whose outcome is unknown is an error: the next reconcile creates again, or finds
+/// the pod.
 async fn create(at: &At, ctx: &Context, now: Timestamp) -> Result<Outcome> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
     let pod_name = plan::pod_name(at);
-    info!(phase = "RUNNING", command = %at.spec.command, "schedule due: creating pod");
+    info!(command = %at.spec.command, "schedule due: creating pod");
     let blocked = |reason, message| {
         let status = plan::blocked(at, reason, message, now);
-        Ok(Outcome::record_over(at, status, Next::Retry))
+        Ok(Outcome::record(status, Next::Retry))
     };
     let sent = plan::pod_for(at);
     let pod = match client::create(&api, &sent).await {
@@ -169,7 +180,7 @@ async fn create(at: &At, ctx: &Context, now: Timestamp) -> Result<Outcome> {
             }
             return blocked(plan::REASON_FAILED_CREATE, message);
         }
-        Ok(pod) => pod,
+        Ok(made) => return settle(at, plan::made(at, &CachedPod::from_pod(&made), now), ctx).await,
         Err(kube::Error::Api(s)) if s.code == 409 => match read_pod(at, ctx).await? {
             Some(pod) if controlled_by(at, &pod) => pod,
             _ => {
@@ -185,15 +196,12 @@ async fn create(at: &At, ctx: &Context, now: Timestamp) -> Result<Outcome> {
             return blocked(plan::REASON_FAILED_CREATE, message);
         }
     };
-    match plan::confirmed(at, Some(&CachedPod::from_pod(&pod)), now) {
-        Step::Release(status) => release(at, status, ctx).await,
-        Step::Record(status) => Ok(Outcome::record_over(
-            at,
-            status,
-            Next::Then(Action::await_change()),
-        )),
-        other => unreachable!("a pod seen settles a record or a release, not {other:?}"),
-    }
+    settle(
+        at,
+        plan::confirmed(at, Some(&CachedPod::from_pod(&pod)), now),
+        ctx,
+    )
+    .await
 }
 
 /// Records `status`, which names the pod, then releases that pod (and only that UID) from
@@ -267,7 +275,9 @@ async fn announce(at: &At, status: &AtStatus, ctx: &Context) {
 /// resourceVersion: a read that lagged behind an earlier write (a DONE, say) must not
 /// overwrite it. Returns the At as written, or `None` on such a conflict.
 async fn write_quietly(at: &At, status: &AtStatus, ctx: &Context) -> Result<Option<At>> {
-    if at.status.as_ref() == Some(status) {
+    // Compared as sent: the API server keeps times to the second, so a status just written
+    // reads back unequal to the one computed, and alike.
+    if alike(at.status.as_ref(), Some(status)) {
         return Ok(Some(at.clone()));
     }
     let api: Api<At> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());

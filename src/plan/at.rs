@@ -3,15 +3,20 @@
 //! the pod that runs the command.
 //!
 //! The command runs at most once, and a crash or a lost reply never loses it:
-//! 1. RUNNING is recorded (under the At's resourceVersion) before any pod is created;
-//! 2. the pod is created gated ([`GATE`]): no node may run it yet;
-//! 3. its UID is recorded in the At (`status.podUID`, reason Started), under the At's
-//!    resourceVersion again;
-//! 4. only then is that pod, and only that UID, released.
+//! 1. the pod is created gated ([`GATE`]): no node may run it yet;
+//! 2. RUNNING and the pod's UID are recorded in the At (`status.podUID`, reason Started),
+//!    under the resourceVersion of the copy the pod was made from: the spec that runs is the
+//!    spec that was current when the At was recorded RUNNING;
+//! 3. only then is that pod, and only that UID, released.
 //!
-//! So a RUNNING At with no pod recorded has never had a pod run: its pod is created (again),
-//! and a create that finds one (409) takes it. A recorded pod that is gone ends the At as
-//! [`REASON_POD_VANISHED`], and no pod is ever created for it again.
+//! The create comes first because it is what a due At waits for. A gated pod is released
+//! only by the reconcile that made it, or once its UID is recorded: one found otherwise
+//! (made by a reconcile that crashed, or from a stale copy of a spec edited since) never ran,
+//! and is deleted, then made again if the At is still due. A recorded pod that is gone ends
+//! the At as [`REASON_POD_VANISHED`], and no pod is ever created for it again.
+//!
+//! An operator from before this order recorded RUNNING first, with no UID, then created the
+//! pod: such an At's pod is created (again), and a create that finds one (409) takes it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -29,6 +34,7 @@ use crate::api::{At, AtPhase, AtStatus, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::cache::{CachedPod, Phase};
 use crate::conditions::{self, Desired};
 use crate::plan::owned;
+use crate::uid::Uid;
 
 /// The only shape `spec.schedule` has (the CRD's pattern enforces it).
 const SCHEDULE_FORMAT: &str = "%Y-%m-%dT%H:%M:%SZ";
@@ -49,7 +55,8 @@ pub const REASON_INVALID_SCHEDULE: &str = "InvalidSchedule";
 pub const REASON_POD_NAME_TAKEN: &str = "PodNameTaken";
 pub const REASON_FAILED_CREATE: &str = "FailedCreate";
 pub const REASON_SPEC_CHANGE_IGNORED: &str = "SpecChangeIgnored";
-/// RUNNING is recorded and the pod is being created ([`starting`]).
+/// RUNNING is recorded and the pod is being created: written by operators from before the
+/// pod was created first.
 pub const REASON_STARTING: &str = "Starting";
 /// The pod exists.
 pub const REASON_STARTED: &str = "Started";
@@ -115,16 +122,16 @@ pub const GATE: &str = "cnat.programming-kubernetes.info/recorded";
 pub enum Step {
     /// Not due yet: record this (PENDING) status and wake after the duration.
     Wait(AtStatus, Duration),
-    /// Due: record [`starting`], then create the pod.
-    Start,
-    /// RUNNING with no pod recorded, and none in the cache: no pod of this At ever ran.
-    /// Create it (gated); one already there (409) is taken.
+    /// Due, with no pod of this At in the cache: create it (gated), then record it and
+    /// release it ([`made`]).
     Create,
     /// Record this status, which names the pod, then release the pod from its gate.
     Release(AtStatus),
-    /// RUNNING with its pod recorded, yet the cache shows none (it can lag, or the pod left
-    /// the operator's watch): read it live, then act on [`confirmed`].
+    /// RUNNING with its pod recorded, yet the cache shows none, or another (it can lag, or
+    /// the pod left the operator's watch): read it live, then act on [`confirmed`].
     Confirm,
+    /// Delete this gated pod, which never ran and is not to be released, then do the step.
+    Discard(Uid, Box<Step>),
     /// Record this status; nothing else happens until the At or its pod changes.
     Record(AtStatus),
 }
@@ -137,10 +144,23 @@ pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
         return Step::Record(previous);
     }
     match (previous.phase, pod) {
+        (_, Some(pod)) if stray(at, pod) => {
+            Step::Discard(pod.uid.clone(), Box::new(decide(at, None, now)))
+        }
         (Some(AtPhase::Done), _) => Step::Record(AtStatus {
             conditions: after_start_conditions(at, &previous, None, now),
             ..previous
         }),
+        // Another pod than the one recorded: the cache may still show one that is gone
+        // (one this operator deleted unreleased, say) while the recorded one is not in yet.
+        (_, Some(pod))
+            if previous
+                .pod_uid
+                .as_ref()
+                .is_some_and(|uid| *uid != pod.uid.to_string()) =>
+        {
+            Step::Confirm
+        }
         // A pod of ours exists, whatever phase a lagging read of the At shows.
         (_, Some(pod)) => seen(at, pod, now),
         (Some(AtPhase::Running), None)
@@ -153,22 +173,39 @@ pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
             Err(message) => Step::Record(blocked(at, REASON_INVALID_SCHEDULE, message, now)),
             Ok(due) => match until_due(due, now) {
                 Some(left) => Step::Wait(pending(at, scheduled(at), now), left.min(MAX_WAIT)),
-                None => Step::Start,
+                None => Step::Create,
             },
         },
     }
 }
 
-/// What to do about `pod`, a pod this At controls: the pod it recorded; one to record and
-/// release (created gated, so it never ran); or, ungated yet never recorded (created by an
+/// A gated pod this At must not release: it never ran, and the At is DONE, or PENDING (its
+/// maker crashed before recording it, or made it from a copy that may be stale). Only the
+/// reconcile that made a pod from the At it read may record and release it ([`made`]).
+fn stray(at: &At, pod: &CachedPod) -> bool {
+    let phase = at.status.as_ref().and_then(|s| s.phase);
+    pod.gated && matches!(phase, None | Some(AtPhase::Pending | AtPhase::Done))
+}
+
+/// What to do about `pod`, a pod this At controls and the reconcile did not make: the pod
+/// it recorded; one to record and release (created gated by an operator from before this
+/// order, which recorded RUNNING first); or, ungated yet never recorded (created by an
 /// operator from before the gate), one that may have run, recorded as it is.
 pub fn seen(at: &At, pod: &CachedPod, now: Timestamp) -> Step {
     let recorded = at.status.as_ref().and_then(|s| s.pod_uid.as_deref());
     match recorded {
         Some(uid) if uid != pod.uid.to_string() => Step::Record(vanished(at, now)),
+        _ if stray(at, pod) => Step::Discard(pod.uid.clone(), Box::new(Step::Create)),
         _ if pod.gated => Step::Release(progress(at, pod, now)),
         _ => Step::Record(progress(at, pod, now)),
     }
+}
+
+/// What to do about `pod`, just created from `at`: record it RUNNING and release it. The
+/// record is written under `at`'s resourceVersion, so it lands only if the spec the pod was
+/// made from is still the At's.
+pub fn made(at: &At, pod: &CachedPod, now: Timestamp) -> Step {
+    Step::Release(progress(at, pod, now))
 }
 
 /// What a live read of a RUNNING At's recorded pod settles: `live` is the pod of the At's
@@ -185,33 +222,6 @@ pub fn confirmed(at: &At, live: Option<&CachedPod>, now: Timestamp) -> Step {
 fn legacy_started(status: &AtStatus) -> bool {
     conditions::find(&status.conditions, CONDITION_COMPLETED)
         .is_some_and(|c| c.reason == REASON_STARTED)
-}
-
-/// The status written before the pod is created: RUNNING, naming the pod. Written first, under
-/// the At's resourceVersion: no pod of an At that a stale copy shows PENDING is ever made.
-pub fn starting(at: &At, now: Timestamp) -> AtStatus {
-    let previous = at.status.clone().unwrap_or_default();
-    let name = pod_name(at);
-    let completed = conditions::condition(
-        &previous.conditions,
-        Desired {
-            type_: CONDITION_COMPLETED,
-            status: false,
-            reason: REASON_STARTING,
-            message: format!("creating pod {name} to run the command"),
-        },
-        at.meta().generation,
-        now,
-    );
-    AtStatus {
-        phase: Some(AtPhase::Running),
-        pod_name: Some(name),
-        pod_uid: None,
-        start_time: Some(Time(now)),
-        completion_time: None,
-        succeeded: None,
-        conditions: after_start_conditions(at, &previous, Some(completed), now),
-    }
 }
 
 /// The status for our pod, which it records: RUNNING while it runs (or waits to be

@@ -1,8 +1,8 @@
 //! A watch that records the most live pods each controlling owner ever had at once, and how
-//! many it ever had: the evidence that a controller never over-created, whatever it did in
-//! between.
+//! many it ever had, and ever released to run: the evidence that a controller never
+//! over-created, whatever it did in between.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -28,6 +28,8 @@ struct Counts {
     most: HashMap<String, usize>,
     /// Distinct pods ever seen.
     ever: HashMap<String, usize>,
+    /// Distinct pods ever seen with no scheduling gate: free to run.
+    released: HashMap<String, HashSet<String>>,
 }
 
 impl MaxPods {
@@ -59,6 +61,10 @@ impl MaxPods {
                 let ever = pods.len();
                 let mut counts = recorded.lock().expect("max pods lock");
                 counts.ever.insert(owner.clone(), ever);
+                if !gated(&pod) {
+                    let released = counts.released.entry(owner.clone()).or_default();
+                    released.insert(pod.uid().unwrap_or_default());
+                }
                 let m = counts.most.entry(owner).or_insert(0);
                 *m = (*m).max(n);
             }
@@ -88,6 +94,16 @@ impl MaxPods {
         self.counts.lock().expect("max pods lock").ever.clone()
     }
 
+    /// How many distinct pods each owner UID has had with no scheduling gate, so far: an At's
+    /// command run once has 1, whatever gated pods were made and deleted unreleased.
+    pub fn ever_released(&self) -> HashMap<String, usize> {
+        let counts = self.counts.lock().expect("max pods lock");
+        let released = counts.released.iter();
+        released
+            .map(|(owner, pods)| (owner.clone(), pods.len()))
+            .collect()
+    }
+
     /// The most pods any one owner has had at once, so far.
     pub fn overall(&self) -> usize {
         self.snapshot().into_values().max().unwrap_or(0)
@@ -106,6 +122,14 @@ pub fn controller_uid(p: &Pod) -> Option<String> {
         .iter()
         .find(|r| r.controller == Some(true))
         .map(|r| r.uid.clone())
+}
+
+/// Whether a scheduling gate holds the pod back: no node may run it.
+fn gated(p: &Pod) -> bool {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty())
 }
 
 /// Whether a pod counts against its owner's spec: neither terminating nor finished.

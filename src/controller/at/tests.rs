@@ -123,30 +123,26 @@ async fn reconcile_due(
     (result, writes)
 }
 
-/// RUNNING and the pod's name are recorded, under the resourceVersion read, before the
-/// pod is created: a lost status write can no longer leave a PENDING At with a pod.
+/// The pod is created first, gated: it is what a due At waits for. Then RUNNING, the pod's
+/// name and UID are recorded under the resourceVersion the pod was made from.
 #[tokio::test]
-async fn a_due_at_is_recorded_running_before_its_pod_is_created() {
-    let (result, writes) = reconcile_due(|sent| Answer::Reply(201, sent.body.clone())).await;
+async fn a_due_at_creates_its_pod_then_records_it_running() {
+    let (result, writes) = reconcile_due(|sent| Answer::Reply(201, created(sent))).await;
     result.unwrap();
     assert_eq!(
-        writes[..2],
+        writes,
         [
-            status("7", "RUNNING", "job-pod".into()),
             vec!["create".into(), "job-pod".into()],
+            status("7", "RUNNING", "job-pod".into()),
         ],
-        "{writes:#?}"
-    );
-    assert!(
-        writes[2..].iter().all(|w| w[0] == "status" && w[1] == "8"),
         "{writes:#?}"
     );
 }
 
-/// A stale copy (the At changed since it was read: here someone made it DONE) is refused
-/// its RUNNING: no pod.
+/// A stale copy (the At changed since it was read: here someone made it DONE) makes a
+/// gated pod, but is refused the record: the pod is never released.
 #[tokio::test]
-async fn a_stale_at_creates_no_pod() {
+async fn a_stale_at_never_releases_the_pod_it_made() {
     let (ctx, log) = scripted_context(|sent, _| match sent.method {
         Method::PATCH => Answer::status(409, "Conflict"),
         Method::GET if sent.is(&Method::GET, STATUS) => {
@@ -154,52 +150,79 @@ async fn a_stale_at_creates_no_pod() {
             done["status"] = serde_json::json!({"phase": "DONE"});
             Answer::Reply(200, done)
         }
-        _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, sent.body.clone()),
+        _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, created(sent)),
         _ => Answer::status(404, "NotFound"),
     });
     reconcile(Arc::new(due_at()), ctx).await.unwrap();
-    let writes = writes(&log.lock());
-    assert_eq!(writes, [status("7", "RUNNING", "job-pod".into())]);
-}
-
-/// A create whose reply was lost may have made the pod: the At stays RUNNING (the pod
-/// shows, or it ends PodVanished), and the command is never started a second time.
-#[tokio::test]
-async fn a_create_whose_reply_was_lost_keeps_the_at_running() {
-    let (result, writes) = reconcile_due(|_| Answer::Lost).await;
-    assert!(result.is_err());
+    let log = log.lock();
     assert_eq!(
-        writes,
+        writes(&log),
         [
-            status("7", "RUNNING", "job-pod".into()),
             vec!["create".into(), "job-pod".into()],
+            status("7", "RUNNING", "job-pod".into()),
         ]
     );
+    assert!(!log.iter().any(|s| s.is(&Method::PATCH, POD)), "released");
 }
 
-/// A create the API server refused made nothing: the At goes back to PENDING, and the
-/// patch removes the pod name RUNNING recorded.
+/// A create whose reply was lost may have made the pod: nothing is recorded, and the pod,
+/// gated, cannot run; the next reconcile finds it and deletes it (see `plan::at`).
 #[tokio::test]
-async fn a_refused_create_puts_the_at_back_to_pending() {
+async fn a_create_whose_reply_was_lost_records_nothing() {
+    let (result, writes) = reconcile_due(|_| Answer::Lost).await;
+    assert!(result.is_err());
+    assert_eq!(writes, [vec![Value::from("create"), "job-pod".into()]]);
+}
+
+/// A create the API server refused made nothing: the At stays PENDING and says why.
+#[tokio::test]
+async fn a_refused_create_leaves_the_at_pending() {
     let (result, writes) = reconcile_due(|_| Answer::status(403, "Forbidden")).await;
     result.unwrap();
     assert_eq!(
         writes,
         [
-            status("7", "RUNNING", "job-pod".into()),
             vec!["create".into(), "job-pod".into()],
-            status("8", "PENDING", Value::Null),
+            status("7", "PENDING", Value::Null),
         ]
     );
+}
+
+/// A gated pod of this At that the reconcile did not make is deleted, by its UID, before
+/// the At's pod is made again.
+#[tokio::test]
+async fn a_gated_pod_found_is_deleted_before_the_pod_is_made_again() {
+    let (ctx, log) = scripted_context(|sent, _| match () {
+        _ if sent.is(&Method::PATCH, STATUS) => patched(sent),
+        _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, created(sent)),
+        _ if sent.is(&Method::DELETE, POD) => Answer::Reply(200, sent.body.clone()),
+        _ if sent.is(&Method::PATCH, POD) => Answer::Reply(200, sent.body.clone()),
+        _ => Answer::status(404, "NotFound"),
+    });
+    let stray = CachedPod {
+        uid: "stray-uid".into(),
+        gated: true,
+        phase: crate::cache::Phase::Pending,
+        ..crate::plan::fixtures::pod("job-pod")
+    };
+    let at = due_at();
+    let step = plan::decide(&at, Some(&stray), Timestamp::now());
+    carry_out(&at, step, &ctx, Timestamp::now()).await.unwrap();
+    let log = log.lock();
+    let delete = log.iter().position(|s| s.is(&Method::DELETE, POD));
+    let create = log.iter().position(|s| s.is(&Method::POST, PODS));
+    assert!(delete.is_some() && delete < create, "{log:#?}");
+    let delete = &log[delete.unwrap()];
+    assert_eq!(delete.body["preconditions"]["uid"], "stray-uid");
 }
 
 const AT: &str = "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/ns/ats/job";
 
 /// Issue 19, item 9: the client re-sent a RUNNING write that had landed (a 504 on the
 /// first send), and the re-send met a 409: our own write, not a stale copy. A read of the
-/// At settles it, and the pod is created.
+/// At settles it, and the pod is released.
 #[tokio::test]
-async fn a_conflict_with_our_own_running_write_still_creates_the_pod() {
+async fn a_conflict_with_our_own_running_write_still_releases_the_pod() {
     let landed: Arc<parking_lot::Mutex<Option<Value>>> = Default::default();
     let stored = landed.clone();
     let (ctx, log) = scripted_context(move |sent, _| match () {
@@ -212,15 +235,13 @@ async fn a_conflict_with_our_own_running_write_still_creates_the_pod() {
         _ if sent.is(&Method::GET, STATUS) || sent.is(&Method::GET, AT) => {
             Answer::Reply(200, stored.lock().clone().unwrap())
         }
-        _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, sent.body.clone()),
+        _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, created(sent)),
+        _ if sent.is(&Method::PATCH, POD) => Answer::Reply(200, sent.body.clone()),
         _ => Answer::status(404, "NotFound"),
     });
     reconcile(Arc::new(due_at()), ctx).await.unwrap();
-    let writes = writes(&log.lock());
-    assert!(
-        writes.contains(&vec!["create".into(), "job-pod".into()]),
-        "{writes:#?}"
-    );
+    let log = log.lock();
+    assert!(log.iter().any(|s| s.is(&Method::PATCH, POD)), "{log:#?}");
 }
 
 /// An At recorded RUNNING with `status`, reconciled with no pod anywhere: the status writes
@@ -245,14 +266,23 @@ async fn reconcile_running_without_pod(status: AtStatus) -> Vec<Vec<Value>> {
 #[tokio::test]
 async fn a_running_at_creates_its_pod_unless_one_was_recorded() {
     let an_hour_ago = Timestamp::now() - jiff::SignedDuration::from_hours(1);
-    let writes = reconcile_running_without_pod(plan::starting(&due_at(), an_hour_ago)).await;
+    // As an operator from before the create came first recorded it, ahead of the create.
+    let starting = AtStatus {
+        phase: Some(AtPhase::Running),
+        pod_name: Some("job-pod".into()),
+        start_time: Some(Time(an_hour_ago)),
+        ..AtStatus::default()
+    };
+    let writes = reconcile_running_without_pod(starting.clone()).await;
     assert_eq!(
         writes[0],
         vec![Value::from("create"), "job-pod".into()],
         "{writes:#?}"
     );
-    let mut recorded = plan::starting(&due_at(), an_hour_ago);
-    recorded.pod_uid = Some("gone-uid".into());
+    let recorded = AtStatus {
+        pod_uid: Some("gone-uid".into()),
+        ..starting
+    };
     let writes = reconcile_running_without_pod(recorded).await;
     assert_eq!(writes, [status("7", "DONE", "job-pod".into())]);
 }
@@ -289,12 +319,14 @@ async fn the_pod_is_recorded_before_it_is_released() {
     assert_eq!(patch["spec"]["schedulingGates"], Value::Null);
 }
 
-/// Issue 26, fault 4: the RUNNING write landed but its reply was lost; this process sent
-/// no create, so the next reconcile creates the pod instead of waiting for one.
+/// Issue 26, fault 4, in the order the pod comes first: the RUNNING write landed but its
+/// reply was lost; the next reconcile, with the pod not yet in the cache, reads it live and
+/// releases it, and never makes a second one.
 #[tokio::test]
-async fn a_running_write_whose_reply_was_lost_is_followed_by_the_create() {
+async fn a_running_write_whose_reply_was_lost_is_followed_by_the_release() {
     let landed: Arc<parking_lot::Mutex<Option<Value>>> = Default::default();
-    let stored = landed.clone();
+    let made: Arc<parking_lot::Mutex<Option<Value>>> = Default::default();
+    let (stored, pod) = (landed.clone(), made.clone());
     let (ctx, log) = scripted_context(move |sent, _| match () {
         _ if sent.is(&Method::PATCH, STATUS) && stored.lock().is_none() => {
             if let Answer::Reply(_, at) = patched(sent) {
@@ -303,15 +335,19 @@ async fn a_running_write_whose_reply_was_lost_is_followed_by_the_create() {
             Answer::Lost
         }
         _ if sent.is(&Method::PATCH, STATUS) => patched(sent),
-        _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, sent.body.clone()),
+        _ if sent.is(&Method::POST, PODS) => {
+            *pod.lock() = Some(created(sent));
+            Answer::Reply(201, created(sent))
+        }
+        _ if sent.is(&Method::GET, POD) => Answer::Reply(200, pod.lock().clone().unwrap()),
+        _ if sent.is(&Method::PATCH, POD) => Answer::Reply(200, sent.body.clone()),
         _ => Answer::status(404, "NotFound"),
     });
     assert!(reconcile(Arc::new(due_at()), ctx.clone()).await.is_err());
     let running: At = serde_json::from_value(landed.lock().clone().unwrap()).unwrap();
     reconcile(Arc::new(running), ctx).await.unwrap();
-    let writes = writes(&log.lock());
-    assert!(
-        writes.contains(&vec!["create".into(), "job-pod".into()]),
-        "{writes:#?}"
-    );
+    let log = log.lock();
+    let creates = log.iter().filter(|s| s.is(&Method::POST, PODS)).count();
+    assert_eq!(creates, 1, "{log:#?}");
+    assert!(log.iter().any(|s| s.is(&Method::PATCH, POD)), "{log:#?}");
 }

@@ -188,47 +188,109 @@ fn a_recorded_pod_missing_is_confirmed_then_done_as_vanished() {
     );
 }
 
-/// Issue 26, faults 3 and 4: RUNNING recorded, no pod recorded: no pod of this At ever ran
-/// (each is created gated), so whatever became of earlier creates (a lost reply, a crash, a
-/// create the server refused) the pod is created, at once, on any host's clock.
+/// What an operator from before the create came first recorded ahead of it: RUNNING,
+/// Starting, no pod.
+fn starting_before_the_create(at: &At) -> AtStatus {
+    let mut status = progress(at, &pod(Phase::Pending), ts(SCHEDULE));
+    status.pod_uid = None;
+    status.conditions[1].reason = REASON_STARTING.into();
+    status
+}
+
+fn gated() -> CachedPod {
+    CachedPod {
+        gated: true,
+        ..pod(Phase::Pending)
+    }
+}
+
+/// Issue 26, faults 3 and 4, as an operator from before the create came first left them:
+/// RUNNING recorded, no pod recorded. No pod of this At ever ran (each is created gated), so
+/// whatever became of earlier creates (a lost reply, a crash, a create the server refused)
+/// the pod is created, at once, on any host's clock, and a gated one found is released.
 #[test]
 fn running_without_a_recorded_pod_creates_it() {
-    let at = at_with(Some(starting(&at_with(None), ts(SCHEDULE))));
-    assert_eq!(at.status.as_ref().unwrap().pod_uid, None);
+    let at = at_with(Some(starting_before_the_create(&at_with(None))));
     assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Create);
     assert_eq!(
         decide(&at, None, ts("2030-01-01T00:00:00Z")),
         Step::Create,
         "no window to wait out"
     );
+    assert!(matches!(
+        decide(&at, Some(&gated()), ts(SCHEDULE)),
+        Step::Release(s) if s.pod_uid.as_deref() == Some("pod-uid")
+    ));
 }
 
-/// A pod created gated is recorded, then released; once recorded it is released again if a
-/// release was lost, and never another pod.
+/// The pod a reconcile made is recorded RUNNING, then released; once recorded it is released
+/// again if a release was lost, and never another pod.
 #[test]
-fn a_gated_pod_is_recorded_then_released() {
-    let at = at_with(Some(starting(&at_with(None), ts(SCHEDULE))));
-    let mut gated = pod(Phase::Pending);
-    gated.gated = true;
-    let Step::Release(recorded) = decide(&at, Some(&gated), ts(SCHEDULE)) else {
-        panic!("a gated pod is released once recorded");
+fn a_pod_made_is_recorded_then_released() {
+    let at = at_with(None);
+    let Step::Release(recorded) = made(&at, &gated(), ts(SCHEDULE)) else {
+        panic!("a pod made is recorded and released");
     };
+    assert_eq!(recorded.phase, Some(AtPhase::Running));
     assert_eq!(recorded.pod_uid.as_deref(), Some("pod-uid"));
     assert_eq!(
         condition(&recorded, CONDITION_COMPLETED),
         ("False", REASON_STARTED)
     );
+    let notes = status_events(at.status.as_ref(), &recorded);
+    assert!(
+        notes.iter().any(|n| n.reason == REASON_STARTED),
+        "{notes:?}"
+    );
     let at = at_with(Some(recorded.clone()));
     assert_eq!(
-        decide(&at, Some(&gated), ts(SCHEDULE)),
+        decide(&at, Some(&gated()), ts(SCHEDULE)),
         Step::Release(recorded.clone()),
         "the release did not land: again"
     );
-    let mut another = gated.clone();
+    let mut another = gated();
     another.uid = "another-uid".into();
+    assert_eq!(
+        decide(&at, Some(&another), ts(SCHEDULE)),
+        Step::Confirm,
+        "the cache may lag: another pod there is read live"
+    );
     assert!(
-        matches!(decide(&at, Some(&another), ts(SCHEDULE)), Step::Record(s) if s.phase == Some(AtPhase::Done)),
+        matches!(confirmed(&at, Some(&another), ts(SCHEDULE)), Step::Record(s) if s.phase == Some(AtPhase::Done)),
         "only the recorded pod is ever released"
+    );
+}
+
+/// A gated pod the reconcile did not make, while the At is PENDING (its maker crashed before
+/// recording it, or made it from a copy of a spec edited since) or DONE, never ran and is
+/// never released: it is deleted, and made again only if the At is due by its spec now.
+#[test]
+fn a_gated_pod_not_made_from_the_at_as_read_is_deleted_unreleased() {
+    let uid: crate::uid::Uid = "pod-uid".into();
+    let due = at_with(None);
+    assert_eq!(
+        decide(&due, Some(&gated()), ts(SCHEDULE)),
+        Step::Discard(uid.clone(), Box::new(Step::Create))
+    );
+    let wait = decide(&due, None, ts("2019-04-12T10:11:00Z"));
+    assert!(matches!(wait, Step::Wait(..)));
+    assert_eq!(
+        decide(&due, Some(&gated()), ts("2019-04-12T10:11:00Z")),
+        Step::Discard(uid.clone(), Box::new(wait)),
+        "moved later, it waits for its new time"
+    );
+    let mut done = progress(&due, &pod(Phase::Succeeded), ts(SCHEDULE));
+    done.pod_uid = Some("ran-uid".into());
+    let done = at_with(Some(done));
+    let Step::Discard(discarded, then) = decide(&done, Some(&gated()), ts(SCHEDULE)) else {
+        panic!("a gated pod of a DONE At is deleted");
+    };
+    assert_eq!(discarded, uid);
+    assert!(matches!(*then, Step::Record(s) if s.phase == Some(AtPhase::Done)));
+    assert_eq!(
+        seen(&due, &gated(), ts(SCHEDULE)),
+        Step::Discard(uid, Box::new(Step::Create)),
+        "found by a create that met it (409)"
     );
 }
 

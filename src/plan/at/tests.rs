@@ -139,10 +139,10 @@ fn new_at_waits_exactly_until_due_then_starts() {
         }
         other => panic!("expected Wait, got {other:?}"),
     }
-    assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Start);
+    assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Create);
     assert_eq!(
         decide(&at, None, ts("2025-01-01T00:00:00Z")),
-        Step::Start,
+        Step::Create,
         "a past schedule runs at once"
     );
 }
@@ -239,7 +239,7 @@ fn blocked_create_stays_pending_and_recovers() {
     );
     assert_eq!(status_events(None, &taken)[0].type_, EventType::Warning);
     let at = at_with(Some(taken));
-    assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Start, "retried");
+    assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Create, "retried");
     let running = progress(&at, &pod(Phase::Pending), ts(SCHEDULE));
     assert_eq!(
         condition(&running, CONDITION_SCHEDULED),
