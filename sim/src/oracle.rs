@@ -13,7 +13,8 @@
 //!   the deletion and was held there is not one of them.
 //! - **At**: its command starts at most once; a pod is released from its scheduling gate only
 //!   once its At recorded its UID, and only to run the command the At had when it was
-//!   recorded RUNNING (a pod made from a stale copy of an edited spec never runs); DONE is final; DONE records what happened: a success or a
+//!   recorded RUNNING (a pod made from a stale copy of an edited spec never runs); the
+//!   operator never deletes the pod its At records; DONE is final; DONE records what happened: a success or a
 //!   failure only from a run that ended so; `PodVanished` only for a recorded pod that is gone
 //!   (a command that never ran is never given up on); and no run starts or ends after a
 //!   `PodVanished` verdict.
@@ -288,7 +289,7 @@ impl Oracle {
                     self.excused.insert(change.key.clone());
                 }
             }
-            "At" => self.at_pod_changed(change, &owner, store),
+            "At" => self.at_pod_changed(change, &owner, actor, store),
             _ => {}
         }
     }
@@ -344,7 +345,7 @@ impl Oracle {
         }
     }
 
-    fn at_pod_changed(&mut self, change: &Change, at_uid: &str, store: &Store) {
+    fn at_pod_changed(&mut self, change: &Change, at_uid: &str, actor: Actor, store: &Store) {
         let old_phase = change.old.as_deref().map(objects::phase);
         let new_phase = change.new.as_deref().map(objects::phase);
         let vanished = store
@@ -362,6 +363,19 @@ impl Oracle {
         if released && recorded.as_deref() != Some(pod_uid) {
             self.violate(format!(
                 "pod {}/{} was released from its gate, yet its At records {recorded:?}",
+                change.key.namespace, change.key.name
+            ));
+        }
+        let deleted = change.new.as_deref().is_none_or(objects::terminating)
+            && change
+                .old
+                .as_deref()
+                .is_some_and(|p| !objects::terminating(p));
+        let pod_uid = change.old.as_deref().map(objects::uid).unwrap_or(pod_uid);
+        if deleted && matches!(actor, Actor::Replica { .. }) && recorded.as_deref() == Some(pod_uid)
+        {
+            self.violate(format!(
+                "{actor} deleted pod {}/{}, which its At records: the command is given up on",
                 change.key.namespace, change.key.name
             ));
         }

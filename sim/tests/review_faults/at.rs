@@ -255,3 +255,40 @@ fn a_pod_made_from_a_spec_edited_since_never_runs() {
     });
     assert_ok(&report);
 }
+
+/// Found by reading, after a sieve run on a real cluster failed once: with the pod made
+/// first, a reconcile that read a stale copy of the At (PENDING, its RUNNING record not yet
+/// seen) beside the pod's watch event took the gated pod it had just recorded for one it
+/// should delete, deleted it, and the At ended PodVanished: the command never ran. A gated
+/// pod is deleted only when it cannot be recorded (an older generation, a DONE At), which a
+/// stale copy cannot make true.
+#[test]
+fn a_stale_copy_of_the_at_never_deletes_the_pod_it_recorded() {
+    let report = play(14, Setup::default(), |scene| async move {
+        // The leader's At watch (from about 17 s) goes quiet from 27 s to 87 s; its pod watch
+        // (from 17.014 s) from 32.004 s, between the pod's create (32.002 s) and its release
+        // (32.010 s): the next reconcile sees the pod gated and the At as it was before.
+        let watch = "/apis/cnat.programming-kubernetes.info/v1alpha1/ats?&watch=true";
+        scene.rule(rule(None, Method::GET, watch, quiet(10, 60), 1));
+        let pods = RequestPlan {
+            watch: Some(WatchPlan {
+                stall: Some((Duration::from_millis(14_990), secs(60))),
+                cut: None,
+            }),
+            ..RequestPlan::default()
+        };
+        scene.rule(rule(None, Method::GET, "/api/v1/pods?&watch=true", pods, 1));
+        leader(&scene).await?;
+        scene.user(Action::CreateAt {
+            ns: "ns-a",
+            name: "job".into(),
+            due_in: 12,
+            command: "echo YAY".into(),
+        });
+        scene
+            .until("a verdict", secs(200), done("ns-a", "job"))
+            .await?;
+        at_succeeded(&scene, "ns-a", "job")
+    });
+    assert_ok(&report);
+}
