@@ -18,6 +18,10 @@ pub use podset::{PodSet, PodSetSpec, PodSetStatus};
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "podset-operator";
 
+/// Annotation on an At's pod: the At's `metadata.generation` it was made from, which says
+/// whether a gated pod holds the At's current spec.
+pub const AT_GENERATION_ANNOTATION: &str = "cnat.programming-kubernetes.info/generation";
+
 /// Longest name a PodSet or At may have: the name is also the value of its pods' `app`
 /// label, and a label value has at most 63 characters.
 pub const MAX_NAME_LENGTH: i64 = 63;

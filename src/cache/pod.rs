@@ -127,14 +127,16 @@ pub struct CachedPod {
     pub notes: Option<Box<Notes>>,
 }
 
-/// How a pod ended and why it is not getting on, as its status says.
+/// How a pod ended and why it is not getting on, as its status says, and for an At's pod the
+/// At generation it was made from.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Notes {
     pub ended: Option<Ended>,
     pub trouble: Option<Trouble>,
+    pub made_from: Option<i64>,
 }
 
-/// The pod's notes, if its status has any.
+/// The pod's notes, if it has any.
 fn notes(pod: &Pod) -> Option<Box<Notes>> {
     let ended = pod
         .status
@@ -144,9 +146,16 @@ fn notes(pod: &Pod) -> Option<Box<Notes>> {
             reason: s.reason.as_deref().map(Box::from),
             message: s.message.as_deref().map(Box::from),
         });
+    let made_from = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::api::AT_GENERATION_ANNOTATION))
+        .and_then(|g| g.parse().ok());
     let notes = Notes {
         ended,
         trouble: trouble(pod),
+        made_from,
     };
     (notes != Notes::default()).then(|| Box::new(notes))
 }
@@ -216,6 +225,11 @@ impl CachedPod {
 
     pub fn trouble(&self) -> Option<&Trouble> {
         self.notes.as_ref()?.trouble.as_ref()
+    }
+
+    /// The generation of the At this pod was made from, if it is an At's pod that says.
+    pub fn made_from(&self) -> Option<i64> {
+        self.notes.as_ref()?.made_from
     }
 
     /// A short name of where the pod is, for metrics.

@@ -1,7 +1,8 @@
 //! The At reconcile: carry out the plan's step (create the pod gated, record it RUNNING and
-//! release it, delete a gated pod not to be released, or read the pod live when the cache
-//! shows none), then write the status if it changed and publish an event per change. `plan::at` says why the command runs at most
-//! once, and is never lost to a crash or a lost reply.
+//! release it, delete a gated pod that can never be recorded, or read the pod live when the
+//! cache shows none or another), then write the status if it changed and publish an event per
+//! change. `plan::at` says why the command runs at most once, and is never lost to a crash or
+//! a lost reply.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -129,8 +130,8 @@ async fn carry_out(at: &At, step: Step, ctx: &Context, now: Timestamp) -> Result
     })
 }
 
-/// Carries out what a pod seen live settles: a record or a release. A gated pod that is
-/// not to be released is deleted, and the next reconcile creates anew.
+/// Carries out what a pod seen live settles: a record or a release. A gated pod that can
+/// never be recorded is deleted, and the next reconcile creates anew if the At is due.
 async fn settle(at: &At, step: Step, ctx: &Context) -> Result<Outcome> {
     Ok(match step {
         Step::Release(status) => release(at, status, ctx).await?,
@@ -180,7 +181,7 @@ async fn create(at: &At, ctx: &Context, now: Timestamp) -> Result<Outcome> {
             }
             return blocked(plan::REASON_FAILED_CREATE, message);
         }
-        Ok(made) => return settle(at, plan::made(at, &CachedPod::from_pod(&made), now), ctx).await,
+        Ok(made) => made,
         Err(kube::Error::Api(s)) if s.code == 409 => match read_pod(at, ctx).await? {
             Some(pod) if controlled_by(at, &pod) => pod,
             _ => {

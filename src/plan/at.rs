@@ -3,17 +3,21 @@
 //! the pod that runs the command.
 //!
 //! The command runs at most once, and a crash or a lost reply never loses it:
-//! 1. the pod is created gated ([`GATE`]): no node may run it yet;
+//! 1. the pod is created gated ([`GATE`]), annotated with the At's generation: no node may
+//!    run it yet;
 //! 2. RUNNING and the pod's UID are recorded in the At (`status.podUID`, reason Started),
-//!    under the resourceVersion of the copy the pod was made from: the spec that runs is the
-//!    spec that was current when the At was recorded RUNNING;
+//!    under the resourceVersion of a copy of the generation the pod was made from: the spec
+//!    that runs is the spec the At had when it was recorded RUNNING;
 //! 3. only then is that pod, and only that UID, released.
 //!
-//! The create comes first because it is what a due At waits for. A gated pod is released
-//! only by the reconcile that made it, or once its UID is recorded: one found otherwise
-//! (made by a reconcile that crashed, or from a stale copy of a spec edited since) never ran,
-//! and is deleted, then made again if the At is still due. A recorded pod that is gone ends
-//! the At as [`REASON_POD_VANISHED`], and no pod is ever created for it again.
+//! The create comes first because it is what a due At waits for. A gated pod of a PENDING At
+//! that holds its current generation is recorded and released once due, whoever made it. One
+//! made from an older generation, or of a DONE At, never ran and can never be recorded (a
+//! spec edit and DONE are final, and every record is written under the version it read): it
+//! is deleted, and made again if the At is due by its spec. A pod of a newer generation than
+//! the copy read means the copy is stale: nothing is done until the newer one is read. A
+//! recorded pod that is gone ends the At as [`REASON_POD_VANISHED`], and no pod is ever
+//! created for it again.
 //!
 //! An operator from before this order recorded RUNNING first, with no UID, then created the
 //! pod: such an At's pod is created (again), and a create that finds one (409) takes it.
@@ -30,7 +34,9 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
 use crate::api::decoded::Reported;
-use crate::api::{At, AtPhase, AtStatus, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::api::{
+    AT_GENERATION_ANNOTATION, At, AtPhase, AtStatus, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+};
 use crate::cache::{CachedPod, Phase};
 use crate::conditions::{self, Desired};
 use crate::plan::owned;
@@ -144,7 +150,7 @@ pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
         return Step::Record(previous);
     }
     match (previous.phase, pod) {
-        (_, Some(pod)) if stray(at, pod) => {
+        (Some(AtPhase::Done), Some(pod)) if pod.gated => {
             Step::Discard(pod.uid.clone(), Box::new(decide(at, None, now)))
         }
         (Some(AtPhase::Done), _) => Step::Record(AtStatus {
@@ -179,33 +185,37 @@ pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
     }
 }
 
-/// A gated pod this At must not release: it never ran, and the At is DONE, or PENDING (its
-/// maker crashed before recording it, or made it from a copy that may be stale). Only the
-/// reconcile that made a pod from the At it read may record and release it ([`made`]).
-fn stray(at: &At, pod: &CachedPod) -> bool {
-    let phase = at.status.as_ref().and_then(|s| s.phase);
-    pod.gated && matches!(phase, None | Some(AtPhase::Pending | AtPhase::Done))
-}
-
-/// What to do about `pod`, a pod this At controls and the reconcile did not make: the pod
-/// it recorded; one to record and release (created gated by an operator from before this
-/// order, which recorded RUNNING first); or, ungated yet never recorded (created by an
-/// operator from before the gate), one that may have run, recorded as it is.
+/// What to do about `pod`, a pod this At controls: the pod it recorded; a gated one of a
+/// PENDING At ([`unrecorded`]); one to record and release (created gated by an operator from
+/// before this order, which recorded RUNNING first); or, ungated yet never recorded (created
+/// by an operator from before the gate), one that may have run, recorded as it is.
 pub fn seen(at: &At, pod: &CachedPod, now: Timestamp) -> Step {
-    let recorded = at.status.as_ref().and_then(|s| s.pod_uid.as_deref());
+    let status = at.status.as_ref();
+    let recorded = status.and_then(|s| s.pod_uid.as_deref());
+    let running = status.and_then(|s| s.phase) == Some(AtPhase::Running);
     match recorded {
         Some(uid) if uid != pod.uid.to_string() => Step::Record(vanished(at, now)),
-        _ if stray(at, pod) => Step::Discard(pod.uid.clone(), Box::new(Step::Create)),
+        None if pod.gated && !running => unrecorded(at, pod, now),
         _ if pod.gated => Step::Release(progress(at, pod, now)),
         _ => Step::Record(progress(at, pod, now)),
     }
 }
 
-/// What to do about `pod`, just created from `at`: record it RUNNING and release it. The
-/// record is written under `at`'s resourceVersion, so it lands only if the spec the pod was
-/// made from is still the At's.
-pub fn made(at: &At, pod: &CachedPod, now: Timestamp) -> Step {
-    Step::Release(progress(at, pod, now))
+/// A gated pod of an At that shows no pod recorded and is not RUNNING. Made from the At's
+/// current generation, it is recorded and released once the At is due, whoever made it (a
+/// create whose reply was lost, a predecessor that crashed); made from an older one (or
+/// saying nothing), it is deleted unreleased; made from a newer one, the copy read is stale,
+/// and nothing is done until the newer one is read.
+fn unrecorded(at: &At, pod: &CachedPod, now: Timestamp) -> Step {
+    let generation = at.meta().generation.unwrap_or_default();
+    match pod.made_from() {
+        Some(g) if g > generation => Step::Record(at.status.clone().unwrap_or_default()),
+        Some(g) if g == generation => match decide(at, None, now) {
+            Step::Create => Step::Release(progress(at, pod, now)),
+            other => Step::Discard(pod.uid.clone(), Box::new(other)),
+        },
+        _ => Step::Discard(pod.uid.clone(), Box::new(decide(at, None, now))),
+    }
 }
 
 /// What a live read of a RUNNING At's recorded pod settles: `live` is the pod of the At's
@@ -446,6 +456,10 @@ pub fn pod_for(at: &At) -> Pod {
             name: Some(pod_name(at)),
             namespace: at.namespace(),
             labels: Some(labels),
+            annotations: Some(BTreeMap::from([(
+                AT_GENERATION_ANNOTATION.to_string(),
+                at.meta().generation.unwrap_or_default().to_string(),
+            )])),
             owner_references: Some(vec![owned::controller_ref(at)]),
             ..Default::default()
         },

@@ -77,6 +77,7 @@ mod tests {
                 reason: reason.into(),
                 message: "0/1 nodes are available".into(),
             }),
+            made_from: None,
         }));
         Arc::new(pod)
     }

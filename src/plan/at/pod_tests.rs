@@ -62,6 +62,7 @@ fn created_pod_means_running_then_done_with_the_outcome() {
             message: Some("boom".into()),
         }),
         trouble: None,
+        made_from: None,
     }));
     bad.exit_code = Some(3);
     let failed = record(decide(&at, Some(&bad), ts("2019-04-12T10:12:09Z")));
@@ -99,6 +100,7 @@ fn a_pod_in_trouble_is_told_with_a_warning_and_cleared_once_it_runs() {
             reason: "Unschedulable".into(),
             message: "0/1 nodes are available".into(),
         }),
+        made_from: None,
     }));
     let waiting = progress(&at, &stuck, now);
     assert_eq!(waiting.phase, Some(AtPhase::Running));
@@ -197,11 +199,21 @@ fn starting_before_the_create(at: &At) -> AtStatus {
     status
 }
 
-fn gated() -> CachedPod {
+/// A gated pod made from generation `made_from` of the At.
+fn gated_from(made_from: Option<i64>) -> CachedPod {
     CachedPod {
         gated: true,
+        notes: Some(Box::new(Notes {
+            made_from,
+            ..Notes::default()
+        })),
         ..pod(Phase::Pending)
     }
+}
+
+/// A gated pod made from the At's current generation (1).
+fn gated() -> CachedPod {
+    gated_from(Some(1))
 }
 
 /// Issue 26, faults 3 and 4, as an operator from before the create came first left them:
@@ -223,13 +235,14 @@ fn running_without_a_recorded_pod_creates_it() {
     ));
 }
 
-/// The pod a reconcile made is recorded RUNNING, then released; once recorded it is released
-/// again if a release was lost, and never another pod.
+/// A gated pod made from the At's current generation is recorded RUNNING, then released,
+/// whoever made it (this reconcile, or one whose create reply was lost); once recorded it is
+/// released again if a release was lost, and never another pod.
 #[test]
-fn a_pod_made_is_recorded_then_released() {
+fn a_pod_of_the_current_spec_is_recorded_then_released() {
     let at = at_with(None);
-    let Step::Release(recorded) = made(&at, &gated(), ts(SCHEDULE)) else {
-        panic!("a pod made is recorded and released");
+    let Step::Release(recorded) = decide(&at, Some(&gated()), ts(SCHEDULE)) else {
+        panic!("a gated pod of the current spec is recorded and released");
     };
     assert_eq!(recorded.phase, Some(AtPhase::Running));
     assert_eq!(recorded.pod_uid.as_deref(), Some("pod-uid"));
@@ -261,37 +274,54 @@ fn a_pod_made_is_recorded_then_released() {
     );
 }
 
-/// A gated pod the reconcile did not make, while the At is PENDING (its maker crashed before
-/// recording it, or made it from a copy of a spec edited since) or DONE, never ran and is
-/// never released: it is deleted, and made again only if the At is due by its spec now.
+/// A gated pod that cannot hold what the At is to run (made from an older generation, or
+/// saying nothing; of a DONE At; of the current spec but not due by this clock) never ran
+/// and is never released: it is deleted, and made again only if the At is due by its spec.
+/// One made from a newer generation than the copy read means the copy is stale: nothing is
+/// done (the newer copy is on its way).
 #[test]
-fn a_gated_pod_not_made_from_the_at_as_read_is_deleted_unreleased() {
+fn a_gated_pod_not_of_the_at_as_read_is_deleted_unreleased() {
     let uid: crate::uid::Uid = "pod-uid".into();
-    let due = at_with(None);
-    assert_eq!(
-        decide(&due, Some(&gated()), ts(SCHEDULE)),
-        Step::Discard(uid.clone(), Box::new(Step::Create))
-    );
-    let wait = decide(&due, None, ts("2019-04-12T10:11:00Z"));
+    let mut edited = at_with(None);
+    edited.metadata.generation = Some(2);
+    for stale in [gated_from(Some(1)), gated_from(None)] {
+        assert_eq!(
+            decide(&edited, Some(&stale), ts(SCHEDULE)),
+            Step::Discard(uid.clone(), Box::new(Step::Create)),
+            "{stale:?}"
+        );
+    }
+    let early = ts("2019-04-12T10:11:00Z");
+    let wait = decide(&edited, None, early);
     assert!(matches!(wait, Step::Wait(..)));
     assert_eq!(
-        decide(&due, Some(&gated()), ts("2019-04-12T10:11:00Z")),
+        decide(&edited, Some(&gated_from(Some(2))), early),
         Step::Discard(uid.clone(), Box::new(wait)),
-        "moved later, it waits for its new time"
+        "not due by this clock: made again when it is"
     );
-    let mut done = progress(&due, &pod(Phase::Succeeded), ts(SCHEDULE));
-    done.pod_uid = Some("ran-uid".into());
-    let done = at_with(Some(done));
+    assert_eq!(
+        decide(&at_with(None), Some(&gated_from(Some(2))), ts(SCHEDULE)),
+        Step::Record(AtStatus::default()),
+        "made from a newer spec than the copy read"
+    );
+    let mut ran = pod(Phase::Succeeded);
+    ran.uid = "ran-uid".into();
+    let done = at_with(Some(progress(&at_with(None), &ran, ts(SCHEDULE))));
     let Step::Discard(discarded, then) = decide(&done, Some(&gated()), ts(SCHEDULE)) else {
         panic!("a gated pod of a DONE At is deleted");
     };
     assert_eq!(discarded, uid);
     assert!(matches!(*then, Step::Record(s) if s.phase == Some(AtPhase::Done)));
-    assert_eq!(
-        seen(&due, &gated(), ts(SCHEDULE)),
-        Step::Discard(uid, Box::new(Step::Create)),
-        "found by a create that met it (409)"
-    );
+}
+
+/// The pod carries the generation it was made from.
+#[test]
+fn the_pod_says_which_generation_it_was_made_from() {
+    let mut at = at_with(None);
+    at.metadata.generation = Some(4);
+    let made = CachedPod::from_pod(&pod_for(&at));
+    assert_eq!(made.made_from(), Some(4));
+    assert!(made.gated);
 }
 
 /// An operator from before the gate recorded Started with no UID: its pod was created
