@@ -33,7 +33,8 @@ const MIN_AVAILABLE: usize = 1;
 /// What was seen while the upgrade ran, sampled every [`SAMPLE`].
 #[derive(Debug, Default)]
 struct Seen {
-    /// Pod UIDs by the pods' `app` label (a PodSet's or an At's name).
+    /// The UIDs of pods released to run (no scheduling gate), by the pods' `app` label (a
+    /// PodSet's or an At's name). An At's gated pod deleted unreleased never ran.
     uids: BTreeMap<String, BTreeSet<String>>,
     /// The longest time the Lease named no live operator pod.
     longest_gap: Duration,
@@ -160,6 +161,13 @@ pub async fn loses_nothing(
         after == before,
         "PodSet pods were replaced: {before:?} -> {after:?}"
     );
+    // A rolling upgrade replaces every operator pod, the leader's too: a run in which the
+    // Lease never changed hands did not test a handover.
+    ensure!(
+        seen.holders.first() != seen.holders.last(),
+        "the Lease never changed hands ({:?}): the Deployment did not roll",
+        seen.holders
+    );
     ensure!(
         seen.longest_gap < LEASE_DURATION,
         "leaderless for {:?}, longer than the lease; the operator pods said of the lease:\n{}",
@@ -194,11 +202,16 @@ async fn rolled_out(install: &Install) -> Result<()> {
     .await
 }
 
-/// Every pod UID of the namespace, by its `app` label, as the watch delivers them.
+/// Every UID of a pod released to run in the namespace, by its `app` label, as the watch
+/// delivers them.
 async fn record_pods(pods: kube::Api<Pod>, seen: Arc<Mutex<Seen>>) -> Result<()> {
     let stream = watcher(pods, watcher::Config::default()).applied_objects();
     futures::pin_mut!(stream);
     while let Some(pod) = stream.try_next().await? {
+        let gated = pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref());
+        if gated.is_some_and(|g| !g.is_empty()) {
+            continue;
+        }
         if let (Some(app), Some(uid)) = (pod.labels().get("app").cloned(), pod.uid()) {
             seen.lock()
                 .unwrap()
