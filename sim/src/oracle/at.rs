@@ -1,0 +1,166 @@
+//! The At invariants: a command run at most once, released only as recorded, and a verdict
+//! that says what happened (see the module docs of `oracle`).
+
+use serde_json::Value;
+
+use super::{Actor, Oracle};
+use crate::model::objects;
+use crate::model::resource::Kind;
+use crate::model::store::{Change, Store};
+
+/// What happened to one At's command.
+#[derive(Default, Debug)]
+pub(super) struct AtRecord {
+    /// Runs started (the kubelet started its container), and how each ended.
+    runs: Vec<Option<bool>>,
+    vanished: bool,
+    /// `spec.command` when the At was first recorded RUNNING: the spec that runs.
+    started_with: Option<String>,
+}
+
+impl Oracle {
+    pub(super) fn at_pod_changed(
+        &mut self,
+        change: &Change,
+        at_uid: &str,
+        actor: Actor,
+        store: &Store,
+    ) {
+        let old_phase = change.old.as_deref().map(objects::phase);
+        let new_phase = change.new.as_deref().map(objects::phase);
+        let vanished = store
+            .objects(Kind::At, Some(&change.key.namespace))
+            .find(|a| objects::uid(a) == at_uid)
+            .filter(|a| reason(a) == Some("PodVanished"))
+            .map(|a| objects::name(a).to_string());
+        let released = change.old.as_deref().is_some_and(objects::gated)
+            && change.new.as_deref().is_some_and(|p| !objects::gated(p));
+        let recorded = store
+            .objects(Kind::At, Some(&change.key.namespace))
+            .find(|a| objects::uid(a) == at_uid)
+            .and_then(|a| a["status"]["podUID"].as_str().map(String::from));
+        let pod_uid = change.new.as_deref().map(objects::uid).unwrap_or_default();
+        if released && recorded.as_deref() != Some(pod_uid) {
+            self.violate(format!(
+                "pod {}/{} was released from its gate, yet its At records {recorded:?}",
+                change.key.namespace, change.key.name
+            ));
+        }
+        let deleted = change.new.as_deref().is_none_or(objects::terminating)
+            && change
+                .old
+                .as_deref()
+                .is_some_and(|p| !objects::terminating(p));
+        let pod_uid = change.old.as_deref().map(objects::uid).unwrap_or(pod_uid);
+        if deleted && matches!(actor, Actor::Replica { .. }) && recorded.as_deref() == Some(pod_uid)
+        {
+            self.violate(format!(
+                "{actor} deleted pod {}/{}, which its At records: the command is given up on",
+                change.key.namespace, change.key.name
+            ));
+        }
+        let runs_command = change.new.as_deref().map(command);
+        let started_with = self.ats.get(at_uid).and_then(|r| r.started_with.clone());
+        if released && runs_command != started_with.as_deref() {
+            self.violate(format!(
+                "pod {}/{} was released to run {runs_command:?}, yet its At was started with {started_with:?}",
+                change.key.namespace, change.key.name
+            ));
+        }
+        let record = self.ats.entry(at_uid.to_string()).or_default();
+        let started = matches!(
+            (old_phase, new_phase),
+            (Some("Pending" | ""), Some("Running"))
+        );
+        let ended = |p: Option<&str>| matches!(p, Some("Succeeded" | "Failed"));
+        let outcome = match (old_phase, new_phase) {
+            (Some("Pending" | ""), Some("Running")) => {
+                record.runs.push(None);
+                None
+            }
+            (old, Some(new)) if !ended(old) && ended(Some(new)) => Some(new == "Succeeded"),
+            _ => None,
+        };
+        let runs = record.runs.len();
+        if let Some(succeeded) = outcome
+            && let Some(last) = record.runs.last_mut()
+        {
+            *last = Some(succeeded);
+        }
+        if runs > 1 {
+            self.violate(format!(
+                "the command of At {}/{} started {runs} times",
+                change.key.namespace,
+                change.key.name.trim_end_matches("-pod")
+            ));
+        }
+        if let Some(at) = vanished.filter(|_| started || outcome.is_some()) {
+            let what = match outcome {
+                Some(true) => "ran and succeeded",
+                Some(false) => "ran and failed",
+                None => "started",
+            };
+            self.violate(format!(
+                "At {}/{at} was recorded DONE as PodVanished (not run), yet its command {what} afterwards",
+                change.key.namespace
+            ));
+        }
+    }
+
+    pub(super) fn at_changed(&mut self, change: &Change, actor: Actor, store: &Store) {
+        let (Some(old), Some(new)) = (&change.old, &change.new) else {
+            return;
+        };
+        let (was, is) = (objects::phase(old), objects::phase(new));
+        let at = format!("{}/{}", change.key.namespace, change.key.name);
+        if was == "DONE" && is != "DONE" {
+            self.violate(format!("At {at} left DONE for {is:?}: DONE is final"));
+        }
+        let _ = actor;
+        let record = self.ats.entry(objects::uid(new).into()).or_default();
+        if is == "RUNNING" && !matches!(was, "RUNNING" | "DONE") {
+            record.started_with = Some(new["spec"]["command"].as_str().unwrap_or_default().into());
+        }
+        if is != "DONE" || was == "DONE" {
+            return;
+        }
+        let verdict = reason(new).unwrap_or_default().to_string();
+        let ended: Vec<bool> = record.runs.iter().flatten().copied().collect();
+        let wrong = match verdict.as_str() {
+            "Succeeded" => (!ended.contains(&true)).then_some("no run of its command succeeded"),
+            "Failed" => (!ended.contains(&false)).then_some("no run of its command failed"),
+            "PodVanished" => {
+                record.vanished = true;
+                let recorded = new["status"]["podUID"].as_str();
+                let pod_exists = store
+                    .objects(Kind::Pod, Some(&change.key.namespace))
+                    .any(|p| Some(objects::uid(p)) == recorded);
+                match recorded {
+                    None => Some("it recorded no pod: its command never ran, and can still"),
+                    Some(_) if pod_exists => Some("its recorded pod still exists"),
+                    Some(_) => None,
+                }
+            }
+            _ => None,
+        };
+        if let Some(why) = wrong {
+            self.violate(format!("At {at} was recorded DONE {verdict}, but {why}"));
+        }
+    }
+}
+
+/// The command an At's pod runs (`sh -c <command>`).
+fn command(pod: &Value) -> &str {
+    pod["spec"]["containers"][0]["command"][2]
+        .as_str()
+        .unwrap_or_default()
+}
+
+/// The reason of an At's `Completed` condition.
+fn reason(at: &Value) -> Option<&str> {
+    at["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Completed")?["reason"]
+        .as_str()
+}
