@@ -136,9 +136,12 @@ async fn settle(at: &At, step: Step, ctx: &Context) -> Result<Outcome> {
     Ok(match step {
         Step::Release(status) => release(at, status, ctx).await?,
         Step::Record(status) => Outcome::record(status, Next::Then(Action::await_change())),
-        Step::Discard(uid, _) => {
+        Step::Discard(uid, then) => {
             discard(at, &uid.to_string(), ctx).await?;
-            Outcome::Then(retry_after(at, ctx))
+            match *then {
+                Step::Record(status) => Outcome::record(status, Next::Then(Action::await_change())),
+                _ => Outcome::Then(retry_after(at, ctx)),
+            }
         }
         other => unreachable!("a pod seen settles a record, a release or a discard, not {other:?}"),
     })

@@ -194,6 +194,10 @@ pub fn seen(at: &At, pod: &CachedPod, now: Timestamp) -> Step {
     let recorded = status.and_then(|s| s.pod_uid.as_deref());
     let running = status.and_then(|s| s.phase) == Some(AtPhase::Running);
     match recorded {
+        // A gated one never ran, and is never recorded now: it is not left behind.
+        Some(uid) if uid != pod.uid.to_string() && pod.gated => {
+            Step::Discard(pod.uid.clone(), Box::new(Step::Record(vanished(at, now))))
+        }
         Some(uid) if uid != pod.uid.to_string() => Step::Record(vanished(at, now)),
         None if pod.gated && !running => unrecorded(at, pod, now),
         _ if pod.gated => Step::Release(progress(at, pod, now)),
