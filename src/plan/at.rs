@@ -150,7 +150,10 @@ pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
         return Step::Record(previous);
     }
     match (previous.phase, pod) {
-        (Some(AtPhase::Done), Some(pod)) if pod.gated => {
+        // Not the recorded pod, which a lagging cache may still show gated though it ran.
+        (Some(AtPhase::Done), Some(pod))
+            if pod.gated && previous.pod_uid.as_ref() != Some(&pod.uid.to_string()) =>
+        {
             Step::Discard(pod.uid.clone(), Box::new(decide(at, None, now)))
         }
         (Some(AtPhase::Done), _) => Step::Record(AtStatus {
@@ -207,16 +210,20 @@ pub fn seen(at: &At, pod: &CachedPod, now: Timestamp) -> Step {
 
 /// A gated pod of an At that shows no pod recorded and is not RUNNING. Made from the At's
 /// current generation, it is recorded and released once the At is due, whoever made it (a
-/// create whose reply was lost, a predecessor that crashed); made from an older one (or
-/// saying nothing), it is deleted unreleased; made from a newer one, the copy read is stale,
-/// and nothing is done until the newer one is read.
+/// create whose reply was lost, a predecessor that crashed), and never deleted: the copy
+/// read may be stale, the pod recorded. Made from an older one, it can never be recorded,
+/// and is deleted unreleased (as is one saying nothing: from an operator version before the
+/// annotation, which made pods only for Ats it had recorded RUNNING). Made from a newer one,
+/// the copy read is stale, and nothing is done until the newer one is read.
 fn unrecorded(at: &At, pod: &CachedPod, now: Timestamp) -> Step {
     let generation = at.meta().generation.unwrap_or_default();
     match pod.made_from() {
         Some(g) if g > generation => Step::Record(at.status.clone().unwrap_or_default()),
+        // Not due by this clock (made by a host whose clock ran ahead, or the copy read is
+        // stale and the pod recorded already): it stays gated, and is released when due.
         Some(g) if g == generation => match decide(at, None, now) {
             Step::Create => Step::Release(progress(at, pod, now)),
-            other => Step::Discard(pod.uid.clone(), Box::new(other)),
+            other => other,
         },
         _ => Step::Discard(pod.uid.clone(), Box::new(decide(at, None, now))),
     }

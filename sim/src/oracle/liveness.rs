@@ -2,6 +2,8 @@
 
 use serde_json::Value;
 
+use podset_operator::api::AT_GENERATION_ANNOTATION;
+
 use super::Oracle;
 use crate::model::objects::{self, controller};
 use crate::model::resource::Kind;
@@ -37,8 +39,10 @@ impl Oracle {
                     objects::namespace(at)
                 ));
             }
-            // A pod held at its gate that its At will never release: litter, and a name the
-            // At's next run would find taken.
+            // A pod held at its gate that its At will never release (the At is DONE, or the
+            // pod was made from an older spec): litter, and a name the At's next run would
+            // find taken.
+            let generation = objects::generation(at).to_string();
             let gated = store
                 .objects(Kind::Pod, Some(objects::namespace(at)))
                 .find(|p| {
@@ -46,7 +50,11 @@ impl Oracle {
                         && !objects::terminating(p)
                         && controller(p).is_some_and(|(_, _, uid)| uid == objects::uid(at))
                 });
-            if let Some(pod) = gated.filter(|_| phase == "DONE" || !due) {
+            let never = |p: &&std::sync::Arc<Value>| -> bool {
+                let made_from = &p["metadata"]["annotations"][AT_GENERATION_ANNOTATION];
+                phase == "DONE" || made_from.as_str() != Some(generation.as_str())
+            };
+            if let Some(pod) = gated.filter(never) {
                 return Some(format!(
                     "At {}/{} is {phase:?} and its pod {} waits at its gate for good",
                     objects::namespace(at),

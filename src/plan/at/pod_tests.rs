@@ -284,8 +284,8 @@ fn a_pod_of_the_current_spec_is_recorded_then_released() {
 }
 
 /// A gated pod that cannot hold what the At is to run (made from an older generation, or
-/// saying nothing; of a DONE At; of the current spec but not due by this clock) never ran
-/// and is never released: it is deleted, and made again only if the At is due by its spec.
+/// saying nothing; of a DONE At) never ran and is never released: it is deleted, and made
+/// again only if the At is due by its spec. One of the current spec waits until it is due.
 /// One made from a newer generation than the copy read means the copy is stale: nothing is
 /// done (the newer copy is on its way).
 #[test]
@@ -305,8 +305,8 @@ fn a_gated_pod_not_of_the_at_as_read_is_deleted_unreleased() {
     assert!(matches!(wait, Step::Wait(..)));
     assert_eq!(
         decide(&edited, Some(&gated_from(Some(2))), early),
-        Step::Discard(uid.clone(), Box::new(wait)),
-        "not due by this clock: made again when it is"
+        wait,
+        "of the current spec, not due by this clock: it waits, gated (the copy may be stale)"
     );
     assert_eq!(
         decide(&at_with(None), Some(&gated_from(Some(2))), ts(SCHEDULE)),
@@ -321,6 +321,15 @@ fn a_gated_pod_not_of_the_at_as_read_is_deleted_unreleased() {
     };
     assert_eq!(discarded, uid);
     assert!(matches!(*then, Step::Record(s) if s.phase == Some(AtPhase::Done)));
+    let mut ran_gated = gated();
+    ran_gated.uid = "ran-uid".into();
+    assert!(
+        matches!(
+            decide(&done, Some(&ran_gated), ts(SCHEDULE)),
+            Step::Record(_)
+        ),
+        "the recorded pod, shown gated by a lagging cache, ran: it is kept"
+    );
 }
 
 /// The pod carries the generation it was made from.
