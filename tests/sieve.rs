@@ -48,6 +48,16 @@ enum Scenario {
 }
 
 impl Scenario {
+    /// The collection of the scenario's own objects (PodSets or Ats) in `ns`, as watched.
+    fn owners(self, ns: &str) -> String {
+        match self {
+            Scenario::PodSet => format!("/apis/app.example.com/v1alpha1/namespaces/{ns}/podsets"),
+            Scenario::At => {
+                format!("/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/{ns}/ats")
+            }
+        }
+    }
+
     fn args(self) -> &'static [&'static str] {
         match self {
             Scenario::PodSet => &["--controllers=podset"],
@@ -237,6 +247,9 @@ enum Fault {
     CrashAfter(usize),
     /// Its pod watch perturbed.
     PodWatch(Perturbation),
+    /// Its watch of the scenario's own objects perturbed: it acts on stale copies of them,
+    /// and its status writes meet conflicts.
+    OwnerWatch(Perturbation),
 }
 
 /// One run of a scenario.
@@ -246,7 +259,7 @@ struct Run {
     /// The write the operator was killed after, if it came to that.
     crashed_after: Option<Write>,
     facts: Result<Facts>,
-    /// The events of its perturbed pod watches.
+    /// The events of its perturbed watches.
     watch: Tally,
     took: Duration,
 }
@@ -257,9 +270,15 @@ async fn run(scenario: Scenario, fault: Fault) -> Result<Run> {
     let ns = TestNs::new_in(cluster_without_nodes().await?, "sieve").await?;
     let cluster = &ns.cluster;
     let proxy = SieveProxy::start(cluster.api_addr(), cluster.ca_cert(), cluster.dir()).await?;
-    if let Fault::PodWatch(perturbation) = fault {
-        let pods = format!("/api/v1/namespaces/{}/pods", ns.name);
-        proxy.perturb_watch(&pods, perturbation);
+    match fault {
+        Fault::PodWatch(perturbation) => {
+            let pods = format!("/api/v1/namespaces/{}/pods", ns.name);
+            proxy.perturb_watch(&pods, perturbation);
+        }
+        Fault::OwnerWatch(perturbation) => {
+            proxy.perturb_watch(&scenario.owners(&ns.name), perturbation)
+        }
+        Fault::None | Fault::CrashAfter(_) => {}
     }
     let pods = MaxPods::start(ns.api::<Pod>());
     let mut operator = ns.start_operator_behind(&proxy, scenario.args()).await?;
@@ -391,29 +410,28 @@ async fn intermediate_states(scenario: Scenario, expected: Facts) -> Result<()> 
     Ok(())
 }
 
-/// The fault-free run, then runs with the pod watch lagging and thinned out: each must end
-/// the same.
+/// The fault-free run, then runs with the pod watch lagging and thinned out, and with the
+/// watch of the scenario's own objects lagging: each must end the same.
 async fn stale_and_unobserved_states(scenario: Scenario, expected: Facts) -> Result<()> {
     let start = Instant::now();
-    let perturbations = [
-        Perturbation::Hold(Duration::from_secs(3)),
-        Perturbation::LastOnly(Duration::from_secs(2)),
+    let faults = [
+        Fault::PodWatch(Perturbation::Hold(Duration::from_secs(3))),
+        Fault::PodWatch(Perturbation::LastOnly(Duration::from_secs(2))),
+        Fault::OwnerWatch(Perturbation::Hold(Duration::from_secs(3))),
     ];
     let (reference, runs) = tokio::join!(
         reference(scenario, expected),
-        join_all(
-            perturbations.map(|p| async move { (p, run(scenario, Fault::PodWatch(p)).await) })
-        )
+        join_all(faults.map(|f| async move { (f, run(scenario, f).await) }))
     );
     let reference = reference?;
     let facts = reference.facts.as_ref().expect("checked");
     let mut failures = Vec::new();
-    for (p, result) in runs {
-        let run = result.with_context(|| format!("{p:?}: setting up"))?;
+    for (f, result) in runs {
+        let run = result.with_context(|| format!("{f:?}: setting up"))?;
         let verdict = judge(facts, &run);
         let Tally { received, dropped } = run.watch;
         println!(
-            "{scenario:?} with the pod watch {p:?}: {received} events held, {dropped} dropped; \
+            "{scenario:?} with {f:?}: {received} events held, {dropped} dropped; \
              {} writes (fault-free {}); {} in {:.1?}",
             run.writes.len(),
             reference.writes.len(),
@@ -421,12 +439,12 @@ async fn stale_and_unobserved_states(scenario: Scenario, expected: Facts) -> Res
             run.took
         );
         if let Some(why) = verdict {
-            failures.push(format!("{p:?}: {why}"));
+            failures.push(format!("{f:?}: {why}"));
         }
         // Else the run would prove nothing about stale or unobserved states.
-        assert!(received > 0, "{scenario:?}, {p:?}: no pod event was held");
-        if let Perturbation::LastOnly(_) = p {
-            assert!(dropped > 0, "{scenario:?}, {p:?}: no pod event was dropped");
+        assert!(received > 0, "{scenario:?}, {f:?}: no event was held");
+        if let Fault::PodWatch(Perturbation::LastOnly(_)) = f {
+            assert!(dropped > 0, "{scenario:?}, {f:?}: no pod event was dropped");
         }
     }
     println!(
