@@ -19,6 +19,14 @@ fn at_succeeded(scene: &Scene, ns: &str, name: &str) -> Result<(), String> {
     }
 }
 
+/// At `ns-a/job` reaches a verdict within `within`, and it is a success.
+async fn succeeds_within(scene: &Scene, within: Duration) -> Result<(), String> {
+    scene
+        .until("a verdict", within, done("ns-a", "job"))
+        .await?;
+    at_succeeded(scene, "ns-a", "job")
+}
+
 /// Whether At `ns/name` is DONE.
 fn done(ns: &'static str, name: &'static str) -> impl Fn(&Store) -> bool {
     move |store| {
@@ -106,10 +114,7 @@ fn a_lost_reply_to_the_running_write_still_runs_the_command() {
         };
         scene.rule(rule(None, Method::PATCH, "/ats/job/status", lost, 1));
         scene.user(due_now("ns-a", "job"));
-        scene
-            .until("a verdict", secs(200), done("ns-a", "job"))
-            .await?;
-        at_succeeded(&scene, "ns-a", "job")
+        succeeds_within(&scene, secs(200)).await
     });
     assert_ok(&report);
 }
@@ -138,10 +143,7 @@ fn an_at_whose_pod_left_the_watch_still_ends() {
             ns: "ns-a",
             at: "job".into(),
         });
-        scene
-            .until("a verdict", secs(120), done("ns-a", "job"))
-            .await?;
-        at_succeeded(&scene, "ns-a", "job")
+        succeeds_within(&scene, secs(120)).await
     });
     assert_ok(&report);
 }
@@ -170,10 +172,7 @@ fn an_at_runs_on_time_after_its_replicas_clock_is_corrected() {
         });
         scene.sleep(secs(5)).await;
         scene.replicas[0].jump_clock(0);
-        scene
-            .until("a verdict", secs(150), done("ns-a", "job"))
-            .await?;
-        at_succeeded(&scene, "ns-a", "job")
+        succeeds_within(&scene, secs(150)).await
     });
     assert_ok(&report);
 }
@@ -210,10 +209,7 @@ fn an_edit_after_the_at_started_never_changes_the_command_that_runs() {
         scene.sleep(secs(5)).await;
         scene.user(edit(-5));
         scene.replicas[l].crash(&scene.sim);
-        scene
-            .until("a verdict", secs(200), done("ns-a", "job"))
-            .await?;
-        at_succeeded(&scene, "ns-a", "job")
+        succeeds_within(&scene, secs(200)).await
     });
     assert_ok(&report);
 }
@@ -285,10 +281,7 @@ fn a_stale_copy_of_the_at_never_deletes_the_pod_it_recorded() {
             due_in: 12,
             command: "echo YAY".into(),
         });
-        scene
-            .until("a verdict", secs(200), done("ns-a", "job"))
-            .await?;
-        at_succeeded(&scene, "ns-a", "job")
+        succeeds_within(&scene, secs(200)).await
     });
     assert_ok(&report);
 }
