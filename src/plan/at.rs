@@ -152,9 +152,7 @@ pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
     }
     match (previous.phase, pod) {
         // Not the recorded pod, which a lagging cache may still show gated though it ran.
-        (Some(AtPhase::Done), Some(pod))
-            if pod.gated && previous.pod_uid.as_ref() != Some(&pod.uid.to_string()) =>
-        {
+        (Some(AtPhase::Done), Some(pod)) if pod.gated && recorded(&previous, pod) != Some(true) => {
             Step::Discard(pod.uid.clone(), Box::new(decide(at, None, now)))
         }
         (Some(AtPhase::Done), _) => Step::Record(AtStatus {
@@ -163,14 +161,7 @@ pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
         }),
         // Another pod than the one recorded: the cache may still show one that is gone
         // (one this operator deleted unreleased, say) while the recorded one is not in yet.
-        (_, Some(pod))
-            if previous
-                .pod_uid
-                .as_ref()
-                .is_some_and(|uid| *uid != pod.uid.to_string()) =>
-        {
-            Step::Confirm
-        }
+        (_, Some(pod)) if recorded(&previous, pod) == Some(false) => Step::Confirm,
         // A pod of ours exists, whatever phase a lagging read of the At shows.
         (_, Some(pod)) => seen(at, pod, now),
         (Some(AtPhase::Running), None)
@@ -194,19 +185,24 @@ pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
 /// before this order, which recorded RUNNING first); or, ungated yet never recorded (created
 /// by an operator from before the gate), one that may have run, recorded as it is.
 pub fn seen(at: &At, pod: &CachedPod, now: Timestamp) -> Step {
-    let status = at.status.as_ref();
-    let recorded = status.and_then(|s| s.pod_uid.as_deref());
-    let running = status.and_then(|s| s.phase) == Some(AtPhase::Running);
-    match recorded {
+    let status = at.status.clone().unwrap_or_default();
+    let running = status.phase == Some(AtPhase::Running);
+    match recorded(&status, pod) {
         // A gated one never ran, and is never recorded now: it is not left behind.
-        Some(uid) if uid != pod.uid.to_string() && pod.gated => {
+        Some(false) if pod.gated => {
             Step::Discard(pod.uid.clone(), Box::new(Step::Record(vanished(at, now))))
         }
-        Some(uid) if uid != pod.uid.to_string() => Step::Record(vanished(at, now)),
+        Some(false) => Step::Record(vanished(at, now)),
         None if pod.gated && !running => unrecorded(at, pod, now),
         _ if pod.gated => Step::Release(progress(at, pod, now)),
         _ => Step::Record(progress(at, pod, now)),
     }
+}
+
+/// Whether `pod` is the pod `status` records; `None` when it records none.
+fn recorded(status: &AtStatus, pod: &CachedPod) -> Option<bool> {
+    let uid = status.pod_uid.as_deref()?;
+    Some(pod.uid == *uid)
 }
 
 /// A gated pod of an At that shows no pod recorded and is not RUNNING. Made from the At's
