@@ -116,6 +116,12 @@ struct RunArgs {
     #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
     leader_elect: bool,
 
+    /// With --leader-elect, a standby keeps its pod cache synced (a watch of the operator's
+    /// pods: memory as the leader's, no writes), so that it acts within a second of winning
+    /// the Lease instead of listing every pod first. `false`: a standby holds nothing.
+    #[arg(long, env = "WARM_STANDBY", default_value_t = true, action = clap::ArgAction::Set)]
+    warm_standby: bool,
+
     /// Name of the leader-election Lease.
     #[arg(
         long,
@@ -284,6 +290,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         settings,
         exported,
         election,
+        warm_standby: args.warm_standby,
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout_seconds),
     };
     let result = operator.run(shutdown).await;

@@ -128,7 +128,10 @@ impl Metrics {
             })
             .set(1);
         registry.register("build_info", "The operator's version", build);
-        registry.register_collector(Box::new(ManagedPods(cache)));
+        registry.register_collector(Box::new(ManagedPods {
+            cache,
+            leader: self.leader.clone(),
+        }));
         registry
     }
 
@@ -189,14 +192,22 @@ impl Drop for ReconcileTimer<'_> {
     }
 }
 
-/// `managed_pods{owner_kind, state}`, counted from the pod cache at scrape time.
+/// `managed_pods{owner_kind, state}`, counted from the pod cache at scrape time by the
+/// leader: a warm standby's cache holds the same pods, and it manages none of them.
 #[derive(Debug)]
-struct ManagedPods(Arc<PodCache>);
+struct ManagedPods {
+    cache: Arc<PodCache>,
+    leader: Gauge<i64, AtomicI64>,
+}
 
 impl Collector for ManagedPods {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let family = Family::<PodLabels, Gauge>::default();
-        for ((owner_kind, state), n) in self.0.counts() {
+        let managed = match self.leader.get() {
+            1 => self.cache.counts(),
+            _ => Default::default(),
+        };
+        for ((owner_kind, state), n) in managed {
             family
                 .get_or_create(&PodLabels { owner_kind, state })
                 .set(i64::try_from(n).unwrap_or(i64::MAX));

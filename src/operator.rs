@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, warn};
 
-use crate::controller::{self, Exported, Settings};
+use crate::controller::{self, Exported, Settings, Watching};
 pub use crate::leader::Election;
 use crate::leader::{Fence, LeaderElection};
 
@@ -21,6 +21,9 @@ pub struct Operator {
     pub exported: Exported,
     /// Elect a leader on this Lease; `None` runs the controllers at once, alone.
     pub election: Option<Election>,
+    /// A standby keeps its pod cache synced (watches, no writes), so that it acts as soon as it
+    /// leads; otherwise it starts watching then.
+    pub warm_standby: bool,
     /// How long, after shutdown is asked, in-flight reconciles may take.
     pub shutdown_timeout: Duration,
 }
@@ -32,25 +35,25 @@ impl Operator {
             Some(election) => self.run_as_leader(election, shutdown).await,
             None => {
                 self.exported.metrics.leader.set(1);
-                let controllers = self.controllers.clone();
-                self.run_controllers(controllers, &shutdown).await
+                self.run_controllers(self.watch(false), &shutdown).await
             }
         }
+    }
+
+    /// Starts watching the pods (`warm`: before this instance leads).
+    fn watch(&self, warm: bool) -> Watching {
+        let (settings, exported) = (self.settings.clone(), self.exported.clone());
+        controller::watch(self.controllers.clone(), settings, exported, warm)
     }
 
     /// Runs the controllers until `shutdown`, then gives in-flight reconciles the shutdown
     /// timeout.
     async fn run_controllers(
         &self,
-        client: kube::Client,
+        watching: Watching,
         shutdown: &CancellationToken,
     ) -> anyhow::Result<()> {
-        let controllers = controller::run(
-            client,
-            self.settings.clone(),
-            self.exported.clone(),
-            shutdown.clone(),
-        );
+        let controllers = controller::act(watching, shutdown.clone());
         let mut controllers = std::pin::pin!(controllers);
         tokio::select! {
             biased;
@@ -73,7 +76,8 @@ impl Operator {
     /// Waits for the lease, runs the controllers while holding it, and releases it on
     /// shutdown. Losing the lease stops the controllers first (the fence already refuses
     /// their writes), then releases it if still held, and waits for it again with fresh
-    /// caches.
+    /// caches: what a term's controllers kept (expectations, writes remembered) is not carried
+    /// into the next.
     async fn run_as_leader(
         &self,
         election: Election,
@@ -91,18 +95,18 @@ impl Operator {
         for term in 1.. {
             // A standby is healthy and ready: it is only waiting.
             self.exported.health.set_ready(true);
-            info!(%lease, %namespace, "waiting for the leader lease");
+            info!(%lease, %namespace, warm = self.warm_standby, "waiting for the leader lease");
+            let warm = self.warm_standby.then(|| self.watch(true));
             if !leader.acquire(&shutdown).await {
                 return Ok(());
             }
             info!(%lease, "became the leader");
+            let watching = warm.unwrap_or_else(|| self.watch(false));
             self.exported.metrics.leader.set(1);
             self.exported.health.set_ready(false);
             // Every line of this term carries the lease and the term's number in this process.
             let span = tracing::info_span!("term", %lease, term);
-            let controllers = self
-                .run_controllers(self.controllers.clone(), &shutdown)
-                .instrument(span);
+            let controllers = self.run_controllers(watching, &shutdown).instrument(span);
             // Losing the lease drops the controllers at once (their tasks are aborted): a
             // standby may already be acting. It comes first when both are ready.
             let result = tokio::select! {

@@ -54,6 +54,8 @@ const TABLE: &[(&str, &str, &str, Expect)] = &[
     ("health-probe-bind-address", "HEALTH_PROBE_BIND_ADDRESS", "0.0.0.0", Refused("is not IP:PORT")),
     ("leader-elect", "LEADER_ELECT", "fasle", Refused("'fasle'")),
     ("leader-elect", "LEADER_ELECT", "1", Refused("'1'")),
+    ("warm-standby", "WARM_STANDBY", "yes", Refused("possible values")),
+    ("warm-standby", "WARM_STANDBY", "false", Taken),
     ("leader-election-id", "LEADER_ELECTION_ID", "", Refused("not a Lease name")),
     ("leader-election-id", "LEADER_ELECTION_ID", "Leader", Refused("not a Lease name")),
     ("leader-election-id", "LEADER_ELECTION_ID", "leader.example.com", Taken),

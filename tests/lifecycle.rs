@@ -257,8 +257,9 @@ async fn a_leader_whose_lease_is_taken_stops_acting_at_once() -> Result<()> {
 }
 
 /// What a standby sent, as the API server's audit log shows it (by its User-Agent): reads and
-/// writes of its Lease, and the reviews that authorize a metrics scrape. Never a pod, a
-/// status or an event: the leader acts alone.
+/// writes of its Lease, the reviews that authorize a metrics scrape, and, warm (the default),
+/// the list and watch of the operator's pods. Never a write of a pod, a status or an event:
+/// the leader acts alone.
 fn assert_standby_wrote_only_its_lease(ns: &TestNs, standby: &Operator) -> Result<()> {
     let agent = podset_operator::client::user_agent(&standby.instance);
     let sent = audit::requests_of_agent(ns.cluster.dir(), &agent)?;
@@ -274,18 +275,24 @@ fn assert_standby_wrote_only_its_lease(ns: &TestNs, standby: &Operator) -> Resul
         })
         .collect();
     println!("the standby sent: {}", kinds.join(", "));
-    let lease_requests = sent
-        .iter()
-        .filter(|r| r.request.resource == "leases")
-        .count();
+    let sent_of = |resource: &str, verb: &str| {
+        sent.iter()
+            .any(|r| r.request.resource == resource && r.request.verb == verb)
+    };
     assert!(
-        lease_requests > 0,
-        "no request of the standby's in the audit log: {sent:#?}"
+        sent_of("leases", "get"),
+        "no read of the Lease by the standby in the audit log: {sent:#?}"
+    );
+    assert!(
+        sent_of("pods", "watch"),
+        "the standby is not warm: it does not watch the pods: {sent:#?}"
     );
     let allowed = ["leases", "tokenreviews", "subjectaccessreviews"];
+    let reads = ["list", "watch"];
     let other: Vec<_> = sent
         .iter()
         .filter(|r| !allowed.contains(&r.request.resource.as_str()))
+        .filter(|r| !(r.request.resource == "pods" && reads.contains(&r.request.verb.as_str())))
         .collect();
     assert!(other.is_empty(), "the standby sent {other:#?}");
     Ok(())

@@ -5,8 +5,9 @@
 //!   are at most the largest `spec.replicas` the PodSet had in the last [`STALE`]: the most a
 //!   controller acting on a cache that lags by that much may create, as the ReplicaSet
 //!   controller may. (Pods above the spec after a scale-down are not a fault until liveness.)
-//!   Exempt, as the README says: a create the server held past the start-up grace, from a
-//!   predecessor whose successor had already counted the pods.
+//!   Exempt, as the README says: a create the server held past the start-up grace (or a warm
+//!   standby's shorter separation), from a predecessor whose successor had already counted the
+//!   pods.
 //!   Its status names only pods of its own: made in its namespace under its control.
 //!   Once it is deleted, an incarnation makes at most its spec's pods for it (a cache that
 //!   missed the deletion acts once; more is a loop); a create that reached the server before
@@ -22,7 +23,8 @@
 //!   another live replica's fence is open (two leaders at once); and the writes of an older leadership term land after a
 //!   newer term's only if the server held them longer than leader election separates two
 //!   terms (a third of the lease, the time a holder stops acting before it could expire, plus
-//!   the new leader's start-up grace): no client can recall a request the server sits on.
+//!   a cold standby's start-up grace; a warm one acts as it wins): no client can recall a
+//!   request the server sits on.
 //!
 //! Liveness, once the faults stop: [`Oracle::unconverged`] names what is not yet as it should
 //! be; the run fails if anything still is after the bound.
@@ -33,7 +35,6 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use podset_operator::controller::STARTUP_GRACE;
 use podset_operator::leader::Fence;
 
 use crate::model::objects::{self, controller};
@@ -89,6 +90,9 @@ pub struct Oracle {
     fences: HashMap<Actor, Fence>,
     /// How long after an old term's last write a new term may write (see the module docs).
     pub takeover_margin: Duration,
+    /// How long the server must have held a predecessor's create for it to be excused from
+    /// the PodSet bound: the start-up grace, or a warm standby's shorter separation.
+    pub held_excused: Duration,
     /// Operator writes that landed (pods, PodSets, Ats), but for one that corrects another
     /// writer's (a deposed leader's late status write, put right at the next resync).
     pub own_writes: u64,
@@ -274,7 +278,7 @@ impl Oracle {
                     if deleted.is_none_or(|d| now - held >= *d) {
                         self.made_for_a_deleted_podset(&owner, actor);
                     }
-                } else if held < STARTUP_GRACE {
+                } else if held < self.held_excused {
                     self.podset_create_landed(change, &owner, store, now)
                 } else {
                     self.excused.insert(change.key.clone());

@@ -102,6 +102,8 @@ pub struct ReplicaSettings {
     pub max_mutating_requests: usize,
     /// How long, once asked to stop, in-flight reconciles may take.
     pub shutdown_timeout: Duration,
+    /// A standby watches the pods before it leads.
+    pub warm_standby: bool,
 }
 
 struct Running {
@@ -174,9 +176,21 @@ impl Replica {
         state.running.is_some() && state.fence.is_open()
     }
 
-    /// How many pods the current incarnation's cache holds (its `managed_pods` metric).
+    /// How many pods the current incarnation's cache holds.
     pub fn cached_pods(&self) -> usize {
         self.state.lock().exported.pods.len()
+    }
+
+    /// How many pods the current incarnation's `managed_pods` metric counts, as scraped.
+    pub fn managed_pods(&self) -> usize {
+        let exported = self.state.lock().exported.clone();
+        let registry = exported.metrics.registry(exported.pods.clone());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("metrics encode");
+        text.lines()
+            .filter(|l| l.starts_with("podset_operator_managed_pods{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<usize>().ok())
+            .sum()
     }
 
     /// Whether the current incarnation reports ready (`/readyz`).
@@ -282,6 +296,7 @@ impl Replica {
                 duration,
             }),
             shutdown_timeout: self.settings.shutdown_timeout,
+            warm_standby: self.settings.warm_standby,
         }
     }
 

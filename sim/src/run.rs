@@ -162,10 +162,16 @@ pub fn cluster(
         requests: 0,
     };
     let sim = Sim::new(world);
-    let margin = settings
-        .lease
-        .map_or(Duration::MAX, |l| l / 3 + STARTUP_GRACE);
-    sim.with(|w| w.oracle.takeover_margin = margin);
+    // A warm standby acts as it wins: the lease's own separation, without the start-up grace.
+    let (margin, excused) = match (settings.lease, settings.warm_standby) {
+        (None, _) => (Duration::MAX, STARTUP_GRACE),
+        (Some(l), false) => (l / 3 + STARTUP_GRACE, STARTUP_GRACE),
+        (Some(l), true) => (l / 3, STARTUP_GRACE.min(l / 3)),
+    };
+    sim.with(|w| {
+        w.oracle.takeover_margin = margin;
+        w.oracle.held_excused = excused;
+    });
     tokio::spawn(bookmarks(sim.clone()).in_current_span());
     let replicas = (0..count)
         .map(|id| Replica::new(id, settings.clone()))
@@ -241,6 +247,7 @@ fn replica_settings(rng: &mut fastrand::Rng) -> (usize, ReplicaSettings) {
         concurrency: [1, 4, 64][rng.usize(..3)],
         max_mutating_requests: [1, 8, 64][rng.usize(..3)],
         shutdown_timeout: secs([1, 10][rng.usize(..2)]),
+        warm_standby: rng.bool(),
     };
     (count, settings)
 }

@@ -38,6 +38,7 @@ impl Default for Setup {
                 concurrency: 64,
                 max_mutating_requests: 64,
                 shutdown_timeout: Duration::from_secs(10),
+                warm_standby: true,
             },
             namespaces: NAMESPACES.into_iter().chain([LEASE_NAMESPACE]).collect(),
         }

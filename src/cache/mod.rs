@@ -5,21 +5,22 @@
 //! pods without scanning every pod. Applying a watch event returns which owners it
 //! touched, so the caller can observe expectations and route the owner to its controller.
 
+mod caught_up;
 mod index;
 mod intern;
 mod pod;
 mod trouble;
 
-pub use pod::{CachedPod, Ended, Notes, Owner, Phase, Stamp};
+pub use pod::{CachedPod, Ended, Notes, Owner, Phase, Stamp, controller_of};
 pub use trouble::Trouble;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use compact_str::CompactString;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::Event;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::uid::Uid;
 use index::Index;
@@ -54,6 +55,12 @@ pub struct PodCache {
     relist: parking_lot::Mutex<Option<Index>>,
     ready: watch::Sender<bool>,
     removed: AtomicUsize,
+    /// The highest `resourceVersion` an event carried, when numeric (as the API server's are).
+    version: AtomicU64,
+    /// The highest of the relist under way.
+    relist_version: AtomicU64,
+    /// Woken after every event applied.
+    applied: Notify,
 }
 
 impl std::fmt::Debug for PodCache {
@@ -71,6 +78,9 @@ impl Default for PodCache {
             relist: parking_lot::Mutex::default(),
             ready: watch::channel(false).0,
             removed: AtomicUsize::new(0),
+            version: AtomicU64::new(0),
+            relist_version: AtomicU64::new(0),
+            applied: Notify::new(),
         }
     }
 }
@@ -138,6 +148,28 @@ impl PodCache {
 
     /// Applies one watch event and returns the owners whose pods it changed.
     pub fn apply(&self, event: Event<Pod>) -> Vec<PodChange> {
+        let version = |pod: &Pod| {
+            let version = pod.metadata.resource_version.as_deref();
+            version.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        };
+        // A relist's versions count once it replaced the index.
+        let (seen, listed) = match &event {
+            Event::Apply(pod) | Event::Delete(pod) => (version(pod), 0),
+            Event::InitApply(pod) => (0, version(pod)),
+            Event::Init => {
+                self.relist_version.store(0, Ordering::Release);
+                (0, 0)
+            }
+            Event::InitDone => (self.relist_version.swap(0, Ordering::AcqRel), 0),
+        };
+        self.relist_version.fetch_max(listed, Ordering::AcqRel);
+        let changes = self.applied_event(event);
+        self.version.fetch_max(seen, Ordering::AcqRel);
+        self.applied.notify_waiters();
+        changes
+    }
+
+    fn applied_event(&self, event: Event<Pod>) -> Vec<PodChange> {
         match event {
             Event::Init => {
                 *self.relist.lock() = Some(Index::default());

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use compact_str::CompactString;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::intern;
 use super::trouble::{Trouble, trouble};
@@ -98,6 +99,12 @@ pub struct Owner {
     pub uid: Uid,
 }
 
+/// The controlling owner a pod names, if any: the cache keeps only pods that name one.
+pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    let refs = meta.owner_references.as_deref().unwrap_or_default();
+    refs.iter().find(|r| r.controller == Some(true))
+}
+
 /// What the controllers need to know of a pod.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CachedPod {
@@ -174,15 +181,11 @@ impl CachedPod {
             name: CompactString::from(meta.name.as_deref().unwrap_or_default()),
             namespace: intern::name(meta.namespace.as_deref().unwrap_or_default()),
             uid: Uid::from(meta.uid.as_deref().unwrap_or_default()),
-            owner: meta
-                .owner_references
-                .as_ref()
-                .and_then(|refs| refs.iter().find(|r| r.controller == Some(true)))
-                .map(|r| Owner {
-                    kind: intern::name(&r.kind),
-                    name: intern::name(&r.name),
-                    uid: Uid::from(r.uid.as_str()),
-                }),
+            owner: controller_of(meta).map(|r| Owner {
+                kind: intern::name(&r.kind),
+                name: intern::name(&r.name),
+                uid: Uid::from(r.uid.as_str()),
+            }),
             phase: Phase::parse(status.and_then(|s| s.phase.as_deref())),
             ready: ready_condition.is_some_and(|c| c.status == "True"),
             ready_since: ready_condition

@@ -16,9 +16,11 @@ mod rounds;
 mod routing;
 mod unreadable;
 mod wakes;
+mod watching;
 
 use context::{Context, api_in};
-use routing::{Router, watch_into_store, watch_pods};
+use routing::watch_into_store;
+pub use watching::{Watching, watch};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -32,7 +34,6 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::AbortOnDropHandle;
 use tracing::{Instrument, debug, info, warn};
 
 use crate::api::decoded::{Decoded, Watched};
@@ -73,74 +74,28 @@ pub struct Exported {
     pub health: Arc<Health>,
 }
 
-/// Empties the pod cache when a term's controllers stop, or are dropped (a leader stepping
-/// down): what it held is no longer watched, nor managed.
-struct Emptied(Arc<PodCache>);
-
-impl Drop for Emptied {
-    fn drop(&mut self) {
-        self.0.clear();
+/// Runs the selected controllers over `watching`'s pod cache until `shutdown` is cancelled,
+/// then lets in-flight reconciles finish. Health turns ready once the caches synced, and dead
+/// if a loop ends unasked.
+pub async fn act(mut watching: Watching, shutdown: CancellationToken) -> anyhow::Result<()> {
+    if !watching.synced(&shutdown).await {
+        return Ok(());
     }
-}
-
-/// Runs the selected controllers until `shutdown` is cancelled, then lets in-flight
-/// reconciles finish. Health turns ready once the caches synced, and dead if a loop ends
-/// unasked.
-pub async fn run(
-    client: Client,
-    settings: Settings,
-    exported: Exported,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    let Exported {
-        metrics,
-        pods,
+    let Watching {
+        client,
+        settings,
+        ctx,
         health,
-    } = exported;
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        pods,
-        metrics,
-        &settings.instance,
-        settings.resync,
-        settings.clock.clone(),
-    ));
-    ctx.pods.unready();
-    let _emptied = Emptied(ctx.pods.clone());
-    let (router, queues) = Router::new(settings.podset, settings.at);
-    // A predecessor killed mid-scale-up may still have creates in flight at the API server;
-    // acting on a list made before they landed would create those pods again. So the first
-    // pod list (a consistent read) is made once they had the grace to land: made at once,
-    // it would count on the watch to show them in time, and a watch slow to connect does
-    // not. A new leader gets the same separation from the lease's expiry.
-    tokio::select! {
-        biased;
-        _ = tokio::time::sleep(STARTUP_GRACE) => {}
-        _ = shutdown.cancelled() => return Ok(()),
-    }
-    // Aborted when `run` ends or is dropped (a leader stepping down): never left behind.
-    let _pod_watch = {
-        let (ctx, health, namespace) = (ctx.clone(), health.clone(), settings.namespace.clone());
-        let watch = async move {
-            watch_pods(ctx, namespace, router).await;
-            health.set_dead();
-        };
-        AbortOnDropHandle::new(tokio::spawn(watch.in_current_span()))
-    };
-
-    // Reconciling before the first full pod list would see no pods and create them all again.
-    tokio::select! {
-        biased;
-        _ = ctx.pods.wait_ready() => info!(pods = ctx.pods.len(), "pod cache synced"),
-        _ = shutdown.cancelled() => return Ok(()),
-    }
-
+        router,
+        ..
+    } = &watching;
+    let queues = router.connect(settings.podset, settings.at);
     let mut controllers = JoinSet::new();
     let mut stores = Vec::new();
     let launch = Launch {
-        client: &client,
-        settings: &settings,
-        ctx: &ctx,
+        client,
+        settings,
+        ctx,
         shutdown: &shutdown,
     };
     if let Some(podset_rx) = queues.podset {
@@ -172,7 +127,7 @@ pub async fn run(
     }
     health.set_ready(true);
     info!("caches synced; ready");
-    let supervised = supervise(controllers, &shutdown, &health).await;
+    let supervised = supervise(controllers, &shutdown, health).await;
     info!("controllers stopped");
     supervised
 }

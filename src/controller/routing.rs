@@ -11,6 +11,7 @@ use kube::core::object::HasStatus;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
+use parking_lot::RwLock;
 use tracing::warn;
 
 use serde::Serialize;
@@ -83,11 +84,13 @@ fn slim<K: Resource>(o: &mut K) {
     }
 }
 
-/// Sends each owner whose pods changed to its controller. A controller that does not run has
-/// no queue: nothing would ever drain it.
+/// Sends each owner whose pods changed to its controller, once the controllers run
+/// ([`Router::connect`]). A controller that does not run has no queue: nothing would ever
+/// drain it. Nor does a standby's: the controllers look at every object when they start.
+#[derive(Default)]
 pub(super) struct Router {
-    podset: Option<UnboundedSender<ObjectRef<PodSet>>>,
-    at: Option<UnboundedSender<ObjectRef<At>>>,
+    podset: RwLock<Option<UnboundedSender<ObjectRef<PodSet>>>>,
+    at: RwLock<Option<UnboundedSender<ObjectRef<At>>>>,
 }
 
 /// The receiving ends of the router's queues, for the controllers to drain.
@@ -97,21 +100,22 @@ pub(super) struct Queues {
 }
 
 impl Router {
-    /// A router feeding the PodSet and At controllers that run.
-    pub(super) fn new(podset: bool, at: bool) -> (Self, Queues) {
+    /// Routes from now on to the PodSet and At controllers that run.
+    pub(super) fn connect(&self, podset: bool, at: bool) -> Queues {
         let (podset, podset_rx) = podset.then(unbounded).unzip();
         let (at, at_rx) = at.then(unbounded).unzip();
-        let queues = Queues {
+        *self.podset.write() = podset;
+        *self.at.write() = at;
+        Queues {
             podset: podset_rx,
             at: at_rx,
-        };
-        (Router { podset, at }, queues)
+        }
     }
 
     fn route(&self, t: &PodChange) {
         match &*t.owner.kind {
-            "PodSet" => enqueue(self.podset.as_ref(), t),
-            "At" => enqueue(self.at.as_ref(), t),
+            "PodSet" => enqueue(self.podset.read().as_ref(), t),
+            "At" => enqueue(self.at.read().as_ref(), t),
             _ => {}
         }
     }
@@ -127,7 +131,7 @@ fn enqueue<K: Resource<DynamicType = ()>>(
     }
 }
 
-pub(super) async fn watch_pods(ctx: Arc<Context>, namespace: Option<String>, router: Router) {
+pub(super) async fn watch_pods(ctx: Arc<Context>, namespace: Option<String>, router: Arc<Router>) {
     let api = api_in::<Pod>(ctx.client.clone(), namespace.as_deref());
     let config =
         watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
@@ -169,7 +173,9 @@ mod tests {
 
     #[test]
     fn a_disabled_controllers_queue_is_never_fed() {
-        let (router, queues) = Router::new(true, false);
+        let router = Router::default();
+        router.route(&touched("PodSet", "p"));
+        let queues = router.connect(true, false);
         for _ in 0..3 {
             router.route(&touched("At", "a"));
             router.route(&touched("PodSet", "p"));
@@ -181,7 +187,13 @@ mod tests {
             );
         }
         let mut podset = queues.podset.expect("the PodSet controller runs");
-        assert!(podset.try_recv().is_ok());
+        for _ in 0..3 {
+            assert!(podset.try_recv().is_ok());
+        }
+        assert!(
+            podset.try_recv().is_err(),
+            "a change routed before the controllers ran was queued"
+        );
     }
 
     #[tokio::test]

@@ -230,7 +230,7 @@ fn a_status_written_by_another_is_put_right_at_once() {
 
 /// Issue 26 (smaller): a leader that stepped down kept its pod cache, and its
 /// `managed_pods` metric went on counting pods it no longer manages, from a cache no longer
-/// watched.
+/// watched. Now a warm standby watches them again (issue 28), and still counts none.
 #[test]
 fn a_replica_that_stepped_down_counts_no_pods() {
     let report = play(19, Setup::default(), |scene| async move {
@@ -238,8 +238,8 @@ fn a_replica_that_stepped_down_counts_no_pods() {
         scene.user(create_web(3));
         scene.converged(secs(30)).await;
         let former = &scene.replicas[l];
-        if former.cached_pods() != 3 {
-            return Err(format!("the leader caches {} pods", former.cached_pods()));
+        if former.managed_pods() != 3 {
+            return Err(format!("the leader counts {} pods", former.managed_pods()));
         }
         former.gate.freeze();
         scene.sleep(secs(30)).await;
@@ -248,9 +248,10 @@ fn a_replica_that_stepped_down_counts_no_pods() {
         if former.leads() {
             return Err("the frozen leader still leads".into());
         }
-        match former.cached_pods() {
-            0 => Ok(()),
-            n => Err(format!("a standby counts {n} pods")),
+        match (former.managed_pods(), former.cached_pods()) {
+            (0, 3) => Ok(()),
+            (0, n) => Err(format!("a warm standby caches {n} pods, not the 3")),
+            (n, _) => Err(format!("a standby counts {n} pods")),
         }
     });
     assert_ok(&report);
@@ -361,6 +362,39 @@ fn a_create_of_the_lease_held_through_another_term_is_not_led_at_once() {
         scene.replicas[l].gate.thaw();
         scene.converged(secs(120)).await;
         Ok(())
+    });
+    assert_ok(&report);
+}
+
+/// Issue 28: a warm standby acts as it wins, on the pod cache it kept while it stood by. Its
+/// pod watch had gone quiet, so that cache had not shown the pods its predecessor made just
+/// before it handed over; counting on it would make them again. It first gives its watch 3 s
+/// to show what a consistent list of the pods shows, and watches anew when it does not.
+/// (Fails without `Watching::caught_up`: 3 pods made again.)
+#[test]
+fn a_warm_standby_counts_its_predecessors_last_pods_before_it_acts() {
+    let report = play(68, Setup::default(), |scene| async move {
+        let l = leader(&scene).await?;
+        let standby = 1 - l;
+        // The standby, restarted, lists no pods, and its pod watch goes quiet for a minute
+        // from a second after it starts.
+        let stalled = quiet(1, 60);
+        let path = "/api/v1/pods?&watch=true";
+        scene.rule(rule(Some(standby), Method::GET, path, stalled, 1));
+        scene.replicas[standby].crash(&scene.sim);
+        scene.replicas[standby].start(&scene.sim, false);
+        scene.sleep(secs(5)).await;
+        scene.user(create_web(3));
+        scene.converged(secs(30)).await;
+        scene.replicas[l].terminate(&scene.sim).await;
+        for _ in 0..20 {
+            if scene.replicas[standby].leads() {
+                scene.converged(secs(90)).await;
+                return Ok(());
+            }
+            scene.sleep(Duration::from_millis(100)).await;
+        }
+        Err("the standby did not take over within 2 s of the release".into())
     });
     assert_ok(&report);
 }

@@ -1,0 +1,170 @@
+//! An instance's pod watch and what it fills, from before the instance acts until its
+//! controllers stop: the pod cache, and the router that hands pod changes to the controllers.
+//!
+//! A cold instance starts watching when it is to act (it won the lease, or runs alone). A warm
+//! standby watches while it waits for the lease, so that a new leader counts pods at once
+//! instead of listing them all; it first checks its cache against a consistent list of the
+//! pods' metadata ([`PodCache::caught_up`]): the watch may still be carrying its predecessor's
+//! last creates. A standby writes nothing and routes nothing; its controllers, when it leads,
+//! list their own objects (a small share of the bytes: the pods are the many) and look at each.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+use tracing::{Instrument, info, warn};
+
+use super::context::{Context, api_in};
+use super::routing::{Router, watch_pods};
+use super::{Exported, STARTUP_GRACE, Settings};
+use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::cache::controller_of;
+use crate::health::Health;
+use crate::uid::Uid;
+
+/// Empties the pod cache when the watch stops: what it held is no longer watched, nor managed.
+struct Emptied(Arc<crate::cache::PodCache>);
+
+impl Drop for Emptied {
+    fn drop(&mut self) {
+        self.0.clear();
+    }
+}
+
+/// The watch of one instance's pods. Dropped, it stops and empties the cache.
+pub struct Watching {
+    pub(super) client: kube::Client,
+    pub(super) settings: Settings,
+    pub(super) ctx: Arc<Context>,
+    pub(super) health: Arc<Health>,
+    pub(super) router: Arc<Router>,
+    /// Started before this instance was to act: check the cache before acting.
+    warm: bool,
+    pod_watch: AbortOnDropHandle<()>,
+    _emptied: Emptied,
+}
+
+/// How long a warm standby that won gives its watch to show what a consistent list shows,
+/// before it starts watching anew, as a cold one would: a healthy watch lags by milliseconds.
+const CATCH_UP: Duration = Duration::from_secs(3);
+
+/// Starts watching the operator's pods once the start-up grace has passed (see `run`):
+/// `warm` for a standby that watches before it leads.
+pub fn watch(client: kube::Client, settings: Settings, exported: Exported, warm: bool) -> Watching {
+    let Exported {
+        metrics,
+        pods,
+        health,
+    } = exported;
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        pods,
+        metrics,
+        &settings.instance,
+        settings.resync,
+        settings.clock.clone(),
+    ));
+    ctx.pods.unready();
+    let router = Arc::new(Router::default());
+    // A predecessor killed mid-scale-up may still have creates in flight at the API server;
+    // acting on a list made before they landed would create those pods again. So the first
+    // pod list (a consistent read) is made once they had the grace to land: made at once,
+    // it would count on the watch to show them in time, and a watch slow to connect does
+    // not. A new leader gets the same separation from the lease's expiry.
+    let pod_watch = spawn_pod_watch(&ctx, &health, &router, &settings, STARTUP_GRACE);
+    Watching {
+        _emptied: Emptied(ctx.pods.clone()),
+        pod_watch,
+        client,
+        settings,
+        ctx,
+        health,
+        router,
+        warm,
+    }
+}
+
+/// The pod watch, from `after` on. Aborted when dropped (a leader stepping down): never left
+/// behind.
+fn spawn_pod_watch(
+    ctx: &Arc<Context>,
+    health: &Arc<Health>,
+    router: &Arc<Router>,
+    settings: &Settings,
+    after: Duration,
+) -> AbortOnDropHandle<()> {
+    let (ctx, health, router) = (ctx.clone(), health.clone(), router.clone());
+    let namespace = settings.namespace.clone();
+    let watch = async move {
+        tokio::time::sleep(after).await;
+        watch_pods(ctx, namespace, router).await;
+        health.set_dead();
+    };
+    AbortOnDropHandle::new(tokio::spawn(watch.in_current_span()))
+}
+
+impl Watching {
+    /// Resolves once the pod cache can be acted on: its first full list applied and, for a
+    /// warm standby, everything a consistent read made now shows. `false` if `shutdown` came
+    /// first.
+    pub(super) async fn synced(&mut self, shutdown: &CancellationToken) -> bool {
+        let warm = self.warm;
+        let synced = async {
+            // Reconciling before the first full pod list would see no pods and create them all again.
+            self.ctx.pods.wait_ready().await;
+            if warm && !self.caught_up().await {
+                info!(within = ?CATCH_UP, "the pod watch did not show what a list of the pods shows; watching anew");
+                self.ctx.pods.unready();
+                let settings = &self.settings;
+                self.pod_watch = spawn_pod_watch(
+                    &self.ctx,
+                    &self.health,
+                    &self.router,
+                    settings,
+                    Duration::ZERO,
+                );
+                self.ctx.pods.wait_ready().await;
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = synced => {
+                info!(pods = self.ctx.pods.len(), warm, "pod cache synced");
+                true
+            }
+            _ = shutdown.cancelled() => false,
+        }
+    }
+
+    /// Whether the watch shows, within [`CATCH_UP`], what a consistent list of the pods'
+    /// metadata shows now.
+    async fn caught_up(&self) -> bool {
+        let api = api_in::<Pod>(self.client.clone(), self.settings.namespace.as_deref());
+        let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
+        let params = ListParams::default().labels(&selector);
+        let mut retry = Duration::from_millis(100);
+        let list = loop {
+            match api.list_metadata(&params).await {
+                Ok(list) => break list,
+                Err(e) => {
+                    warn!(error = %e, ?retry, "could not list the pods to check the cache; retrying");
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(Duration::from_secs(5));
+                }
+            }
+        };
+        let version = list.metadata.resource_version.unwrap_or_default();
+        // The cache keeps only pods that name a controlling owner.
+        let uids: Vec<Uid> = list
+            .items
+            .iter()
+            .filter(|p| controller_of(&p.metadata).is_some())
+            .filter_map(|p| p.metadata.uid.as_deref().map(Uid::from))
+            .collect();
+        let caught_up = self.ctx.pods.caught_up(&version, &uids);
+        tokio::time::timeout(CATCH_UP, caught_up).await.is_ok()
+    }
+}
