@@ -28,6 +28,12 @@ pub trait Guard: Clone + Send + 'static {
     /// Whether this guard keeps `req`; the others pass untouched.
     fn keeps<B>(&self, req: &Request<B>) -> bool;
 
+    /// The guard `req` passes under, if this one keeps it: itself, or a variant of itself for
+    /// this kind of request.
+    fn for_request<B>(&self, req: &Request<B>) -> Option<Self> {
+        self.keeps(req).then(|| self.clone())
+    }
+
     /// The answer to a request this guard keeps, under its rule.
     fn around<T: Send + 'static>(self, answer: impl Answer<T>) -> impl Answer<T>;
 }
@@ -64,7 +70,7 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let guard = self.guard.keeps(&req).then(|| self.guard.clone());
+        let guard = self.guard.for_request(&req);
         let answer = self.inner.call(req).err_into();
         match guard {
             Some(guard) => Box::pin(guard.around(answer)),

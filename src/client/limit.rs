@@ -9,13 +9,18 @@
 //! a 429 answers at once, so growing on by one per window would find the limit again within
 //! a second, and again. It never exceeds the configured `--max-mutating-requests`, nor falls
 //! below one.
+//!
+//! Events wait in a lane of their own: one takes a slot only while no other write waits for
+//! one. They say what happened, and nothing waits on them but the reconcile that publishes
+//! them; a pod create or an At's release that waits behind them is late.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::Request;
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 use tower::BoxError;
 
@@ -33,6 +38,14 @@ const HOLD: Duration = Duration::from_secs(30);
 #[derive(Clone)]
 pub struct MutatingLimit {
     shared: Arc<Shared>,
+    lane: Lane,
+}
+
+/// Which writes go first when both wait for a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lane {
+    Work,
+    Event,
 }
 
 struct Shared {
@@ -40,6 +53,53 @@ struct Shared {
     window: Mutex<Window>,
     /// The window's size, for `/metrics`.
     gauge: Gauge,
+    /// Writes other than events waiting for a slot.
+    work_waiting: AtomicUsize,
+    /// Woken when no such write waits any longer.
+    work_gone: Notify,
+    /// Woken when one comes to wait.
+    work_came: Notify,
+}
+
+/// A write other than an event, counted while it waits for a slot.
+struct Waiting<'a>(&'a Shared);
+
+impl<'a> Waiting<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        shared.work_waiting.fetch_add(1, Ordering::AcqRel);
+        shared.work_came.notify_waiters();
+        Self(shared)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if self.0.work_waiting.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.work_gone.notify_waiters();
+        }
+    }
+}
+
+impl Shared {
+    /// Resolves once no write other than an event waits for a slot.
+    async fn no_work_waiting(&self) {
+        loop {
+            let gone = self.work_gone.notified();
+            let mut gone = std::pin::pin!(gone);
+            gone.as_mut().enable();
+            if self.work_waiting.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            gone.await;
+        }
+    }
+}
+
+/// Whether `req` writes an event (`events.k8s.io` or core): the resource after the namespace.
+fn is_event<B>(req: &Request<B>) -> bool {
+    let mut segments = req.uri().path().split('/');
+    segments.by_ref().find(|s| *s == "namespaces");
+    segments.nth(1) == Some("events")
 }
 
 impl MutatingLimit {
@@ -51,7 +111,11 @@ impl MutatingLimit {
                 slots: Semaphore::new(window.size),
                 window: Mutex::new(window),
                 gauge,
+                work_waiting: AtomicUsize::new(0),
+                work_gone: Notify::new(),
+                work_came: Notify::new(),
             }),
+            lane: Lane::Work,
         }
     }
 
@@ -85,6 +149,32 @@ impl MutatingLimit {
             .expect("no panic holds the window")
     }
 
+    /// A slot for an event, taken only while no other write waits: an event in the slots'
+    /// queue (first come, first served) steps out of it when another write comes to wait.
+    async fn event_slot(&self) -> Result<SemaphorePermit<'_>, tokio::sync::AcquireError> {
+        let shared = &self.shared;
+        loop {
+            shared.no_work_waiting().await;
+            let came = shared.work_came.notified();
+            let mut came = std::pin::pin!(came);
+            came.as_mut().enable();
+            if shared.work_waiting.load(Ordering::Acquire) > 0 {
+                continue;
+            }
+            tokio::select! {
+                biased;
+                _ = came => continue,
+                slot = shared.slots.acquire() => {
+                    let slot = slot?;
+                    if shared.work_waiting.load(Ordering::Acquire) == 0 {
+                        return Ok(slot);
+                    }
+                    self.release(slot);
+                }
+            }
+        }
+    }
+
     /// Gives a slot back, or keeps it if the window shrank while it was out.
     fn release(&self, slot: SemaphorePermit<'_>) {
         if self.window().repay() {
@@ -98,13 +188,24 @@ impl Guard for MutatingLimit {
         mutating(req.method())
     }
 
+    fn for_request<B>(&self, req: &Request<B>) -> Option<Self> {
+        let lane = match is_event(req) {
+            true => Lane::Event,
+            false => Lane::Work,
+        };
+        let shared = self.shared.clone();
+        self.keeps(req).then_some(Self { shared, lane })
+    }
+
     async fn around<T: Send + 'static>(self, answer: impl Answer<T>) -> Result<T, BoxError> {
-        let slot = self
-            .shared
-            .slots
-            .acquire()
-            .await
-            .expect("the semaphore is never closed");
+        let slot = match self.lane {
+            Lane::Event => self.event_slot().await,
+            Lane::Work => {
+                let _waiting = Waiting::new(&self.shared);
+                self.shared.slots.acquire().await
+            }
+        };
+        let slot = slot.expect("the semaphore is never closed");
         let answer = answer.await;
         self.release(slot);
         answer

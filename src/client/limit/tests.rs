@@ -188,3 +188,77 @@ async fn a_throttled_window_holds_back_writes_already_waiting() {
     held.finish(calls).await;
     assert_eq!(held.peak.load(Ordering::SeqCst), INITIAL);
 }
+
+fn post(path: &str) -> Request<()> {
+    Request::builder()
+        .method(Method::POST)
+        .uri(path)
+        .body(())
+        .unwrap()
+}
+
+#[test]
+fn events_are_told_apart_by_their_resource() {
+    let limit = MutatingLimit::new(1, Gauge::default());
+    let lane = |path: &str| limit.for_request(&post(path)).map(|l| l.lane);
+    let event = Some(Lane::Event);
+    assert_eq!(lane("/apis/events.k8s.io/v1/namespaces/ns/events"), event);
+    assert_eq!(lane("/api/v1/namespaces/ns/events"), event);
+    assert_eq!(lane("/api/v1/namespaces/events/pods"), Some(Lane::Work));
+    assert_eq!(lane("/api/v1/namespaces/ns/pods/events"), Some(Lane::Work));
+    let status = "/apis/app.example.com/v1alpha1/namespaces/ns/podsets/web/status";
+    assert_eq!(lane(status), Some(Lane::Work));
+    let read = Request::builder().uri("/api/v1/namespaces/ns/events");
+    assert!(limit.for_request(&read.body(()).unwrap()).is_none());
+}
+
+/// Issue 28, item 1: an event waits while another write waits for a slot, though it came
+/// first: the pods of Ats due at once are released before their events are published.
+#[tokio::test]
+async fn an_event_waits_for_the_other_writes_waiting() {
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let release = Arc::new(tokio::sync::Notify::new());
+    let service = {
+        let (sent, release) = (sent.clone(), release.clone());
+        tower::service_fn(move |req: Request<()>| {
+            let (sent, release) = (sent.clone(), release.clone());
+            async move {
+                sent.lock().unwrap().push(req.uri().path().to_string());
+                release.notified().await;
+                Ok::<_, BoxError>(())
+            }
+        })
+    };
+    let svc = MutatingLimit::new(1, Gauge::default()).layer(service);
+    let sent_count = || sent.lock().unwrap().len();
+    let first = tokio::spawn(svc.clone().oneshot(post("/api/v1/namespaces/ns/pods")));
+    while sent_count() < 1 {
+        tokio::task::yield_now().await;
+    }
+    let event = tokio::spawn(svc.clone().oneshot(post("/api/v1/namespaces/ns/events")));
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let patch = "/api/v1/namespaces/ns/pods/a";
+    let work = tokio::spawn(svc.clone().oneshot(post(patch)));
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for call in [first, work, event] {
+        while !call.is_finished() {
+            assert!(Instant::now() < deadline, "writes never finished");
+            release.notify_waiters();
+            tokio::task::yield_now().await;
+        }
+    }
+    let sent = sent.lock().unwrap().clone();
+    assert_eq!(
+        sent,
+        [
+            "/api/v1/namespaces/ns/pods",
+            patch,
+            "/api/v1/namespaces/ns/events"
+        ]
+    );
+}
