@@ -46,13 +46,16 @@ pub struct BenchArgs {
     /// Tiny sizes, one run: checks the harness, not the speed.
     #[arg(long)]
     pub smoke: bool,
-    /// Only these scenarios (w1,w2,w3,w4,w5,apf,at). apf is W2 with the operator and the
-    /// ReplicaSet controller (default QPS) each as its own user alone in a tight API Priority
-    /// and Fairness level (3 seats), with the 429s and requests served in that level.
+    /// Only these scenarios (w1,w2,w3,w4,w5,apf,at,failover). apf is W2 with the operator and
+    /// the ReplicaSet controller (default QPS) each as its own user alone in a tight API
+    /// Priority and Fairness level (3 seats), with the 429s and requests served in that level.
+    /// failover is W4 with two of each worker on a Lease: the leader killed, then stopped,
+    /// and a new object's time to converge each time (in --smoke only when named here).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Only these targets (operator, replicaset, replicaset-qps1000, floor, cronjob-qps1000:
-    /// the CronJob baseline of scenario at, not in --smoke).
+    /// the CronJob baseline of scenario at, not in --smoke; failover's operator-cold and
+    /// operator-warm, or operator for both).
     #[arg(long, value_delimiter = ',')]
     pub targets: Vec<String>,
     /// CSV output.

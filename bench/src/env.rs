@@ -65,7 +65,7 @@ impl Target {
 
     /// The kube-controller-manager controllers doing the work and their client QPS/burst
     /// (None: the defaults), or None if it is not kube-controller-manager.
-    fn controllers(self) -> Option<(&'static [&'static str], Option<u32>)> {
+    pub fn controllers(self) -> Option<(&'static [&'static str], Option<u32>)> {
         match self {
             Target::ReplicaSet(qps) => Some((&["replicaset"], qps)),
             Target::CronJob => Some((&["cronjob", "job"], Some(1000))),
@@ -105,12 +105,7 @@ impl Env {
         let mut cm_args = Vec::new();
         if let Some((own, qps)) = target.controllers() {
             controllers_list.extend(own);
-            if let Some(q) = qps {
-                cm_args = vec![
-                    format!("--kube-api-qps={q}"),
-                    format!("--kube-api-burst={q}"),
-                ];
-            }
+            cm_args = qps_args(qps);
             if own_user {
                 // Each controller then requests a token of its own ServiceAccount.
                 cm_args.push("--use-service-account-credentials=true".into());
@@ -143,6 +138,12 @@ impl Env {
             env.restart_operator(&[]).await?;
         }
         Ok(env)
+    }
+
+    /// A control plane with no worker of its own: the caller starts its own (scenario
+    /// failover runs two). The floor's worker is the harness, so nothing is started for it.
+    pub async fn without_worker(operator_bin: &Path) -> Result<Self> {
+        Self::start(Target::Floor, operator_bin, "podset").await
     }
 
     /// Stops the operator if any and starts a new one with `vars` added to its environment;
@@ -182,6 +183,17 @@ impl Env {
     }
 }
 
+/// kube-controller-manager's client QPS and burst flags (None: its defaults).
+pub fn qps_args(qps: Option<u32>) -> Vec<String> {
+    qps.map(|q| {
+        vec![
+            format!("--kube-api-qps={q}"),
+            format!("--kube-api-burst={q}"),
+        ]
+    })
+    .unwrap_or_default()
+}
+
 pub async fn start_operator(cluster: &Cluster, bin: &Path, controllers: &str) -> Result<Operator> {
     start_operator_with(cluster, cluster.kubeconfig(), bin, controllers, &[]).await
 }
@@ -211,9 +223,24 @@ async fn operator_account(cluster: &Cluster, client: &Client) -> Result<PathBuf>
     cluster.service_account_kubeconfig(NS, OPERATOR_SA).await
 }
 
-/// testenv's launcher with the benchmark's knobs: `kubeconfig`'s credentials, warnings only in
-/// the log, `/metrics` over plain HTTP, `vars` added to the environment (a heap profiler's
-/// preload); waits until ready.
+/// testenv's launcher with the benchmark's knobs: process `name` (its log's name) with
+/// `kubeconfig`'s credentials, warnings only in the log, `/metrics` over plain HTTP.
+pub fn operator_launcher(
+    cluster: &Cluster,
+    kubeconfig: &Path,
+    bin: &Path,
+    controllers: &str,
+    name: &str,
+) -> Launcher {
+    Launcher::new(bin, name, cluster.dir(), kubeconfig, NS)
+        .instance(&format!("podset-testenv-{name}"))
+        .log_level("warn")
+        .plain_metrics()
+        .args([format!("--controllers={controllers}")])
+}
+
+/// [`operator_launcher`]'s operator, named "bench", with `vars` added to its environment (a
+/// heap profiler's preload); waits until ready.
 async fn start_operator_with(
     cluster: &Cluster,
     kubeconfig: &Path,
@@ -221,11 +248,7 @@ async fn start_operator_with(
     controllers: &str,
     vars: &[(&str, String)],
 ) -> Result<Operator> {
-    let mut launcher = Launcher::new(bin, "operator", cluster.dir(), kubeconfig, NS)
-        .instance("podset-testenv-bench")
-        .log_level("warn")
-        .plain_metrics()
-        .args([format!("--controllers={controllers}")]);
+    let mut launcher = operator_launcher(cluster, kubeconfig, bin, controllers, "bench");
     for (key, value) in vars {
         launcher = launcher.env(key, value);
     }
@@ -235,12 +258,15 @@ async fn start_operator_with(
     Ok(op)
 }
 
+/// The operator's `/metrics` (plain HTTP, see [`operator_launcher`]).
+pub async fn operator_metrics(metrics_port: u16) -> Result<String> {
+    let url = format!("http://127.0.0.1:{metrics_port}/metrics");
+    Ok(reqwest::get(url).await?.text().await?)
+}
+
 /// The mutating requests the operator itself has sent (its own client's counter).
 pub async fn operator_writes(metrics_port: u16) -> Result<f64> {
-    let text = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
-        .await?
-        .text()
-        .await?;
+    let text = operator_metrics(metrics_port).await?;
     let mutating = |labels: &str| {
         ["POST", "PUT", "PATCH", "DELETE"]
             .iter()

@@ -29,6 +29,21 @@ pub struct Sample {
     pub level_rejected: Option<f64>,
     pub level_dispatched: Option<f64>,
     pub note: String,
+    /// Named figures of a scenario's own, printed after the note (their medians in the table).
+    pub figures: Vec<(&'static str, f64)>,
+}
+
+/// A note and figures as the table's note column shows them.
+fn noted(note: &str, figures: impl IntoIterator<Item = (&'static str, f64)>) -> String {
+    let figures: Vec<String> = figures
+        .into_iter()
+        .map(|(name, value)| format!("{name} {value:.1}"))
+        .collect();
+    [note.to_string(), figures.join(", ")]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 pub struct Row {
@@ -51,6 +66,24 @@ impl Row {
             format!("{:.digits$}", median(&values))
         }
     }
+
+    /// The first note any sample has, then the medians of the samples' figures.
+    fn note(&self) -> String {
+        let mut names: Vec<&'static str> = Vec::new();
+        for (name, _) in self.samples.iter().flat_map(|s| &s.figures) {
+            if !names.contains(name) {
+                names.push(name);
+            }
+        }
+        let figure = |name| {
+            let of = |s: &Sample| s.figures.iter().find(|(n, _)| *n == name).map(|f| f.1);
+            // median() skips the NaN of a sample without the figure.
+            self.med(|s| of(s).unwrap_or(f64::NAN))
+        };
+        let note = self.samples.iter().map(|s| &s.note).find(|n| !n.is_empty());
+        let figures = names.into_iter().map(|name| (name, figure(name)));
+        noted(note.map_or("", |n| n.as_str()), figures)
+    }
 }
 
 pub async fn repeat<F, Fut>(
@@ -63,30 +96,63 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<Sample>>,
 {
-    let mut samples = Vec::new();
-    for run in 1..=runs {
-        eprintln!("[bench] {scenario} / {target}: run {run} of {runs}");
-        let sample = f()
-            .await
-            .with_context(|| format!("{scenario} / {target}, run {run}"))?;
-        eprintln!("[bench]   {:.3} s {}", sample.seconds, sample.note);
-        samples.push(sample);
-    }
-    Ok(Row {
+    let what = format!("{scenario} / {target}");
+    let mut rows = repeat_each(runs, &what, || {
+        let (run, target) = (f(), target.clone());
+        async move { Ok(vec![(scenario, target, run.await?)]) }
+    })
+    .await?;
+    Ok(rows.pop().unwrap_or(Row {
         scenario,
         target,
-        samples,
-    })
+        samples: Vec::new(),
+    }))
 }
 
-/// The ratios the issue asks for, against baselines of the same run.
+/// As [`repeat`], for a run that measures several things: `f` returns a (scenario, target,
+/// sample) for each; one row per scenario and target, in their first run's order.
+pub async fn repeat_each<F, Fut>(runs: usize, what: &str, mut f: F) -> Result<Vec<Row>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<(&'static str, String, Sample)>>>,
+{
+    let mut rows: Vec<Row> = Vec::new();
+    for run in 1..=runs {
+        eprintln!("[bench] {what}: run {run} of {runs}");
+        let samples = f().await.with_context(|| format!("{what}, run {run}"))?;
+        let several = samples.len() > 1;
+        for (scenario, target, sample) in samples {
+            let label = match several {
+                true => format!("{scenario} / {target}: "),
+                false => String::new(),
+            };
+            let note = noted(&sample.note, sample.figures.iter().copied());
+            eprintln!("[bench]   {label}{:.3} s {note}", sample.seconds);
+            match rows
+                .iter_mut()
+                .find(|r| r.scenario == scenario && r.target == target)
+            {
+                Some(row) => row.samples.push(sample),
+                None => rows.push(Row {
+                    scenario,
+                    target,
+                    samples: vec![sample],
+                }),
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// The ratios the issue asks for, against baselines of the same run: the row whose target is
+/// `base`, or starts with it (scenario failover's "replicaset (qps 1000) x2").
 fn ratio(rows: &[Row], scenario: &str, target: &str, base: &str) -> Option<f64> {
-    let find = |t: &str| {
+    let find = |matches: &dyn Fn(&str) -> bool| {
         rows.iter()
-            .find(|r| r.scenario == scenario && r.target == t)
+            .find(|r| r.scenario == scenario && matches(&r.target))
             .map(|r| r.med(|s| s.seconds))
     };
-    Some(find(target)? / find(base)?)
+    Some(find(&|t| t == target)? / find(&|t| t.starts_with(base))?)
 }
 
 pub fn report(rows: &[Row], args: &BenchArgs) -> Result<()> {
@@ -120,12 +186,7 @@ pub fn report(rows: &[Row], args: &BenchArgs) -> Result<()> {
                 "-".into()
             }
         };
-        let note = r
-            .samples
-            .iter()
-            .map(|s| s.note.clone())
-            .find(|n| !n.is_empty())
-            .unwrap_or_default();
+        let note = r.note();
         table.push(vec![
             r.scenario.to_string(),
             r.target.clone(),

@@ -9,7 +9,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
-use crate::env::Target;
+use crate::env::{Target, operator_metrics};
 use crate::report::Sample;
 use crate::system::{apiserver_metrics, metric_sum};
 
@@ -108,10 +108,7 @@ pub async fn count(client: &Client, user: &str, sample: &mut Sample) -> Result<(
 
 /// What the operator's own counters say: its requests and those throttled, by verb.
 pub async fn operator_throttled(metrics_port: u16) -> Result<String> {
-    let text = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
-        .await?
-        .text()
-        .await?;
+    let text = operator_metrics(metrics_port).await?;
     let by_verb = |metric: &str| -> Vec<String> {
         ["GET", "POST", "PATCH", "PUT", "DELETE"]
             .into_iter()

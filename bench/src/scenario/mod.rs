@@ -4,16 +4,19 @@ mod apf;
 mod at;
 mod converge;
 mod cronjob;
+mod failover;
 mod lateness;
+mod lease;
 mod storm;
 
 use anyhow::Result;
 
 use crate::cli::{BenchArgs, Sizes};
 use crate::env::Target;
-use crate::report::{Row, check_invariants, repeat, report};
+use crate::report::{Row, check_invariants, repeat, repeat_each, report};
 use at::at_run;
 use converge::{Work, converge_run};
+use failover::{Pair, failover_run};
 use storm::storm_run;
 
 fn wanted(args: &BenchArgs, scenario: &str) -> bool {
@@ -127,6 +130,21 @@ pub async fn bench(args: BenchArgs) -> Result<()> {
                 .await?,
             );
         }
+    }
+    // Each run waits out lease durations, a minute or so a pair: in the smoke run (make test)
+    // only when asked for.
+    let asked = |scenario: &str| args.only.iter().any(|s| s == scenario);
+    if wanted(&args, "failover") && (!args.smoke || asked("failover")) {
+        let mut failover = Vec::new();
+        for pair in Pair::ALL.into_iter().filter(|p| p.wanted(&args.targets)) {
+            let what = format!("Failover W4 1000x10 / {}", pair.label());
+            let run = || failover_run(pair, &args, &s);
+            failover.extend(repeat_each(runs, &what, run).await?);
+        }
+        // Each measurement's rows together, the pairs in order.
+        let order = [failover::KILL, failover::RELEASE, failover::HANDOVER];
+        failover.sort_by_key(|r| order.iter().position(|&o| o == r.scenario));
+        rows.extend(failover);
     }
     report(&rows, &args)?;
     check_invariants(&rows, &s)
