@@ -13,16 +13,8 @@ impl PodCache {
     /// this before it counts pods: its predecessor's last creates may still be on their way.
     pub async fn caught_up(&self, version: &str, uids: &[Uid]) {
         let version = version.parse::<u64>().ok();
-        loop {
-            let applied = self.applied.notified();
-            let mut applied = std::pin::pin!(applied);
-            applied.as_mut().enable();
-            let past = version.is_some_and(|v| self.version.load(Ordering::Acquire) >= v);
-            if past || self.holds_all(uids) {
-                return;
-            }
-            applied.await;
-        }
+        let past = || version.is_some_and(|v| self.version.load(Ordering::Acquire) >= v);
+        crate::notify::until(&self.applied, || past() || self.holds_all(uids)).await;
     }
 
     fn holds_all(&self, uids: &[Uid]) -> bool {

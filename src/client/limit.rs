@@ -83,15 +83,8 @@ impl Drop for Waiting<'_> {
 impl Shared {
     /// Resolves once no write other than an event waits for a slot.
     async fn no_work_waiting(&self) {
-        loop {
-            let gone = self.work_gone.notified();
-            let mut gone = std::pin::pin!(gone);
-            gone.as_mut().enable();
-            if self.work_waiting.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            gone.await;
-        }
+        let waiting = &self.work_waiting;
+        crate::notify::until(&self.work_gone, || waiting.load(Ordering::Acquire) == 0).await;
     }
 }
 

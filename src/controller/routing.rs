@@ -131,10 +131,14 @@ fn enqueue<K: Resource<DynamicType = ()>>(
     }
 }
 
+/// The label selector of the pods the operator makes (and watches, and lists).
+pub(super) fn managed_pods() -> String {
+    format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
+}
+
 pub(super) async fn watch_pods(ctx: Arc<Context>, namespace: Option<String>, router: Arc<Router>) {
     let api = api_in::<Pod>(ctx.client.clone(), namespace.as_deref());
-    let config =
-        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
+    let config = watcher::Config::default().labels(&managed_pods());
     let mut events = std::pin::pin!(watcher(api, config).default_backoff());
     while let Some(event) = events.next().await {
         match event {

@@ -18,9 +18,8 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::{Instrument, info, warn};
 
 use super::context::{Context, api_in};
-use super::routing::{Router, watch_pods};
+use super::routing::{Router, managed_pods, watch_pods};
 use super::{Exported, STARTUP_GRACE, Settings};
-use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use crate::cache::controller_of;
 use crate::health::Health;
 use crate::uid::Uid;
@@ -51,7 +50,7 @@ pub struct Watching {
 /// before it starts watching anew, as a cold one would: a healthy watch lags by milliseconds.
 const CATCH_UP: Duration = Duration::from_secs(3);
 
-/// Starts watching the operator's pods once the start-up grace has passed (see `run`):
+/// Starts watching the operator's pods once the start-up grace has passed (why, below):
 /// `warm` for a standby that watches before it leads.
 pub fn watch(client: kube::Client, settings: Settings, exported: Exported, warm: bool) -> Watching {
     let Exported {
@@ -143,8 +142,7 @@ impl Watching {
     /// metadata shows now.
     async fn caught_up(&self) -> bool {
         let api = api_in::<Pod>(self.client.clone(), self.settings.namespace.as_deref());
-        let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
-        let params = ListParams::default().labels(&selector);
+        let params = ListParams::default().labels(&managed_pods());
         let mut retry = Duration::from_millis(100);
         let list = loop {
             match api.list_metadata(&params).await {

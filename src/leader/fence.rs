@@ -99,16 +99,8 @@ impl Fence {
 
     /// Returns once no write let through is waiting for its answer.
     pub async fn settled(&self) {
-        loop {
-            let notified = self.0.settled.notified();
-            let mut notified = std::pin::pin!(notified);
-            // Registered before the count is read, so a write answered in between still wakes it.
-            notified.as_mut().enable();
-            if self.0.in_flight.load(Ordering::SeqCst) == 0 {
-                return;
-            }
-            notified.await;
-        }
+        let in_flight = &self.0.in_flight;
+        crate::notify::until(&self.0.settled, || in_flight.load(Ordering::SeqCst) == 0).await;
     }
 
     /// A write let through: counted until its answer comes, abandoned if dropped first.
