@@ -30,7 +30,8 @@ pub enum Perturbation {
 
 /// How many events the perturbed watches got from the API server, and how many of them
 /// [`Perturbation::LastOnly`] dropped: the evidence that a perturbation had something to act
-/// on.
+/// on. An event is counted dropped when a later one of its object's comes into its window,
+/// so a run that ends before the window does still counts what it thinned.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tally {
     pub received: usize,
@@ -140,8 +141,18 @@ impl Held {
         }
     }
 
-    fn push(&mut self, line: Bytes, now: Instant) {
+    /// Holds `line`; whether it supersedes a line held, which [`Perturbation::LastOnly`] will
+    /// drop.
+    fn push(&mut self, line: Bytes, now: Instant) -> bool {
+        let supersedes = match self.perturbation {
+            Perturbation::Hold(_) => false,
+            Perturbation::LastOnly(_) => match key(&line, usize::MAX) {
+                Key::Own(_) => false,
+                k => self.lines.iter().any(|(_, held)| key(held, 0) == k),
+            },
+        };
         self.lines.push_back((now, line));
+        supersedes
     }
 
     /// When the next lines are due: the oldest line's delay, or its window, ends.
@@ -203,23 +214,23 @@ async fn relay(
                     let data = frame.into_data().unwrap_or_default();
                     for line in lines.push(&data) {
                         counters.received.fetch_add(1, Ordering::Relaxed);
-                        held.push(line, now);
+                        if held.push(line, now) {
+                            counters.dropped.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 }
                 // The watch ended (its timeout, or a broken connection): what is held still
                 // goes out, at its time, then the stream ends as the upstream's did.
                 _ => {
-                    if let Some(rest) = lines.take().and_then(Lines::rest) {
-                        held.push(rest, Instant::now());
+                    if let Some(rest) = lines.take().and_then(Lines::rest)
+                        && held.push(rest, Instant::now())
+                    {
+                        counters.dropped.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             },
             () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
-                let before = held.lines.len();
-                let due = held.take_due(Instant::now());
-                let merged = before - held.lines.len() - due.len();
-                counters.dropped.fetch_add(merged, Ordering::Relaxed);
-                for line in due {
+                for line in held.take_due(Instant::now()) {
                     if tx.send(line).await.is_err() {
                         return;
                     }
@@ -323,9 +334,9 @@ mod tests {
         let t0 = Instant::now();
         let ms = Duration::from_millis(100);
         let mut held = Held::new(Perturbation::LastOnly(5 * ms));
-        held.push(event("ADDED", "a", 1), t0);
-        held.push(event("MODIFIED", "a", 2), t0 + 2 * ms);
-        held.push(event("ADDED", "b", 3), t0 + 4 * ms);
+        assert!(!held.push(event("ADDED", "a", 1), t0));
+        assert!(held.push(event("MODIFIED", "a", 2), t0 + 2 * ms));
+        assert!(!held.push(event("ADDED", "b", 3), t0 + 4 * ms));
         assert_eq!(held.next_due(), Some(t0 + 5 * ms));
         assert!(held.take_due(t0 + 4 * ms).is_empty());
         assert_eq!(
@@ -333,7 +344,7 @@ mod tests {
             [event("MODIFIED", "a", 2), event("ADDED", "b", 3)]
         );
         // The next window starts with the next line.
-        held.push(event("DELETED", "a", 4), t0 + 9 * ms);
+        assert!(!held.push(event("DELETED", "a", 4), t0 + 9 * ms));
         assert_eq!(held.next_due(), Some(t0 + 14 * ms));
         assert_eq!(held.take_due(t0 + 14 * ms), [event("DELETED", "a", 4)]);
     }
