@@ -1,9 +1,10 @@
 //! Who does the work (the targets) and the fresh control plane each measurement runs on.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use kube::api::{Api, PostParams};
@@ -12,10 +13,11 @@ use podset_operator::rbac;
 use serde_json::json;
 use testenv::harness::OPERATOR_SA;
 use testenv::operator::{Launcher, Operator};
-use testenv::{Cluster, Options, Process};
+use testenv::{Cluster, Options, Process, free_port, poll, versions};
 
 use crate::NS;
 use crate::system::{metric_sum, proc_stats};
+use crate::workload::Kind;
 
 /// Who does the work in a run.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -63,6 +65,15 @@ impl Target {
         }
     }
 
+    /// The objects it converges, or None if it converges neither kind.
+    pub fn kind(self) -> Option<Kind> {
+        match self {
+            Target::Operator => Some(Kind::PodSet),
+            Target::ReplicaSet(_) => Some(Kind::ReplicaSet),
+            Target::CronJob | Target::Floor => None,
+        }
+    }
+
     /// The kube-controller-manager controllers doing the work and their client QPS/burst
     /// (None: the defaults), or None if it is not kube-controller-manager.
     pub fn controllers(self) -> Option<(&'static [&'static str], Option<u32>)> {
@@ -70,6 +81,22 @@ impl Target {
             Target::ReplicaSet(qps) => Some((&["replicaset"], qps)),
             Target::CronJob => Some((&["cronjob", "job"], Some(1000))),
             Target::Operator | Target::Floor => None,
+        }
+    }
+}
+
+/// A worker process a scenario starts itself, on a control plane without one of its own
+/// ([`Env::without_worker`]). Killed when dropped.
+pub enum Worker {
+    Operator(Operator),
+    ControllerManager(Process),
+}
+
+impl Worker {
+    pub fn process(&self) -> &Process {
+        match self {
+            Worker::Operator(op) => &op.process,
+            Worker::ControllerManager(p) => p,
         }
     }
 }
@@ -241,7 +268,7 @@ pub fn operator_launcher(
 
 /// [`operator_launcher`]'s operator, named "bench", with `vars` added to its environment (a
 /// heap profiler's preload); waits until ready.
-async fn start_operator_with(
+pub async fn start_operator_with(
     cluster: &Cluster,
     kubeconfig: &Path,
     bin: &Path,
@@ -256,6 +283,68 @@ async fn start_operator_with(
     // Long enough for the initial list of W5's 100,000 pods.
     op.wait_ready(Duration::from_secs(300)).await?;
     Ok(op)
+}
+
+/// kube-controller-manager as process `kube-controller-manager-<name>`, running `target`'s
+/// controllers with its client limits and `kubeconfig`'s credentials (each controller under
+/// the manager's own), serving on a port of its own, with `extra` flags (leader election);
+/// waits until its `/healthz` answers.
+pub async fn start_controller_manager(
+    cluster: &Cluster,
+    kubeconfig: &Path,
+    target: Target,
+    name: &str,
+    extra: &[String],
+) -> Result<Process> {
+    let (controllers, qps) = target.controllers().context("no controllers")?;
+    let port = free_port()?;
+    let mut args = vec![
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--controllers={}", controllers.join(",")),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+        "--use-service-account-credentials=false".into(),
+        "--v=1".into(),
+    ];
+    args.extend(qps_args(qps));
+    args.extend(extra.iter().cloned());
+    let bin = versions::kube_bin_dir(&cluster.version).join("kube-controller-manager");
+    let name = format!("kube-controller-manager-{name}");
+    let mut process = Process::new(&name, bin, args, cluster.dir());
+    process.start()?;
+    // Its certificate is a self-signed one made at start; /healthz needs no credentials.
+    let http = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()?;
+    let url = format!("https://127.0.0.1:{port}/healthz");
+    poll(
+        Duration::from_secs(120),
+        &format!("{name}'s /healthz"),
+        || async {
+            let answer = http.get(&url).send().await;
+            Ok(answer.is_ok_and(|r| r.status().is_success()))
+        },
+    )
+    .await?;
+    Ok(process)
+}
+
+/// A copy of the admin kubeconfig whose server is `addr` (a [`testenv::proxy::FaultProxy`]
+/// on the API server's IP, which the server's certificate names).
+pub fn admin_kubeconfig_via(cluster: &Cluster, addr: SocketAddr) -> Result<PathBuf> {
+    let admin = std::fs::read_to_string(cluster.kubeconfig())?;
+    let server = format!("server: {}\n", cluster.server_url());
+    if !admin.contains(&server) {
+        bail!("{} names no {server}", cluster.kubeconfig().display());
+    }
+    let path = cluster
+        .dir()
+        .join(format!("kubeconfig-via-{}", addr.port()));
+    std::fs::write(
+        &path,
+        admin.replace(&server, &format!("server: https://{addr}\n")),
+    )?;
+    Ok(path)
 }
 
 /// The operator's `/metrics` (plain HTTP, see [`operator_launcher`]).

@@ -88,6 +88,14 @@ pub async fn apiserver_metrics(client: &Client) -> Result<String> {
     Ok(client.request_text(req).await?)
 }
 
+/// The pod watches open on the API server (its `apiserver_longrunning_requests`), all clients'.
+pub async fn pod_watches(client: &Client) -> Result<f64> {
+    let text = apiserver_metrics(client).await?;
+    Ok(metric_sum(&text, "apiserver_longrunning_requests", |l| {
+        l.contains("verb=\"WATCH\"") && l.contains("resource=\"pods\"")
+    }))
+}
+
 /// The sum over the series of metric `name` in Prometheus `text` whose labels (`{...}`, as
 /// written) `keep` accepts; 0 if none (a counter's series appears at its first count).
 pub fn metric_sum(text: &str, name: &str, keep: impl Fn(&str) -> bool) -> f64 {

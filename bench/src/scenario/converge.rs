@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result};
 
 use crate::NS;
 use crate::cli::{BenchArgs, Sizes};
@@ -12,7 +12,7 @@ use crate::heap;
 use crate::report::Sample;
 use crate::scenario::apf;
 use crate::system::{ProcStats, apiserver_mutations, mib, proc_stats};
-use crate::workload::{self, Convergence, Kind, names};
+use crate::workload::{self, Convergence, names};
 
 /// What one convergence run creates, and what it measures besides the time.
 #[derive(Clone, Copy)]
@@ -126,9 +126,9 @@ async fn submit_and_wait(env: &Env, target: Target, work: Work) -> Result<f64> {
             workload::create_pods(&env.client, NS, pods, 64).await?;
             return Ok(t0.elapsed().as_secs_f64());
         }
-        Target::Operator => Kind::PodSet,
-        Target::ReplicaSet(_) => Kind::ReplicaSet,
-        Target::CronJob => bail!("the CronJob controller converges no PodSets or ReplicaSets"),
+        _ => target
+            .kind()
+            .context("the CronJob controller converges no PodSets or ReplicaSets")?,
     };
     let mut conv = Convergence::start(&env.client, NS, kind);
     let names = names("w", work.objects);

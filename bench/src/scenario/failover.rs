@@ -8,18 +8,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::Client;
 use kube::api::Api;
 use testenv::harness::LEASE;
 use testenv::operator::Operator;
-use testenv::{Process, free_port, poll, poll_some, versions};
+use testenv::{Process, poll, poll_some};
 
 use crate::NS;
 use crate::cli::{BenchArgs, Sizes};
-use crate::env::{Env, Target, operator_launcher, operator_metrics, qps_args};
+use crate::env::{
+    Env, Target, Worker, operator_launcher, operator_metrics, start_controller_manager,
+};
 use crate::report::Sample;
 use crate::scenario::lease::{LeaseWatch, holder_of, whose};
-use crate::system::{apiserver_metrics, metric_sum, mib, proc_stats};
+use crate::system::{metric_sum, mib, pod_watches, proc_stats};
 use crate::workload::{self, Convergence, Kind, names};
 
 /// The measurements, one row each per pair.
@@ -229,11 +230,6 @@ async fn handover(
     Ok(vec![(HANDOVER, label, sample)])
 }
 
-enum Worker {
-    Operator(Operator),
-    ControllerManager(Process),
-}
-
 struct Candidate {
     worker: Worker,
     /// Its name in the Lease; a kube-controller-manager's is learnt when it leads.
@@ -245,10 +241,7 @@ struct Candidate {
 
 impl Candidate {
     fn process(&self) -> &Process {
-        match &self.worker {
-            Worker::Operator(op) => &op.process,
-            Worker::ControllerManager(p) => p,
-        }
+        self.worker.process()
     }
 
     fn peak_rss_mib(&self) -> Result<f64> {
@@ -340,34 +333,12 @@ impl<'a> Candidates<'a> {
     /// and retry period at their defaults, 10 s and 2 s), serving on a port of its own.
     async fn start_controller_manager(&self, name: &str) -> Result<Process> {
         let cluster = &self.env.cluster;
-        let (controllers, qps) = self.pair.base().controllers().context("no controllers")?;
-        let port = free_port()?;
-        let mut args = vec![
-            format!("--kubeconfig={}", cluster.kubeconfig().display()),
-            format!("--controllers={}", controllers.join(",")),
+        let election = [
             "--leader-elect=true".into(),
             format!("--leader-elect-lease-duration={LEASE_SECONDS}s"),
-            "--bind-address=127.0.0.1".into(),
-            format!("--secure-port={port}"),
-            "--use-service-account-credentials=false".into(),
-            "--v=1".into(),
         ];
-        args.extend(qps_args(qps));
-        let bin = versions::kube_bin_dir(&cluster.version).join("kube-controller-manager");
-        let name = format!("kube-controller-manager-{name}");
-        let mut process = Process::new(&name, bin, args, cluster.dir());
-        process.start()?;
-        // Its certificate is a self-signed one made at start; /healthz needs no credentials.
-        let http = reqwest::Client::builder()
-            .danger_accept_invalid_certs(true)
-            .build()?;
-        let url = format!("https://127.0.0.1:{port}/healthz");
-        poll(STARTUP, &format!("{name}'s /healthz"), || async {
-            let answer = http.get(&url).send().await;
-            Ok(answer.is_ok_and(|r| r.status().is_success()))
-        })
-        .await?;
-        Ok(process)
+        let (kubeconfig, target) = (cluster.kubeconfig(), self.pair.base());
+        start_controller_manager(cluster, kubeconfig, target, name, &election).await
     }
 
     /// Waits until a live candidate holds the Lease: its index. A holder no candidate is known
@@ -417,12 +388,4 @@ impl<'a> Candidates<'a> {
         let (client, kind) = (&self.env.client, self.pair.kind());
         workload::create_all(client, NS, kind, &[name.to_string()], NEW_REPLICAS).await
     }
-}
-
-/// The pod watches open on the API server (its `apiserver_longrunning_requests`).
-async fn pod_watches(client: &Client) -> Result<f64> {
-    let text = apiserver_metrics(client).await?;
-    Ok(metric_sum(&text, "apiserver_longrunning_requests", |l| {
-        l.contains("verb=\"WATCH\"") && l.contains("resource=\"pods\"")
-    }))
 }

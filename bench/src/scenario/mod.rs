@@ -2,6 +2,7 @@
 
 mod apf;
 mod at;
+mod blackhole;
 mod converge;
 mod cronjob;
 mod failover;
@@ -15,6 +16,7 @@ use crate::cli::{BenchArgs, Sizes};
 use crate::env::Target;
 use crate::report::{Row, check_invariants, repeat, repeat_each, report};
 use at::at_run;
+use blackhole::blackhole_run;
 use converge::{Work, converge_run};
 use failover::{Pair, failover_run};
 use storm::storm_run;
@@ -131,8 +133,9 @@ pub async fn bench(args: BenchArgs) -> Result<()> {
             );
         }
     }
-    // Each run waits out lease durations, a minute or so a pair: in the smoke run (make test)
-    // only when asked for.
+    // failover's runs wait out lease durations, a minute or so a pair, and blackhole's the
+    // detection of dead connections, tens of seconds: in the smoke run (make test) only when
+    // asked for.
     let asked = |scenario: &str| args.only.iter().any(|s| s == scenario);
     if wanted(&args, "failover") && (!args.smoke || asked("failover")) {
         let mut failover = Vec::new();
@@ -145,6 +148,12 @@ pub async fn bench(args: BenchArgs) -> Result<()> {
         let order = [failover::KILL, failover::RELEASE, failover::HANDOVER];
         failover.sort_by_key(|r| order.iter().position(|&o| o == r.scenario));
         rows.extend(failover);
+    }
+    if wanted(&args, "blackhole") && (!args.smoke || asked("blackhole")) {
+        for t in targets(&args, [Target::Operator, qps]) {
+            let run = || blackhole_run(t, &args);
+            rows.push(repeat(runs, blackhole::SCENARIO, t.label(), run).await?);
+        }
     }
     report(&rows, &args)?;
     check_invariants(&rows, &s)
