@@ -10,7 +10,7 @@ use std::time::Duration;
 use http::Request;
 use tower::BoxError;
 
-use super::guard::{Answer, Guard};
+use super::guard::{Answer, Guard, Reply};
 
 /// How long a request may take, answer included. The API server gives up on a request after
 /// 60 s (`--request-timeout`); a create or patch that long is already in trouble, and one
@@ -31,7 +31,7 @@ impl Guard for RequestDeadline {
         true
     }
 
-    async fn around<T: Send + 'static>(self, answer: impl Answer<T>) -> Result<T, BoxError> {
+    async fn around<T: Reply>(self, answer: impl Answer<T>) -> Result<T, BoxError> {
         match tokio::time::timeout(REQUEST_TIMEOUT, answer).await {
             Ok(answer) => answer,
             Err(_) => Err(TimedOut.into()),

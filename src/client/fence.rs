@@ -6,7 +6,7 @@
 use http::Request;
 use tower::BoxError;
 
-use super::guard::{Answer, Guard, mutating};
+use super::guard::{Answer, Guard, Reply, mutating};
 use crate::leader::Fence;
 
 /// The error of a write the fence refused.
@@ -43,7 +43,7 @@ impl Guard for FenceLayer {
 
     // A connection can take seconds to open, and a process can be paused at any point in
     // between: the transport checks again as the bytes leave (`client::gated`).
-    async fn around<T: Send + 'static>(self, answer: impl Answer<T>) -> Result<T, BoxError> {
+    async fn around<T: Reply>(self, answer: impl Answer<T>) -> Result<T, BoxError> {
         self.0.admit()?;
         let in_flight = self.0.let_through();
         let answer = answer.await;

@@ -35,7 +35,27 @@ pub trait Guard: Clone + Send + 'static {
     }
 
     /// The answer to a request this guard keeps, under its rule.
-    fn around<T: Send + 'static>(self, answer: impl Answer<T>) -> impl Answer<T>;
+    fn around<T: Reply>(self, answer: impl Answer<T>) -> impl Answer<T>;
+}
+
+/// What a guard may read of an answer.
+pub trait Reply: Send + 'static {
+    /// Whether the server did what was asked (2xx).
+    fn succeeded(&self) -> bool;
+}
+
+impl<B: Send + 'static> Reply for http::Response<B> {
+    fn succeeded(&self) -> bool {
+        self.status().is_success()
+    }
+}
+
+/// The guards' tests answer with nothing.
+#[cfg(test)]
+impl Reply for () {
+    fn succeeded(&self) -> bool {
+        true
+    }
 }
 
 /// A request's answer, to come: the request is sent when this is first polled, and not before.
@@ -53,7 +73,7 @@ pub struct Guarded<S, G> {
 impl<S, G, B> Service<Request<B>> for Guarded<S, G>
 where
     S: Service<Request<B>>,
-    S::Response: Send + 'static,
+    S::Response: Reply,
     S::Error: Into<BoxError>,
     S::Future: Send + 'static,
     G: Guard,
