@@ -205,8 +205,11 @@ impl Guard for MutatingLimit {
             true => Lane::Event,
             false => Lane::Work,
         };
-        let (shared, kind) = (self.shared.clone(), Kind::of(req));
-        self.keeps(req).then_some(Self { shared, lane, kind })
+        self.keeps(req).then(|| Self {
+            shared: self.shared.clone(),
+            lane,
+            kind: Kind::of(req),
+        })
     }
 
     async fn around<T: Reply>(self, answer: impl Answer<T>) -> Result<T, BoxError> {
@@ -222,8 +225,9 @@ impl Guard for MutatingLimit {
         let answer = answer.await;
         if answer.as_ref().is_ok_and(Reply::succeeded) {
             // Counted before the retry layer counts the write served: its window's news.
-            let kind = self.kind.clone();
-            self.window().queueing.answered(kind, sent, Instant::now());
+            self.window()
+                .queueing
+                .answered(&self.kind, sent, Instant::now());
         }
         self.release(slot);
         answer

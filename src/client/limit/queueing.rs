@@ -88,7 +88,7 @@ pub struct Queueing {
 
 impl Queueing {
     /// A write of `kind` sent at `sent` was answered, and served, at `now`.
-    pub fn answered(&mut self, kind: Kind, sent: Instant, now: Instant) {
+    pub fn answered(&mut self, kind: &Kind, sent: Instant, now: Instant) {
         let took = now.saturating_duration_since(sent);
         let Some(floor) = self.floor(kind, now) else {
             return;
@@ -99,12 +99,12 @@ impl Queueing {
         self.since = Some(self.since.map_or(from, |since| since.min(from)));
     }
 
-    fn floor(&mut self, kind: Kind, now: Instant) -> Option<&mut Floor> {
-        match self.floors.iter().position(|f| f.kind == kind) {
+    fn floor(&mut self, kind: &Kind, now: Instant) -> Option<&mut Floor> {
+        match self.floors.iter().position(|f| f.kind == *kind) {
             Some(i) => Some(&mut self.floors[i]),
             None if self.floors.len() < KINDS => {
                 self.floors.push(Floor {
-                    kind,
+                    kind: kind.clone(),
                     current: Duration::MAX,
                     previous: Duration::MAX,
                     spell_began: now,
@@ -115,19 +115,15 @@ impl Queueing {
         }
     }
 
-    /// The writes that waited on average since the last reading.
-    pub fn waiting(&self, now: Instant) -> f64 {
-        match self.since {
-            Some(since) if now > since => self.waited.as_secs_f64() / (now - since).as_secs_f64(),
+    /// The writes that waited on average since the last reading, and a new spell from `now`.
+    pub fn read(&mut self, now: Instant) -> f64 {
+        let waited = std::mem::take(&mut self.waited);
+        let since = self.since.take();
+        self.last_read = Some(now);
+        match since {
+            Some(since) if now > since => waited.as_secs_f64() / (now - since).as_secs_f64(),
             _ => 0.0,
         }
-    }
-
-    /// [`Self::waiting`], and a new spell from `now`.
-    pub fn read(&mut self, now: Instant) -> f64 {
-        let waiting = self.waiting(now);
-        (self.waited, self.since, self.last_read) = (Duration::ZERO, None, Some(now));
-        waiting
     }
 }
 
@@ -183,7 +179,7 @@ mod tests {
         let mut q = Queueing::default();
         for (n, after) in [(3, 10), (3, 20), (2, 30)] {
             for _ in 0..n {
-                q.answered(Kind("POST pods".into()), t0, t0 + ms(after));
+                q.answered(&Kind("POST pods".into()), t0, t0 + ms(after));
             }
         }
         let waiting = q.read(t0 + ms(30));
@@ -198,9 +194,9 @@ mod tests {
         let mut q = Queueing::default();
         for i in 0..10 {
             let sent = t0 + ms(10 * i);
-            q.answered(Kind("POST events".into()), sent, sent + ms(1));
-            q.answered(Kind("POST pods".into()), sent, sent + ms(6));
-            q.answered(Kind("PATCH podsets/status".into()), sent, sent + ms(3));
+            q.answered(&Kind("POST events".into()), sent, sent + ms(1));
+            q.answered(&Kind("POST pods".into()), sent, sent + ms(6));
+            q.answered(&Kind("PATCH podsets/status".into()), sent, sent + ms(3));
         }
         assert_eq!(q.read(t0 + ms(100)), 0.0);
     }
@@ -211,15 +207,15 @@ mod tests {
     fn writes_kept_waiting_all_along_are_counted_over_the_spell() {
         let t0 = Instant::now();
         let mut q = Queueing::default();
-        let pods = || Kind("POST pods".into());
-        q.answered(pods(), t0, t0 + ms(10));
+        let pods = Kind("POST pods".into());
+        q.answered(&pods, t0, t0 + ms(10));
         q.read(t0 + ms(10));
         let took = Duration::from_secs_f64(0.080 / 3.0);
         // 3 answers every 10 ms, from 1 s on, each sent `took` before.
         let start = t0 + Duration::from_secs(1);
         for i in 0..30u32 {
             let answered = start + ms(10) * (i / 3 + 1);
-            q.answered(pods(), answered - took, answered);
+            q.answered(&pods, answered - took, answered);
         }
         let waiting = q.read(start + ms(100));
         // 30 x 16.7 ms waited over 116.7 ms, from when the first of them was sent: 4.3 of

@@ -44,12 +44,12 @@ fn the_window_grows_by_half_per_window_served_until_the_cap() {
 #[test]
 fn the_window_stops_growing_where_writes_wait() {
     let mut w = Window::new(64);
-    let pods = || Kind::of(&post("/api/v1/namespaces/ns/pods"));
+    let pods = Kind::of(&post("/api/v1/namespaces/ns/pods"));
     let ms = Duration::from_millis;
     let mut round = |sent: Instant, answered: &[u64]| -> usize {
         let times = answered.iter().map(|&t| sent + ms(t));
         let grown = times.map(|now| {
-            w.queueing.answered(pods(), sent, now);
+            w.queueing.answered(&pods, sent, now);
             w.served(now)
         });
         grown.sum()
@@ -300,7 +300,7 @@ async fn an_event_waits_for_the_other_writes_waiting() {
 fn against_a_level(w: &mut Window, seats: usize, queued: usize, n: usize) -> (usize, u64) {
     let ms = Duration::from_millis;
     let t0 = at(0);
-    let kind = || Kind::of(&post("/api/v1/namespaces/ns/pods"));
+    let kind = Kind::of(&post("/api/v1/namespaces/ns/pods"));
     let (mut serving, mut waiting) = (Vec::new(), std::collections::VecDeque::new());
     let (mut sent, mut done, mut throttled) = (0, 0, 0);
     for tick in 0.. {
@@ -310,7 +310,7 @@ fn against_a_level(w: &mut Window, seats: usize, queued: usize, n: usize) -> (us
             serving.drain(..).partition(|&(end, _)| end <= now);
         serving = going;
         for (_, began) in finished {
-            w.queueing.answered(kind(), began, now);
+            w.queueing.answered(&kind, began, now);
             w.served(now);
             done += 1;
         }
