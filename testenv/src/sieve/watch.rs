@@ -2,7 +2,7 @@
 //! and unobserved states. A JSON watch response is a stream of events, one JSON object a
 //! line; the stream is cut into lines whatever its chunking, and only whole lines move.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -115,22 +115,22 @@ fn key(line: &[u8], position: usize) -> Key {
     }
 }
 
-/// Of `lines`, each object's last event only, at that event's place.
-fn last_only(lines: Vec<Bytes>) -> Vec<Bytes> {
-    let keys: Vec<Key> = lines.iter().enumerate().map(|(i, l)| key(l, i)).collect();
-    let last: HashMap<&Key, usize> = keys.iter().enumerate().map(|(i, k)| (k, i)).collect();
-    lines
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| last[&keys[*i]] == *i)
-        .map(|(_, l)| l)
-        .collect()
+/// Of `lines`, each with its key, each object's last event only, at that event's place.
+fn last_only(lines: Vec<(Key, Bytes)>) -> Vec<Bytes> {
+    let mut later = HashSet::new();
+    let mut kept: Vec<Bytes> = (lines.into_iter().rev())
+        .filter_map(|(k, l)| later.insert(k).then_some(l))
+        .collect();
+    kept.reverse();
+    kept
 }
 
-/// The lines held, each with when it arrived.
+/// The lines held, each with when it arrived and its key.
 struct Held {
     perturbation: Perturbation,
-    lines: VecDeque<(Instant, Bytes)>,
+    lines: VecDeque<(Instant, Key, Bytes)>,
+    /// Lines pushed so far: the position that keys a line that is not an event.
+    pushed: usize,
 }
 
 impl Held {
@@ -138,26 +138,24 @@ impl Held {
         Self {
             perturbation,
             lines: VecDeque::new(),
+            pushed: 0,
         }
     }
 
     /// Holds `line`; whether it supersedes a line held, which [`Perturbation::LastOnly`] will
     /// drop.
     fn push(&mut self, line: Bytes, now: Instant) -> bool {
-        let supersedes = match self.perturbation {
-            Perturbation::Hold(_) => false,
-            Perturbation::LastOnly(_) => match key(&line, usize::MAX) {
-                Key::Own(_) => false,
-                k => self.lines.iter().any(|(_, held)| key(held, 0) == k),
-            },
-        };
-        self.lines.push_back((now, line));
+        let k = key(&line, self.pushed);
+        self.pushed += 1;
+        let supersedes = matches!(self.perturbation, Perturbation::LastOnly(_))
+            && self.lines.iter().any(|(_, held, _)| *held == k);
+        self.lines.push_back((now, k, line));
         supersedes
     }
 
     /// When the next lines are due: the oldest line's delay, or its window, ends.
     fn next_due(&self) -> Option<Instant> {
-        let (arrived, _) = self.lines.front()?;
+        let (arrived, _, _) = self.lines.front()?;
         Some(
             *arrived
                 + match self.perturbation {
@@ -173,10 +171,16 @@ impl Held {
         }
         match self.perturbation {
             Perturbation::Hold(d) => {
-                let due = self.lines.iter().take_while(|(t, _)| *t + d <= now).count();
-                self.lines.drain(..due).map(|(_, l)| l).collect()
+                let due = self
+                    .lines
+                    .iter()
+                    .take_while(|(t, _, _)| *t + d <= now)
+                    .count();
+                self.lines.drain(..due).map(|(_, _, l)| l).collect()
             }
-            Perturbation::LastOnly(_) => last_only(self.lines.drain(..).map(|(_, l)| l).collect()),
+            Perturbation::LastOnly(_) => {
+                last_only(self.lines.drain(..).map(|(_, k, l)| (k, l)).collect())
+            }
         }
     }
 }
@@ -287,7 +291,7 @@ mod tests {
     #[test]
     fn last_only_keeps_each_objects_last_event_in_its_place() {
         let error = Bytes::from_static(b"{\"type\":\"ERROR\",\"object\":{\"metadata\":{}}}\n");
-        let lines = vec![
+        let lines = [
             event("ADDED", "a", 1),
             event("ADDED", "b", 2),
             bookmark(2),
@@ -298,7 +302,13 @@ mod tests {
             event("MODIFIED", "c", 5),
         ];
         assert_eq!(
-            last_only(lines),
+            last_only(
+                lines
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| (key(l, i), l.clone()))
+                    .collect()
+            ),
             [
                 event("MODIFIED", "a", 3),
                 error,
