@@ -268,10 +268,14 @@ async fn assert_standby_wrote_only_its_lease(ns: &TestNs, standby: &Operator) ->
     };
     // A standby starts watching the pods after the start-up grace, which a quick scale-up
     // can beat: wait for its watch, then look at everything it sent.
-    let sent = poll_some(PROMPTLY, "the standby's pod watch in the audit log", || async {
-        let sent = audit::requests_of_agent(ns.cluster.dir(), &agent)?;
-        Ok(sent_of(&sent, "pods", "watch").then_some(sent))
-    })
+    let sent = poll_some(
+        PROMPTLY,
+        "the standby's pod watch in the audit log",
+        || async {
+            let sent = audit::requests_of_agent(ns.cluster.dir(), &agent)?;
+            Ok(sent_of(&sent, "pods", "watch").then_some(sent))
+        },
+    )
     .await?;
     let kinds: Vec<String> = sent
         .iter()
