@@ -76,8 +76,8 @@ enum Holder {
 enum Claim {
     /// Over a record it observed, sent at that instant: it leads at once.
     Taken(Instant),
-    /// It leads at `lead_at`, a lease duration after it created the Lease or first saw it
-    /// named in a record it cannot vouch for (`why`).
+    /// It leads at `lead_at`, a lease duration after its create of the Lease was answered or
+    /// it first saw it named in a record it cannot vouch for (`why`).
     Deferred {
         sent: Instant,
         lead_at: Instant,
@@ -162,6 +162,9 @@ impl LeaderElection {
                     match waited {
                         Ok(deadline) => return self.lead(deadline),
                         Err(why) => {
+                            // Its record, unled, vouches for nothing: found naming this
+                            // instance again, it is reclaimed (waited out), not renewed.
+                            *self.written.lock() = None;
                             info!(lease = %self.name, "{why}; waiting for the lease again");
                             Instant::now() + jittered(self.timing.retry_period)
                         }
@@ -306,9 +309,11 @@ impl LeaderElection {
         );
         Ok(match self.write(observed.as_ref(), claim).await? {
             Wrote::Landed(sent) => Some(match decision {
+                // From the answer, not the send: a create held at the server may land long
+                // after it left, after a person deleted the Lease under its holder.
                 Decision::Create => Claim::Deferred {
                     sent,
-                    lead_at: sent + self.timing.lease,
+                    lead_at: Instant::now() + self.timing.lease,
                     why: "created the leader lease",
                 },
                 Decision::Reclaim(lead_at) => Claim::Deferred {

@@ -26,6 +26,8 @@ struct State {
     lease: Option<(Value, u64)>,
     /// How many more requests to answer with a 500.
     fail: usize,
+    /// How long the next create is held at the server before it is carried out.
+    hold_create: Duration,
     /// Every request but watches: (method, the holder it wrote, if any).
     seen: Vec<(Method, Option<String>)>,
 }
@@ -125,6 +127,10 @@ fn api(state: ApiState) -> Client {
             let bytes = body.collect_bytes().await?;
             let body = serde_json::from_slice(&bytes).unwrap_or_default();
             let query = parts.uri.query().unwrap_or_default().to_string();
+            if parts.method == Method::POST {
+                let held = std::mem::take(&mut state.lock().hold_create);
+                tokio::time::sleep(held).await;
+            }
             Ok::<_, BoxError>(answer(&state, parts.method, &query, body))
         }
     });
@@ -315,6 +321,26 @@ async fn a_record_naming_this_instance_is_led_at_once_only_if_it_saw_its_write_l
         "led again after {:?}",
         again.elapsed()
     );
+}
+
+/// Found by the search (seed 3894941002268962771): a create of the Lease held at the server
+/// may land after a person deleted the Lease under its holder, which acts on until its renew
+/// deadline. Its creator leads a lease duration after the create's answer, by when it surely
+/// landed, not after its send: whether the hold outlasted the renew deadline (the wait was
+/// then over at once, and the Lease naming the creator was taken for its own renewal) or not.
+#[tokio::test(start_paused = true)]
+async fn a_create_of_the_lease_held_at_the_server_is_led_a_lease_duration_after_its_answer() {
+    let timing = record::timing(LEASE);
+    let past_the_deadline = timing.renew_deadline + Duration::from_millis(500);
+    for held in [past_the_deadline, timing.renew_deadline / 2] {
+        let state = ApiState::default();
+        state.lock().hold_create = held;
+        let me = election(&state, "me");
+        let began = Instant::now();
+        assert!(acquire_within(&me, LEASE * 4).await);
+        let led = began.elapsed();
+        assert!(led >= held + LEASE, "held {held:?}, led after {led:?}");
+    }
 }
 
 /// The in-cluster rolling upgrade once went leaderless for a whole lease: a renewal that

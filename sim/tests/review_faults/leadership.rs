@@ -398,3 +398,43 @@ fn a_warm_standby_counts_its_predecessors_last_pods_before_it_acts() {
     });
     assert_ok(&report);
 }
+
+/// Found by the search (seed 3894941002268962771): a standby's create of the Lease, sent as
+/// the replicas started, was held at the server and answered 24 s later, after a person had
+/// deleted the Lease under its holder. The creator timed its wait from the create's send,
+/// so the wait was over at once; its next read found the Lease naming it, which it took for
+/// a renewal, and it led while the holder, slow to hear of the deletion, still acted.
+#[test]
+fn a_create_of_the_lease_answered_late_is_waited_out_from_its_answer() {
+    let report = play(69, Setup::default(), |scene| async move {
+        let held = plan(Before::Hold(secs(24)), After::Reply);
+        scene.rule(rule(Some(0), Method::POST, "/leases", held, 1));
+        // Replica 1, the leader, hears of the deletion only from the answer to a renewal.
+        scene.rule(rule(Some(1), Method::GET, "/leases?", quiet(0, 120), 100));
+        let slow = RequestPlan {
+            slow_reply: secs(4),
+            ..RequestPlan::default()
+        };
+        scene.rule(rule(Some(1), Method::PUT, "/leases/", slow, 100));
+        let l = leader(&scene).await?;
+        if l != 1 {
+            return Err(format!("replica {l} led first; the script needs replica 1"));
+        }
+        scene.user(create_web(2));
+        scene
+            .sleep(secs(22).saturating_sub(scene.sim.elapsed()))
+            .await;
+        scene.user(Action::DeleteLease);
+        for replicas in [4, 1, 3, 2, 5, 1, 4, 2, 3, 1, 5, 2, 4, 1, 3, 2, 5, 1, 4, 2] {
+            scene.sleep(Duration::from_millis(500)).await;
+            scene.user(Action::Scale {
+                ns: "ns-a",
+                name: "web".into(),
+                replicas,
+            });
+        }
+        scene.converged(secs(120)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
