@@ -35,7 +35,6 @@ pub struct Context {
     /// PodSets a write found deleted before the watch said so.
     pub gone: Gone,
     pub rounds: CreateRounds,
-    pub resync: Duration,
     pub clock: Clock,
 }
 
@@ -46,7 +45,6 @@ impl Context {
         pods: Arc<PodCache>,
         metrics: Arc<Metrics>,
         instance: &str,
-        resync: Duration,
         clock: Clock,
     ) -> Self {
         Context {
@@ -59,7 +57,6 @@ impl Context {
             podset_statuses: StatusWrites::default(),
             gone: Gone::default(),
             rounds: CreateRounds::default(),
-            resync,
             clock,
         }
     }

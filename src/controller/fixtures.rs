@@ -22,14 +22,11 @@ pub fn context() -> Arc<Context> {
 }
 
 fn context_over(client: Client) -> Arc<Context> {
-    let resync = std::time::Duration::from_secs(300);
-    let pods = Default::default();
     Arc::new(Context::new(
         client,
-        pods,
+        Default::default(),
         Default::default(),
         "test",
-        resync,
         Default::default(),
     ))
 }

@@ -12,6 +12,7 @@ pub(crate) mod context;
 pub(crate) mod fixtures;
 mod gone;
 pub mod podset;
+mod resync;
 mod rounds;
 mod routing;
 mod unreadable;
@@ -103,6 +104,7 @@ pub async fn act(mut watching: Watching, shutdown: CancellationToken) -> anyhow:
             &mut controllers,
             "podset",
             podset_rx,
+            Some(settings.resync),
             settings.concurrency,
             podset::reconcile,
             podset::error_policy,
@@ -114,6 +116,7 @@ pub async fn act(mut watching: Watching, shutdown: CancellationToken) -> anyhow:
             &mut controllers,
             "at",
             at_rx,
+            None,
             settings.at_concurrency,
             at::reconcile,
             at::error_policy,
@@ -164,13 +167,16 @@ struct Launch<'a> {
 }
 
 impl Launch<'_> {
-    /// Spawns the controller of `K`, triggered by its own watch (spec changes) and by
-    /// `owned` (its pods changed). The receiver turns true once its cache is synced.
+    /// Spawns the controller of `K`, triggered by its own watch (spec changes), by `owned`
+    /// (its pods changed) and, given a period, by the [`resync`] of each object once a period.
+    /// The receiver turns true once its cache is synced.
+    #[allow(clippy::too_many_arguments)]
     fn spawn<K, Fut>(
         &self,
         set: &mut JoinSet<&'static str>,
         name: &'static str,
         owned: UnboundedReceiver<ObjectRef<K>>,
+        resync: Option<Duration>,
         concurrency: u16,
         reconcile: fn(Arc<K>, Arc<Context>) -> Fut,
         error_policy: fn(Arc<K>, &Error, Arc<Context>) -> Action,
@@ -186,9 +192,11 @@ impl Launch<'_> {
         let events = watcher(api, watcher::Config::default()).default_backoff();
         let events = unreadable::readable(events, self.ctx.clone());
         let primary = watch_into_store(events, writer, synced, self.ctx.clone());
+        let swept = resync.map(|period| resync::sweep(reader.clone(), period));
+        let triggers = futures::stream::select(owned, futures::stream::iter(swept).flatten());
         let controller = Controller::for_stream(primary, reader)
             .with_config(ControllerConfig::default().concurrency(concurrency))
-            .reconcile_on(owned)
+            .reconcile_on(triggers)
             .graceful_shutdown_on(self.shutdown.clone().cancelled_owned())
             .run(reconcile, error_policy, self.ctx.clone())
             .for_each(|res| async move { log_result(res) })

@@ -15,7 +15,6 @@ use crate::api::PodSet;
 use crate::cache::CachedPod;
 use crate::error::{Error, Result};
 use crate::expectations::Readiness;
-use crate::jitter::jittered;
 use crate::plan::podset::{self as plan, Next, Outcome, Plan, Seen, Step};
 
 const CONTROLLER: &str = "podset";
@@ -69,10 +68,10 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
     Ok(match after.next {
         Next::Retry => retry_after(ps, ctx),
         Next::In(delay) => Action::requeue(delay),
-        // Spread out, so that PodSets made together are not all looked at in one burst.
+        // The resync sweep looks at it again (`controller::resync`): no timer of its own.
         Next::Resync => {
             ctx.backoff.reset(&uid);
-            Action::requeue(jittered(ctx.resync))
+            Action::await_change()
         }
     })
 }

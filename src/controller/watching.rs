@@ -63,7 +63,6 @@ pub fn watch(client: kube::Client, settings: Settings, exported: Exported, warm:
         pods,
         metrics,
         &settings.instance,
-        settings.resync,
         settings.clock.clone(),
     ));
     ctx.pods.unready();
