@@ -11,6 +11,7 @@ pub(crate) mod context;
 #[cfg(test)]
 pub(crate) mod fixtures;
 mod gone;
+mod kept;
 pub mod podset;
 mod resync;
 mod rounds;
@@ -182,7 +183,7 @@ impl Launch<'_> {
         error_policy: fn(Arc<K>, &Error, Arc<Context>) -> Action,
     ) -> tokio::sync::watch::Receiver<bool>
     where
-        K: Watched + kube::core::object::HasStatus,
+        K: Watched + kept::Kept + kube::core::object::HasStatus,
         K::Status: serde::Serialize,
         Fut: Future<Output = crate::error::Result<Action>> + Send + 'static,
     {

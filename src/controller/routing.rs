@@ -17,6 +17,7 @@ use tracing::warn;
 use serde::Serialize;
 
 use super::context::{Context, api_in};
+use super::kept::Kept;
 use super::wakes::Wakes;
 use crate::api::{At, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet};
 use crate::cache::PodChange;
@@ -25,8 +26,7 @@ use crate::status_writes::status_hash;
 /// The primary objects, triggering on what [`Wakes`] says (a new generation, a status not
 /// ours); `synced` turns true once the first full list is in the store. A deleted object's records (backoff,
 /// expectations, status memo) go with it: nothing would ever reconcile it to reset them.
-/// The store keeps no field that no reconcile reads and that can be large: managed fields,
-/// and `kubectl apply`'s copy of the whole object (a PodSet's template a second time).
+/// The store keeps each object as [`Kept`] says.
 pub(super) fn watch_into_store<K>(
     events: impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
     writer: reflector::store::Writer<K>,
@@ -34,12 +34,12 @@ pub(super) fn watch_into_store<K>(
     ctx: Arc<Context>,
 ) -> impl futures::Stream<Item = watcher::Result<K>> + Send
 where
-    K: Resource<DynamicType = ()> + HasStatus + Clone + std::fmt::Debug + Send + Sync + 'static,
+    K: Kept<DynamicType = ()> + HasStatus + Clone + std::fmt::Debug + Send + Sync + 'static,
     K::Status: Serialize,
 {
     let mut wakes = Wakes::default();
     events
-        .modify(slim)
+        .modify(K::keep)
         .reflect(writer)
         .filter_map(move |event| {
             let woken = match event {
@@ -73,15 +73,6 @@ where
             };
             futures::future::ready(woken)
         })
-}
-
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-fn slim<K: Resource>(o: &mut K) {
-    o.managed_fields_mut().clear();
-    if let Some(annotations) = o.meta_mut().annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
-    }
 }
 
 /// Sends each owner whose pods changed to its controller, once the controllers run
@@ -202,6 +193,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_store_keeps_no_managed_fields_nor_applied_copy() {
+        use crate::controller::kept::LAST_APPLIED;
         let mut ps = podset();
         ps.metadata.managed_fields = Some(vec![Default::default()]);
         ps.metadata.annotations = Some(

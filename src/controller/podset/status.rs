@@ -12,6 +12,7 @@ use super::fresh::{podsets_api, read};
 use crate::api::{PodSet, PodSetStatus};
 use crate::cache::CachedPod;
 use crate::controller::context::{Context, publish, status_patch_params};
+use crate::controller::kept::{kept, same};
 use crate::error::{Error, Result};
 use crate::plan::health;
 use crate::plan::podset::{self as plan, Outcome};
@@ -50,10 +51,11 @@ pub(super) async fn write(
         None => (ps.status.as_ref(), seen.as_str()),
     };
     let status = plan::status(ps, current, pods, outcome, ctx.clock.now());
-    if current == Some(&status) {
+    if same(current, &status) {
         return Ok(());
     }
-    ctx.podset_statuses.sending(&uid, &status);
+    // Its watch event will show it as the store keeps it.
+    ctx.podset_statuses.sending(&uid, &kept(&status));
     let mut patched = patch(ps, over, &status, ctx).await;
     // The newer version may be this very status: sent again by the client after a 504 whose
     // first send had landed, or by an earlier reconcile whose answer was lost. Its watch

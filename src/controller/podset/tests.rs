@@ -355,3 +355,68 @@ async fn a_second_round_of_creates_for_one_spec_reads_the_podset_first() {
         assert_eq!(ctx.gone.is_gone("ps-uid"), replaces);
     }
 }
+
+/// The store keeps a PodSet's pod names as a digest (`kept.rs`); the watch event of this
+/// instance's own status write, arriving before the write's answer, must still be known as
+/// its own, or it wakes one more reconcile: what a write remembers sending is the status as
+/// the store keeps it.
+#[tokio::test]
+async fn the_watch_event_of_our_own_status_write_wakes_no_reconcile() {
+    use crate::controller::routing::watch_into_store;
+    use futures::{FutureExt, Stream, StreamExt, channel::mpsc};
+    use kube::runtime::{reflector, watcher};
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    type Woken = std::pin::Pin<Box<dyn Stream<Item = watcher::Result<PodSet>> + Send>>;
+    let (events, rx) = mpsc::unbounded();
+    let watch: Arc<OnceLock<parking_lot::Mutex<Woken>>> = Arc::default();
+    let written = Arc::new(AtomicUsize::new(0));
+    let woken = Arc::new(AtomicUsize::new(0));
+    let (shown, counted, count) = (
+        events.clone(),
+        watch.clone(),
+        (written.clone(), woken.clone()),
+    );
+    let (ctx, _log) = scripted_context(move |sent, _| {
+        if !sent.is(&Method::PATCH, STATUS) {
+            return otherwise(sent);
+        }
+        let mut ps = podset();
+        ps.metadata.resource_version = Some("2".into());
+        ps.status = serde_json::from_value(sent.body["status"].clone()).ok();
+        count.0.fetch_add(1, Ordering::SeqCst);
+        // The watch shows the write before its answer comes back.
+        shown
+            .unbounded_send(Ok(watcher::Event::Apply(ps.clone())))
+            .unwrap();
+        if let Some(Some(_)) = counted.get().unwrap().lock().next().now_or_never() {
+            count.1.fetch_add(1, Ordering::SeqCst);
+        }
+        Answer::Reply(200, serde_json::to_value(ps).unwrap())
+    });
+    let (_reader, writer) = reflector::store();
+    let (synced, _ready) = tokio::sync::watch::channel(false);
+    let stream: Woken = Box::pin(watch_into_store(rx, writer, synced, ctx.clone()));
+    let _ = watch.set(parking_lot::Mutex::new(stream));
+    let mut ps = podset();
+    ps.metadata.resource_version = Some("1".into());
+    ps.spec.replicas = 2;
+    for event in [
+        watcher::Event::Init,
+        watcher::Event::InitApply(ps.clone()),
+        watcher::Event::InitDone,
+    ] {
+        events.unbounded_send(Ok(event)).unwrap();
+    }
+    while let Some(Some(_)) = watch.get().unwrap().lock().next().now_or_never() {}
+    for (name, uid) in [("web-pod1", "p1"), ("web-pod2", "p2")] {
+        ctx.pods.apply(watcher::Event::Apply(owned_pod(name, uid)));
+    }
+    reconcile_times(1, &ps, &ctx).await;
+    assert_eq!(written.load(Ordering::SeqCst), 1, "one status write");
+    assert_eq!(
+        woken.load(Ordering::SeqCst),
+        0,
+        "woken by our own status write"
+    );
+}
