@@ -61,15 +61,15 @@ pub fn kept(status: &PodSetStatus) -> PodSetStatus {
     }
 }
 
-/// Whether two statuses are the same as the store keeps them, either of them read from the
-/// store or written whole.
-pub fn same(a: Option<&PodSetStatus>, b: &PodSetStatus) -> bool {
-    a.is_some_and(|a| kept(a) == kept(b))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether two statuses are the same as the store keeps them (as the status write compares
+    /// them), either of them read from the store or written whole.
+    fn same(a: Option<&PodSetStatus>, b: &PodSetStatus) -> bool {
+        a.is_some_and(|a| kept(a) == kept(b))
+    }
 
     fn status(names: &[&str]) -> PodSetStatus {
         PodSetStatus {

@@ -12,7 +12,7 @@ use super::fresh::{podsets_api, read};
 use crate::api::{PodSet, PodSetStatus};
 use crate::cache::CachedPod;
 use crate::controller::context::{Context, publish, status_patch_params};
-use crate::controller::kept::{kept, same};
+use crate::controller::kept::kept;
 use crate::error::{Error, Result};
 use crate::plan::health;
 use crate::plan::podset::{self as plan, Outcome};
@@ -51,11 +51,12 @@ pub(super) async fn write(
         None => (ps.status.as_ref(), seen.as_str()),
     };
     let status = plan::status(ps, current, pods, outcome, ctx.clock.now());
-    if same(current, &status) {
+    // Compared, and remembered for its watch event, as the store keeps it.
+    let stored = kept(&status);
+    if current.is_some_and(|c| kept(c) == stored) {
         return Ok(());
     }
-    // Its watch event will show it as the store keeps it.
-    ctx.podset_statuses.sending(&uid, &kept(&status));
+    ctx.podset_statuses.sending(&uid, &stored);
     let mut patched = patch(ps, over, &status, ctx).await;
     // The newer version may be this very status: sent again by the client after a 504 whose
     // first send had landed, or by an earlier reconcile whose answer was lost. Its watch
