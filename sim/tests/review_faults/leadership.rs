@@ -72,14 +72,7 @@ fn a_deleted_lease_is_not_taken_while_its_holder_may_still_act() {
         };
         scene.rule(rule(Some(l), Method::GET, "/leases", slow.clone(), 100));
         scene.user(Action::DeleteLease);
-        for replicas in [4, 1, 3, 2, 5, 1] {
-            scene.sleep(Duration::from_millis(700)).await;
-            scene.user(Action::Scale {
-                ns: "ns-a",
-                name: "web".into(),
-                replicas,
-            });
-        }
+        keep_scaling_web(&scene, Duration::from_millis(700), &[4, 1, 3, 2, 5, 1]).await;
         scene.converged(secs(120)).await;
         Ok(())
     });
@@ -114,14 +107,12 @@ fn a_lease_that_came_and_went_between_two_reads_is_not_taken_at_once() {
         scene.sleep(secs(1)).await;
         scene.rule(rule(Some(0), Method::POST, "/leases", held(4), 1));
         scene.user(Action::DeleteLease);
-        for replicas in [4, 1, 3, 2, 5, 1, 4, 2, 3, 1, 5, 2] {
-            scene.sleep(Duration::from_millis(400)).await;
-            scene.user(Action::Scale {
-                ns: "ns-a",
-                name: "web".into(),
-                replicas,
-            });
-        }
+        keep_scaling_web(
+            &scene,
+            Duration::from_millis(400),
+            &[4, 1, 3, 2, 5, 1, 4, 2, 3, 1, 5, 2],
+        )
+        .await;
         scene.converged(secs(120)).await;
         Ok(())
     });
@@ -425,14 +416,12 @@ fn a_create_of_the_lease_answered_late_is_waited_out_from_its_answer() {
             .sleep(secs(22).saturating_sub(scene.sim.elapsed()))
             .await;
         scene.user(Action::DeleteLease);
-        for replicas in [4, 1, 3, 2, 5, 1, 4, 2, 3, 1, 5, 2, 4, 1, 3, 2, 5, 1, 4, 2] {
-            scene.sleep(Duration::from_millis(500)).await;
-            scene.user(Action::Scale {
-                ns: "ns-a",
-                name: "web".into(),
-                replicas,
-            });
-        }
+        keep_scaling_web(
+            &scene,
+            Duration::from_millis(500),
+            &[4, 1, 3, 2, 5, 1, 4, 2, 3, 1, 5, 2, 4, 1, 3, 2, 5, 1, 4, 2],
+        )
+        .await;
         scene.converged(secs(120)).await;
         Ok(())
     });

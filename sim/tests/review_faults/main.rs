@@ -56,6 +56,18 @@ fn create_web(replicas: i64) -> Action {
     }
 }
 
+/// The user scales PodSet `ns-a/web` to each of `replicas` in turn, `every` apart.
+async fn keep_scaling_web(scene: &Scene, every: Duration, replicas: &[i64]) {
+    for &replicas in replicas {
+        scene.sleep(every).await;
+        scene.user(Action::Scale {
+            ns: "ns-a",
+            name: "web".into(),
+            replicas,
+        });
+    }
+}
+
 /// The user deletes PodSet `ns-a/web`.
 fn delete_web() -> Action {
     Action::DeletePodSet {
