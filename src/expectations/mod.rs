@@ -15,7 +15,9 @@
 //! restart for five minutes. A create whose pod the watch already showed is settled: it is
 //! never sent again (its pod may have been deleted since, and replaced). While a create is
 //! sent again, a pod of its name the watch shows may be the first send's, deleted since, or
-//! this one's: only the answer, which names the pod, says which meets it.
+//! this one's: only the answer, which names the pod, says which meets it. If that answer is
+//! lost too, the name is looked up, not sent a third time: a send landed, and its pod may
+//! have been deleted since, which frees the name for a pod the spec may no longer want.
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -107,10 +109,12 @@ enum Create {
     /// Sent: any pod of its name that the watch shows meets it.
     Sent,
     /// Its answer was lost: to be sent again, with the pods of its name the watch showed
-    /// while it was sent again before (the next answer may name one of them). With none, any
-    /// pod of its name the watch shows meets it (a send landed).
+    /// while it was sent again before (the next answer may name one of them; with some, it is
+    /// looked up instead). With none, any pod of its name the watch shows meets it (a send
+    /// landed).
     Unsettled(Vec<Uid>),
-    /// Sent again, unanswered yet: the pods of its name the watch showed meanwhile.
+    /// Sent again (or looked up), unanswered yet: the pods of its name the watch showed
+    /// meanwhile.
     Resending(Vec<Uid>),
     /// Its pod is this one: only it meets it.
     Made(Uid),
@@ -151,10 +155,13 @@ pub enum Answer {
     Unknown,
 }
 
-/// Creates (pod names) and deletes (pod UID, name) to send again.
+/// Creates (pod names) and deletes (pod UID, name) to send again, and creates to settle by
+/// reading which pod has their name.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Unsettled {
     pub creates: Vec<String>,
+    /// Creates a pod of whose name the watch showed while they were sent again.
+    pub look_ups: Vec<String>,
     pub deletes: Vec<(Uid, String)>,
 }
 
@@ -226,8 +233,8 @@ impl Expectations {
         });
     }
 
-    /// The owner's creates and deletes to send again (none once its record expired), marked
-    /// as being sent again.
+    /// The owner's creates and deletes to send again, and creates to look up (none once its
+    /// record expired), marked as being sent again.
     pub fn to_send_again(&self, owner_uid: &str, now: Instant) -> Unsettled {
         let mut owners = self.owners.lock();
         let Some(p) = owners
@@ -237,16 +244,22 @@ impl Expectations {
             return Unsettled::default();
         };
         let mut unsettled = Unsettled {
-            creates: Vec::new(),
             deletes: p.unsettled_deletes.clone().into_iter().collect(),
+            ..Unsettled::default()
         };
         for (name, create) in &mut p.creates {
             if let Create::Unsettled(seen) = create {
+                let to = if seen.is_empty() {
+                    &mut unsettled.creates
+                } else {
+                    &mut unsettled.look_ups
+                };
+                to.push(name.clone());
                 *create = Create::Resending(std::mem::take(seen));
-                unsettled.creates.push(name.clone());
             }
         }
         unsettled.creates.sort();
+        unsettled.look_ups.sort();
         unsettled.deletes.sort();
         unsettled
     }

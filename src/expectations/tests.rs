@@ -124,8 +124,9 @@ fn a_create_whose_pod_the_watch_showed_is_never_sent_again() {
 }
 
 /// Found by the simulation (seed 5070): the watch showed the pod of a create sent again
-/// whose answer never came; sent a third time, the answer named that pod, which the watch
-/// would never show again: the PodSet waited out the TTL, then wrote its status while idle.
+/// whose answer never came; sent a third time (now looked up), the answer named that pod,
+/// which the watch would never show again: the PodSet waited out the TTL, then wrote its
+/// status while idle.
 #[test]
 fn a_pod_shown_while_a_create_was_sent_again_still_meets_it_after_another_send() {
     let e = Expectations::default();
@@ -136,13 +137,41 @@ fn a_pod_shown_while_a_create_was_sent_again_still_meets_it_after_another_send()
     e.to_send_again("o", t0);
     e.observe(&shown, t0);
     e.record("o", &create("web-poda"), Answer::Unknown, t0);
-    e.to_send_again("o", t0);
+    assert_eq!(e.to_send_again("o", t0).look_ups, ["web-poda"]);
     e.record(
         "o",
         &create("web-poda"),
         Answer::Made(shown.pod_uid.clone()),
         t0,
     );
+    assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
+}
+
+/// Found by the simulation (seed 7947553689885508401): the watch showed the pod of a create
+/// sent again whose answer was lost; a person deleted the pod, and a third send under its name
+/// made it anew, over a spec scaled down meanwhile. Such a create is looked up instead.
+#[test]
+fn a_create_whose_pod_was_shown_while_it_was_sent_again_is_looked_up_not_sent() {
+    let e = Expectations::default();
+    let t0 = Instant::now();
+    let shown = touched("o", "web-poda", Change::Added);
+    e.expect("o", "ns", &creates(["web-poda", "web-podb"]), t0);
+    e.record("o", &create("web-poda"), Answer::Unknown, t0);
+    e.record("o", &create("web-podb"), Answer::Unknown, t0);
+    e.to_send_again("o", t0);
+    e.observe(&shown, t0);
+    e.record("o", &create("web-poda"), Answer::Unknown, t0);
+    e.record("o", &create("web-podb"), Answer::Unknown, t0);
+    let unsettled = e.to_send_again("o", t0);
+    assert_eq!(
+        unsettled.creates,
+        ["web-podb"],
+        "no pod of its name was shown"
+    );
+    assert_eq!(unsettled.look_ups, ["web-poda"]);
+    // Deleted since: nothing has its name, nothing is to come of it.
+    e.record("o", &create("web-poda"), Answer::Nothing, t0);
+    e.record("o", &create("web-podb"), Answer::Nothing, t0);
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use http::Method;
 use podset_sim::faults::{After, Before, Connect, RequestPlan, Rule, WatchPlan};
+use podset_sim::model::objects;
 use podset_sim::model::resource::Kind;
 use podset_sim::model::store::{Key, Store};
 use podset_sim::replica::{LEASE_NAME, LEASE_NAMESPACE};

@@ -131,6 +131,80 @@ fn a_create_whose_look_up_went_unanswered_is_tried_again_soon() {
     assert_ok(&report);
 }
 
+/// Found by the search (seed 7947553689885508401): a create for a scale-up never arrived;
+/// sent again, it landed but its answer was lost too. The watch showed its pod, the PodSet was
+/// scaled down meanwhile, and a person deleted that pod. The third send under its name, the
+/// name now free, made it anew: a pod over the spec, two and a half minutes after the
+/// scale-down.
+#[test]
+fn a_create_whose_pod_was_seen_while_sent_again_is_looked_up_not_made_anew() {
+    let report = play(32, Setup::default(), |scene| async move {
+        let l = leader(&scene).await?;
+        scene.user(create_web(1));
+        scene.converged(secs(30)).await;
+        let first = scene.sim.with(|w| web_pod_names(&w.store, true));
+        let pods = "/namespaces/ns-a/pods";
+        let never = plan(Before::Hang, After::Reply);
+        scene.rule(rule(Some(l), Method::POST, pods, never, 1));
+        let lost = plan(Before::Pass, After::Hang);
+        scene.rule(rule(Some(l), Method::POST, pods, lost, 1));
+        keep_scaling_web(&scene, secs(0), &[2]).await;
+        keep_scaling_web(&scene, secs(2), &[1]).await;
+        // The second send lands some 30 s on: the watch shows its pod, which a person deletes.
+        scene
+            .until("the create sent again lands", secs(45), |s| {
+                web_pods(s) == 2
+            })
+            .await?;
+        scene.sleep(secs(5)).await;
+        let all = scene.sim.with(|w| web_pod_names(&w.store, false));
+        let Some(second) = all.iter().position(|p| !first.contains(p)) else {
+            return Err(format!("no second pod among {all:?}"));
+        };
+        scene.user(Action::DeletePod {
+            ns: "ns-a",
+            podset: "web".into(),
+            pick: second,
+        });
+        scene
+            .until("it is gone", secs(10), |s| web_pods(s) == 1)
+            .await?;
+        // The reads of the PodSet ahead of the third send go unanswered, until two and a half
+        // minutes after the scale-down: the oracle no longer allows a second pod then.
+        let unanswered = plan(Before::Pass, After::Hang);
+        let read = "/namespaces/ns-a/podsets?&fieldSelector";
+        scene.rule(rule(Some(l), Method::GET, read, unanswered, 3));
+        scene.sleep(secs(200)).await;
+        scene.converged(secs(30)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
+
+/// How many active pods PodSet `ns-a/web` controls.
+fn web_pods(store: &Store) -> usize {
+    web_pod_names(store, true).len()
+}
+
+/// The names of the pods PodSet `ns-a/web` controls (only the active ones, if `active`), in
+/// the order a user's `DeletePod` picks from.
+fn web_pod_names(store: &Store, active: bool) -> Vec<String> {
+    let key = Key {
+        kind: Kind::PodSet,
+        namespace: "ns-a".into(),
+        name: "web".into(),
+    };
+    let Some(uid) = store.get(&key).map(|ps| objects::uid(ps).to_string()) else {
+        return Vec::new();
+    };
+    store
+        .objects(Kind::Pod, Some("ns-a"))
+        .filter(|p| objects::controller(p).is_some_and(|(_, _, u)| u == uid))
+        .filter(|p| !active || objects::active(p))
+        .map(|p| objects::name(p).to_string())
+        .collect()
+}
+
 /// Waits until PodSet `ns-a/web` reports no ReplicaFailure.
 async fn web_reports_no_failure_within(scene: &Scene, within: Duration) -> Result<(), String> {
     scene

@@ -1,5 +1,6 @@
-//! Sending again the creates and deletes whose answers were lost, until the API server's
-//! answers say whether each happened: the owner is acted on again only then.
+//! Sending again the creates and deletes whose answers were lost (or looking up the name of a
+//! create one of whose sends landed), until the API server's answers say whether each
+//! happened: the owner is acted on again only then.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
@@ -27,16 +28,23 @@ pub(super) async fn settle(ps: &PodSet, ctx: &Context) -> Outcome {
         let send = resend_create(api, template, name);
         expected(ctx, uid, write, send, |r: &Resent| r.answer.clone())
     });
+    let look_ups = unsettled.look_ups.iter().map(|name| {
+        let write = Write::Create(name.clone());
+        let send = look_up_create(api, name);
+        expected(ctx, uid, write, send, |r: &Resent| r.answer.clone())
+    });
     let deletes = unsettled.deletes.iter().map(|(pod, name)| {
         let write = Write::Delete(pod.clone(), name.clone());
         let send = resend_delete(api, name, pod);
         expected(ctx, uid, write, send, |r: &Resent| r.answer.clone())
     });
-    let (creates, deletes) = futures::join!(
+    let (creates, look_ups, deletes) = futures::join!(
         futures::future::join_all(creates),
+        futures::future::join_all(look_ups),
         futures::future::join_all(deletes)
     );
-    let (created, create_error) = done(unsettled.creates.into_iter(), creates);
+    let names = unsettled.creates.into_iter().chain(unsettled.look_ups);
+    let (created, create_error) = done(names, creates.into_iter().chain(look_ups));
     let names = unsettled.deletes.into_iter().map(|(_, name)| name);
     let (deleted, delete_error) = done(names, deletes);
     let failed_create = report(ps, ctx, Verb::Create, &created, create_error).await;
@@ -51,7 +59,7 @@ pub(super) async fn settle(ps: &PodSet, ctx: &Context) -> Outcome {
 /// error.
 fn done(
     names: impl Iterator<Item = String>,
-    results: Vec<Resent>,
+    results: impl IntoIterator<Item = Resent>,
 ) -> (Vec<String>, Option<String>) {
     let (mut names_done, mut error) = (Vec::new(), None);
     for (name, resent) in names.zip(results) {
@@ -87,16 +95,28 @@ async fn resend_create(api: &Api<Pod>, template: &Pod, name: &str) -> Resent {
                 error: None,
             };
         }
-        Created::Exists(_) => match look_up(api, name).await {
-            Ok(answer) => (answer, None),
-            Err(e) => (Answer::Unknown, Some(api_message(&e))),
-        },
+        Created::Exists(_) => return look_up_create(api, name).await,
         Created::Refused(e) => (
             look_up(api, name).await.unwrap_or(Answer::Unknown),
             Some(api_message(&e)),
         ),
         unknown @ Created::Unknown(_) => (Answer::Unknown, unknown.error()),
         hidden @ Created::Hidden(_) => (Answer::Nothing, hidden.error()),
+    };
+    Resent {
+        answer,
+        by_this_send: false,
+        error,
+    }
+}
+
+/// A create settled by which pod has its name now: a send of it met 409 AlreadyExists, or
+/// landed with its answer lost (sent again, it would make its pod anew had a person deleted
+/// it since).
+async fn look_up_create(api: &Api<Pod>, name: &str) -> Resent {
+    let (answer, error) = match look_up(api, name).await {
+        Ok(answer) => (answer, None),
+        Err(e) => (Answer::Unknown, Some(api_message(&e))),
     };
     Resent {
         answer,
