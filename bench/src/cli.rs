@@ -70,7 +70,8 @@ pub struct BenchArgs {
     pub profile_seconds: Option<u64>,
     /// Record a heap profile of the operator with heaptrack during each W1/W2/W4/W5 run, up to
     /// its steady reading, below target/bench/heap (build with `--profile profiling` for the
-    /// call sites' names).
+    /// call sites' names, and `--no-default-features`: heaptrack sees only malloc, not
+    /// jemalloc).
     #[arg(long)]
     pub heap_profile: bool,
 }
