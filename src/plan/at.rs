@@ -368,7 +368,7 @@ fn finished<'a>(reason: &'a str, pod: &CachedPod) -> Desired<'a> {
     for detail in [ended.reason, ended.message].into_iter().flatten() {
         message.push_str(&format!(": {detail}"));
     }
-    if let Some(code) = pod.exit_code {
+    if let Some(code) = pod.exit_code() {
         message.push_str(&format!(" (exit code {code})"));
     }
     Desired {

@@ -27,7 +27,6 @@ pub fn pod(name: &str) -> CachedPod {
         deletion_cost: 0,
         restarts: 0,
         notes: None,
-        exit_code: None,
     }
 }
 

@@ -77,7 +77,7 @@ mod tests {
                 reason: reason.into(),
                 message: "0/1 nodes are available".into(),
             }),
-            made_from: None,
+            ..Notes::default()
         }));
         Arc::new(pod)
     }

@@ -1,7 +1,7 @@
 //! The At plan's unit tests of its pod, without I/O: its creation (gated, recorded,
 //! released), its trouble, its outcome, its vanishing, and the pod itself.
 
-use super::tests::{SCHEDULE, at_with, condition, pod, record, ts};
+use super::tests::{SCHEDULE, at_with, condition, exited, pod, record, ts};
 use super::*;
 use crate::cache::{Ended, Notes, Trouble};
 
@@ -41,8 +41,7 @@ fn created_pod_means_running_then_done_with_the_outcome() {
         "running: nothing new"
     );
 
-    let mut ok = pod(Phase::Succeeded);
-    ok.exit_code = Some(0);
+    let ok = exited(Phase::Succeeded, 0);
     let done = record(decide(&at, Some(&ok), ts("2019-04-12T10:12:09Z")));
     assert_eq!(done.phase, Some(AtPhase::Done));
     assert_eq!(done.succeeded, Some(true));
@@ -61,10 +60,9 @@ fn created_pod_means_running_then_done_with_the_outcome() {
             reason: Some("Error".into()),
             message: Some("boom".into()),
         }),
-        trouble: None,
-        made_from: None,
+        exit_code: Some(3),
+        ..Notes::default()
     }));
-    bad.exit_code = Some(3);
     let failed = record(decide(&at, Some(&bad), ts("2019-04-12T10:12:09Z")));
     assert_eq!(
         (failed.phase, failed.succeeded),
@@ -100,7 +98,7 @@ fn a_pod_in_trouble_is_told_with_a_warning_and_cleared_once_it_runs() {
             reason: "Unschedulable".into(),
             message: "0/1 nodes are available".into(),
         }),
-        made_from: None,
+        ..Notes::default()
     }));
     let waiting = progress(&at, &stuck, now);
     assert_eq!(waiting.phase, Some(AtPhase::Running));

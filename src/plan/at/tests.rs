@@ -41,7 +41,17 @@ pub(super) fn pod(phase: Phase) -> CachedPod {
         deletion_cost: 0,
         restarts: 0,
         notes: None,
-        exit_code: None,
+    }
+}
+
+/// A pod that ended in `phase`, its container with `code`.
+pub(super) fn exited(phase: Phase, code: i32) -> CachedPod {
+    CachedPod {
+        notes: Some(Box::new(crate::cache::Notes {
+            exit_code: Some(code),
+            ..Default::default()
+        })),
+        ..pod(phase)
     }
 }
 
@@ -185,8 +195,7 @@ fn invalid_date_is_reported_not_retried() {
 
 #[test]
 fn done_is_final_and_says_spec_changes_are_ignored() {
-    let mut ok = pod(Phase::Succeeded);
-    ok.exit_code = Some(0);
+    let ok = exited(Phase::Succeeded, 0);
     let done = progress(&at_with(None), &ok, ts(SCHEDULE));
     let mut at = at_with(Some(done.clone()));
     assert_eq!(
