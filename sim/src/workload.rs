@@ -293,8 +293,9 @@ fn perform_on(w: &mut World, action: &Action, now: jiff::Timestamp) {
     };
 }
 
-/// The names of the pods whose controller is the `kind` object `name`.
-fn pods_of(store: &Store, kind: Kind, ns: &str, name: &str) -> Vec<String> {
+/// The names of the pods whose controller is the `kind` object `name`, in the order
+/// `DeletePod` picks from.
+pub fn pods_of(store: &Store, kind: Kind, ns: &str, name: &str) -> Vec<String> {
     let Some(owner) = store.get(&Key {
         kind,
         namespace: ns.into(),

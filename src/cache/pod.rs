@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use compact_str::CompactString;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::intern;
@@ -145,8 +145,8 @@ pub struct Notes {
     pub exit_code: Option<i32>,
 }
 
-/// The pod's notes, if it has any.
-fn notes(pod: &Pod) -> Option<Box<Notes>> {
+/// The pod's notes, if it has any (`containers`: its container statuses).
+fn notes(pod: &Pod, containers: &[ContainerStatus]) -> Option<Box<Notes>> {
     let ended = pod
         .status
         .as_ref()
@@ -161,11 +161,7 @@ fn notes(pod: &Pod) -> Option<Box<Notes>> {
         .as_ref()
         .and_then(|a| a.get(crate::api::AT_GENERATION_ANNOTATION))
         .and_then(|g| g.parse().ok());
-    let exit_code = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_deref())
-        .unwrap_or_default()
+    let exit_code = containers
         .iter()
         .find_map(|c| c.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code));
     let notes = Notes {
@@ -225,7 +221,7 @@ impl CachedPod {
                 .map(|c| c.restart_count)
                 .max()
                 .unwrap_or(0),
-            notes: notes(pod),
+            notes: notes(pod, container_statuses),
         }
     }
 

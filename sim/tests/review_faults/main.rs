@@ -11,7 +11,7 @@ use podset_sim::model::resource::Kind;
 use podset_sim::model::store::{Key, Store};
 use podset_sim::replica::{LEASE_NAME, LEASE_NAMESPACE};
 use podset_sim::scenario::{Scene, Setup, assert_ok, play};
-use podset_sim::workload::{Action, NAMESPACES};
+use podset_sim::workload::{Action, NAMESPACES, pods_of};
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)

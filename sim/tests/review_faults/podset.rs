@@ -142,7 +142,7 @@ fn a_create_whose_pod_was_seen_while_sent_again_is_looked_up_not_made_anew() {
         let l = leader(&scene).await?;
         scene.user(create_web(1));
         scene.converged(secs(30)).await;
-        let first = scene.sim.with(|w| web_pod_names(&w.store, true));
+        let first = scene.sim.with(|w| web_pod_names(&w.store));
         let pods = "/namespaces/ns-a/pods";
         let never = plan(Before::Hang, After::Reply);
         scene.rule(rule(Some(l), Method::POST, pods, never, 1));
@@ -157,7 +157,7 @@ fn a_create_whose_pod_was_seen_while_sent_again_is_looked_up_not_made_anew() {
             })
             .await?;
         scene.sleep(secs(5)).await;
-        let all = scene.sim.with(|w| web_pod_names(&w.store, false));
+        let all = scene.sim.with(|w| web_pod_names(&w.store));
         let Some(second) = all.iter().position(|p| !first.contains(p)) else {
             return Err(format!("no second pod among {all:?}"));
         };
@@ -181,28 +181,22 @@ fn a_create_whose_pod_was_seen_while_sent_again_is_looked_up_not_made_anew() {
     assert_ok(&report);
 }
 
-/// How many active pods PodSet `ns-a/web` controls.
-fn web_pods(store: &Store) -> usize {
-    web_pod_names(store, true).len()
+/// The names of the pods PodSet `ns-a/web` controls, in the order `DeletePod` picks from.
+fn web_pod_names(store: &Store) -> Vec<String> {
+    pods_of(store, Kind::PodSet, "ns-a", "web")
 }
 
-/// The names of the pods PodSet `ns-a/web` controls (only the active ones, if `active`), in
-/// the order a user's `DeletePod` picks from.
-fn web_pod_names(store: &Store, active: bool) -> Vec<String> {
-    let key = Key {
-        kind: Kind::PodSet,
-        namespace: "ns-a".into(),
-        name: "web".into(),
+/// How many of them are active.
+fn web_pods(store: &Store) -> usize {
+    let active = |name: &String| {
+        let key = Key {
+            kind: Kind::Pod,
+            namespace: "ns-a".into(),
+            name: name.clone(),
+        };
+        store.get(&key).is_some_and(|p| objects::active(p))
     };
-    let Some(uid) = store.get(&key).map(|ps| objects::uid(ps).to_string()) else {
-        return Vec::new();
-    };
-    store
-        .objects(Kind::Pod, Some("ns-a"))
-        .filter(|p| objects::controller(p).is_some_and(|(_, _, u)| u == uid))
-        .filter(|p| !active || objects::active(p))
-        .map(|p| objects::name(p).to_string())
-        .collect()
+    web_pod_names(store).iter().filter(|n| active(n)).count()
 }
 
 /// Waits until PodSet `ns-a/web` reports no ReplicaFailure.
