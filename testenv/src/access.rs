@@ -97,8 +97,13 @@ impl Cluster {
             Some((_, port)) if server != self.server_url() => format!("-via-{port}"),
             _ => String::new(),
         };
-        let path = self.dir().join(format!("kubeconfig-sa-{ns}-{name}{tag}"));
-        std::fs::write(&path, kubeconfig_yaml(server, ca, &token))?;
+        let file = format!("kubeconfig-sa-{ns}-{name}{tag}");
+        let path = self.dir().join(&file);
+        // Written aside and renamed over: an operator started with this path a moment ago
+        // may be reading it now, and must never read it truncated.
+        let aside = self.dir().join(format!("{file}.new"));
+        std::fs::write(&aside, kubeconfig_yaml(server, ca, &token))?;
+        std::fs::rename(&aside, &path)?;
         Ok(path)
     }
 

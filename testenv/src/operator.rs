@@ -2,10 +2,11 @@
 //! benchmarks, so that both start it with the same flags, on free loopback ports, under a
 //! name the leftover check knows.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 
 use crate::Process;
 
@@ -91,16 +92,17 @@ impl Launcher {
         self
     }
 
-    /// Starts it; it is not ready yet (see [`Operator::wait_ready`]).
+    /// Starts it, and waits for it to listen; it is not ready yet (see
+    /// [`Operator::wait_ready`]).
     pub fn start(self) -> Result<Operator> {
-        let metrics_port = crate::free_port()?;
-        let health_port = crate::free_port()?;
         let mut args: Vec<String> = vec![
             "run".into(),
             format!("--namespace={}", self.namespace),
             format!("--instance={}", self.instance),
-            format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
-            format!("--health-probe-bind-address=127.0.0.1:{health_port}"),
+            // Ports the kernel picks as it binds, read back from the log: a port found free
+            // beforehand can be taken before the operator binds it (CI saw it).
+            "--metrics-bind-address=127.0.0.1:0".into(),
+            "--health-probe-bind-address=127.0.0.1:0".into(),
         ];
         args.extend(self.log_format.map(|f| format!("--log-format={f}")));
         args.extend(self.log_level.map(|l| format!("--log-level={l}")));
@@ -113,16 +115,94 @@ impl Launcher {
         for (key, value) in &self.env {
             process = process.env(key, value);
         }
+        // Its errors without anyhow's backtraces, which would bury them (panics keep theirs).
+        process = process.env("RUST_LIB_BACKTRACE", "0");
         process
             .start()
             .with_context(|| format!("starting {}", self.binary.display()))?;
+        let listening = Listening::after(&mut process, 0)?;
         Ok(Operator {
             process,
             instance: self.instance,
-            metrics_port,
-            health_port,
+            metrics_port: listening.metrics.port(),
+            health_port: listening.health.port(),
         })
     }
+}
+
+/// Where a started operator listens, as its "starting" log line says.
+pub struct Listening {
+    pub metrics: SocketAddr,
+    pub health: SocketAddr,
+}
+
+/// How long a starting operator may take to bind its ports and log them.
+const LISTENING_WITHIN: Duration = Duration::from_secs(30);
+
+impl Listening {
+    /// Waits for `process`'s start number `earlier + 1` (its log is appended across restarts)
+    /// to log where it listens. A process that exits first fails with its log. Blocks: it
+    /// takes milliseconds, and the operator says it before it talks to any server.
+    pub fn after(process: &mut Process, earlier: usize) -> Result<Self> {
+        let deadline = std::time::Instant::now() + LISTENING_WITHIN;
+        loop {
+            let log = std::fs::read_to_string(&process.log).unwrap_or_default();
+            if let Some(listening) = log.lines().filter_map(Self::from_line).nth(earlier) {
+                return Ok(listening);
+            }
+            if let Some(status) = process.exited() {
+                bail!(
+                    "{} exited ({status}) before it listened:\n{log}",
+                    process.name
+                );
+            }
+            if std::time::Instant::now() > deadline {
+                bail!(
+                    "{} did not listen within {LISTENING_WITHIN:?}:\n{log}",
+                    process.name
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// How many times `process` has said where it listens.
+    pub fn count(process: &Process) -> usize {
+        let log = std::fs::read_to_string(&process.log).unwrap_or_default();
+        log.lines().filter_map(Self::from_line).count()
+    }
+
+    /// The addresses of a "starting" line, in JSON or text (colours stripped).
+    fn from_line(line: &str) -> Option<Self> {
+        let plain = strip_colours(line);
+        let addr = |key: &str| -> Option<SocketAddr> {
+            let after = &plain[plain.find(key)? + key.len()..];
+            let value = after.trim_start_matches(['"', ':', '=']);
+            let end = value.find(['"', ' ', ',', '}']).unwrap_or(value.len());
+            value[..end].parse().ok()
+        };
+        if !plain.contains("starting") {
+            return None;
+        }
+        Some(Self {
+            metrics: addr("metrics_addr")?,
+            health: addr("health_addr")?,
+        })
+    }
+}
+
+/// `line` without its ANSI colour sequences (`ESC [ ... m`).
+fn strip_colours(line: &str) -> String {
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|&c| c == 'm');
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
 }
 
 /// An operator process. Killed when dropped; its log is printed if the test is failing.
@@ -160,8 +240,14 @@ impl Operator {
             .stop_with(libc::SIGTERM, Duration::from_secs(15))
     }
 
+    /// Starts it again (it listens on new ports) and waits for it to listen.
     pub fn restart(&mut self) -> Result<()> {
-        self.process.start().context("restarting the operator")
+        let earlier = Listening::count(&self.process);
+        self.process.start().context("restarting the operator")?;
+        let listening = Listening::after(&mut self.process, earlier)?;
+        self.metrics_port = listening.metrics.port();
+        self.health_port = listening.health.port();
+        Ok(())
     }
 
     /// `GET /metrics` over HTTPS (the operator's certificate is self-signed), with `token`
@@ -232,5 +318,25 @@ impl Drop for Operator {
                 self.process.log_tail(80)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The "starting" line as the operator writes it, in both log formats.
+    #[test]
+    fn the_ports_are_read_from_the_starting_line_in_json_and_in_colour() {
+        let json = r#"{"level":"INFO","health_addr":"127.0.0.1:35589","message":"starting","metrics_addr":"127.0.0.1:32799","podset":true}"#;
+        let text = "\u{1b}[2m2026-11-27T15:23:27Z\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m starting \u{1b}[3mmetrics_addr\u{1b}[0m\u{1b}[2m=\u{1b}[0m127.0.0.1:33243 \u{1b}[3mhealth_addr\u{1b}[0m\u{1b}[2m=\u{1b}[0m127.0.0.1:42309 \u{1b}[3mleader_elect\u{1b}[0m\u{1b}[2m=\u{1b}[0mfalse";
+        for (line, metrics, health) in [(json, 32799, 35589), (text, 33243, 42309)] {
+            let listening = Listening::from_line(line).expect(line);
+            assert_eq!(
+                (listening.metrics.port(), listening.health.port()),
+                (metrics, health)
+            );
+        }
+        assert!(Listening::from_line(r#"{"message":"became the leader"}"#).is_none());
     }
 }

@@ -9,7 +9,7 @@ use testenv::Process;
 use super::*;
 
 /// The installed Deployment's container, run on this host as ServiceAccount `ns/sa`, with its
-/// listeners moved to free loopback ports. Stopped when dropped.
+/// listeners moved to loopback ports the kernel picks. Stopped when dropped.
 pub struct Installed {
     pub process: Process,
     pub metrics_port: u16,
@@ -25,8 +25,6 @@ impl Installed {
         .await?;
         let deploy: Value = serde_json::from_str(&out)?;
         let container = &deploy["spec"]["template"]["spec"]["containers"][0];
-        let metrics_port = testenv::free_port()?;
-        let health_port = testenv::free_port()?;
         let mut args: Vec<String> = container["args"]
             .as_array()
             .context("the container has args")?
@@ -37,8 +35,8 @@ impl Installed {
             .map(String::from)
             .collect();
         args.extend([
-            format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
-            format!("--health-probe-bind-address=127.0.0.1:{health_port}"),
+            "--metrics-bind-address=127.0.0.1:0".into(),
+            "--health-probe-bind-address=127.0.0.1:0".into(),
             // In a pod: POD_NAME from the downward API. "podset-testenv-" marks test
             // processes for the leftover check.
             format!("--instance=podset-testenv-installed-{ns}"),
@@ -59,9 +57,10 @@ impl Installed {
             }
         }
         process.start()?;
+        let listening = testenv::operator::Listening::after(&mut process, 0)?;
         Ok(Self {
             process,
-            metrics_port,
+            metrics_port: listening.metrics.port(),
         })
     }
 
