@@ -34,7 +34,7 @@ impl Operator {
         match self.election.clone() {
             Some(election) => self.run_as_leader(election, shutdown).await,
             None => {
-                self.exported.metrics.leader.set(1);
+                self.exported.metrics.leading(true);
                 self.run_controllers(self.watch(false), &shutdown).await
             }
         }
@@ -102,7 +102,7 @@ impl Operator {
             }
             info!(%lease, "became the leader");
             let watching = warm.unwrap_or_else(|| self.watch(false));
-            self.exported.metrics.leader.set(1);
+            self.exported.metrics.leading(true);
             self.exported.health.set_ready(false);
             // Every line of this term carries the lease and the term's number in this process.
             let span = tracing::info_span!("term", %lease, term);
@@ -114,7 +114,7 @@ impl Operator {
                 _ = leader.hold() => None,
                 result = controllers => Some(result),
             };
-            self.exported.metrics.leader.set(0);
+            self.exported.metrics.leading(false);
             leader.release().await;
             match result {
                 Some(result) => return result,

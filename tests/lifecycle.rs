@@ -1,7 +1,6 @@
 //! The operator as a production process: probes, Prometheus metrics, graceful shutdown and
 //! leader election, each run as the operator binary under its own ServiceAccount.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
@@ -23,33 +22,6 @@ async fn get(port: u16, path: &str) -> Result<(u16, String)> {
     Ok((resp.status().as_u16(), resp.text().await?))
 }
 
-/// Prometheus text as `series -> value`, the series spelled `name{k="v",...}` as exposed.
-fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            Some((series.to_string(), value.parse().ok()?))
-        })
-        .collect()
-}
-
-async fn scrape(op: &Operator, token: &str) -> Result<BTreeMap<String, f64>> {
-    let (code, body) = op.get_metrics(Some(token)).await?;
-    anyhow::ensure!(code == 200, "/metrics answered {code}: {body}");
-    Ok(parse_metrics(&body))
-}
-
-/// Lets the operator review scrapers and makes one, as a Prometheus would be set up: a
-/// ServiceAccount bound to the generated `metrics-reader` ClusterRole. Its token.
-async fn scraper(ns: &TestNs) -> Result<String> {
-    ns.grant_metrics_auth().await?;
-    ns.create_service_account("scraper").await?;
-    ns.grant_cluster_role("scraper", rbac::metrics_reader_cluster_role())
-        .await?;
-    ns.cluster.service_account_token(&ns.name, "scraper").await
-}
-
 async fn start(ns: &TestNs, args: &[String]) -> Result<Operator> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     ns.start_operator(&args).await
@@ -58,7 +30,7 @@ async fn start(ns: &TestNs, args: &[String]) -> Result<Operator> {
 #[tokio::test]
 async fn probes_and_metrics_report_the_truth() -> Result<()> {
     let ns = TestNs::new("observe").await?;
-    let token = scraper(&ns).await?;
+    let token = ns.scraper().await?;
     let mut op = ns.start_operator(&["--controllers=podset"]).await?;
     poll(PROMPTLY, "/readyz 200 once the caches synced", || async {
         Ok(get(op.health_port, "/readyz")
@@ -76,7 +48,7 @@ async fn probes_and_metrics_report_the_truth() -> Result<()> {
         PROMPTLY,
         "managed_pods to show 2 running PodSet pods",
         || async {
-            let m = scrape(&op, &token).await?;
+            let m = op.scrape(&token).await?;
             let running =
                 m.get(r#"podset_operator_managed_pods{owner_kind="PodSet",state="running"}"#);
             Ok((running == Some(&2.0)).then_some(m))
@@ -97,14 +69,37 @@ async fn probes_and_metrics_report_the_truth() -> Result<()> {
         1.0
     );
     assert_eq!(value("podset_operator_leader")?, 1.0);
-    assert!(value(r#"podset_operator_reconciliations_total{controller="podset"}"#)? >= 1.0);
+    assert_eq!(value("podset_operator_leader_transitions_total")?, 1.0);
+    assert_eq!(value("podset_operator_fence_refusals_total")?, 0.0);
+    assert_eq!(value("podset_operator_podsets_unconverged")?, 0.0);
+    // controller-runtime's names and labels.
+    let reconciled = |result| {
+        value(&format!(
+            r#"controller_runtime_reconcile_total{{controller="podset",result="{result}"}}"#
+        ))
+    };
+    assert!(reconciled("success").or(reconciled("requeue_after"))? >= 1.0);
     assert!(
-        value(r#"podset_operator_reconcile_duration_seconds_count{controller="podset"}"#)? >= 1.0
+        value(r#"controller_runtime_reconcile_time_seconds_count{controller="podset"}"#)? >= 1.0
     );
-    // Two pod creates, a status write and an event at least; list/watch GETs.
-    assert!(value(r#"podset_operator_api_requests_total{verb="POST"}"#)? >= 2.0);
-    assert!(value(r#"podset_operator_api_requests_total{verb="PATCH"}"#)? >= 1.0);
-    assert!(value(r#"podset_operator_api_requests_total{verb="GET"}"#)? >= 2.0);
+    assert_eq!(
+        value(r#"controller_runtime_active_workers{controller="podset"}"#)?,
+        0.0
+    );
+    assert!(value(r#"workqueue_adds_total{controller="podset",name="podset"}"#)? >= 1.0);
+    assert!(
+        value(r#"workqueue_queue_duration_seconds_count{controller="podset",name="podset"}"#)?
+            >= 1.0
+    );
+    assert_eq!(
+        value(r#"workqueue_depth{controller="podset",name="podset"}"#)?,
+        0.0
+    );
+    // client-go's: two pod creates, a status write and an event at least; list/watch GETs.
+    let requests = |labels| value(&format!("rest_client_requests_total{{{labels}}}"));
+    assert!(requests(r#"code="201",method="POST",resource="pods""#)? >= 2.0);
+    assert!(requests(r#"code="200",method="PATCH",resource="podsets/status""#)? >= 1.0);
+    assert!(requests(r#"code="200",method="GET",resource="pods""#)? >= 1.0);
     op.assert_healthy();
     Ok(())
 }
@@ -112,7 +107,7 @@ async fn probes_and_metrics_report_the_truth() -> Result<()> {
 #[tokio::test]
 async fn metrics_answer_only_callers_allowed_to_get_them() -> Result<()> {
     let ns = TestNs::new("guarded").await?;
-    let token = scraper(&ns).await?;
+    let token = ns.scraper().await?;
     ns.create_service_account("nosy").await?;
     let nosy = ns.cluster.service_account_token(&ns.name, "nosy").await?;
     let op = ns.start_operator(&["--controllers=podset"]).await?;
@@ -150,7 +145,7 @@ async fn metrics_answer_only_callers_allowed_to_get_them() -> Result<()> {
 async fn sigterm_releases_the_lease_and_the_standby_takes_over_at_once() -> Result<()> {
     let ns = TestNs::new("handover").await?;
     ns.grant_leader_election().await?;
-    let token = scraper(&ns).await?;
+    let token = ns.scraper().await?;
     let args = leader_args(&ns, 15);
     let mut first = start(&ns, &args).await?;
     assert_eq!(wait_for_holder(&ns, &[&first]).await?, first.instance);
@@ -164,7 +159,7 @@ async fn sigterm_releases_the_lease_and_the_standby_takes_over_at_once() -> Resu
     })
     .await?;
     assert_eq!(
-        scrape(&second, &token).await?.get("podset_operator_leader"),
+        second.scrape(&token).await?.get("podset_operator_leader"),
         Some(&0.0)
     );
 

@@ -3,6 +3,7 @@
 //! that run with the restricted security context, are restarted by the kubelet, and run
 //! a user's own template.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +28,8 @@ struct Ran {
     at: At,
     pod: Pod,
     log: String,
+    /// The operator's `/metrics` once the At was DONE.
+    metrics: BTreeMap<String, f64>,
 }
 
 async fn run_at(prefix: &str, name: &str, schedule: &str, command: &str) -> Result<Ran> {
@@ -48,7 +51,8 @@ async fn run_at_in(
     command: &str,
 ) -> Result<Ran> {
     let ns = TestNs::new_in(cluster, prefix).await?;
-    let _op = ns.start_operator(&["--controllers=at"]).await?;
+    let token = ns.scraper().await?;
+    let op = ns.start_operator(&["--controllers=at"]).await?;
     let api = ns.api::<At>();
     api.create(&PostParams::default(), &at(name, schedule, command))
         .await?;
@@ -66,7 +70,32 @@ async fn run_at_in(
     let pods = ns.api::<Pod>();
     let pod = pods.get(&pod_name).await?;
     let log = pods.logs(&pod_name, &LogParams::default()).await?;
-    Ok(Ran { ns, at, pod, log })
+    // Counted as the DONE write is answered: a moment after the API server shows it.
+    let metrics = poll_some(PROMPTLY, "the At's outcome counted", || async {
+        let metrics = op.scrape(&token).await?;
+        let counted = metrics
+            .keys()
+            .any(|k| k.starts_with("podset_operator_at_outcomes_total{"));
+        Ok(counted.then_some(metrics))
+    })
+    .await?;
+    Ok(Ran {
+        ns,
+        at,
+        pod,
+        log,
+        metrics,
+    })
+}
+
+impl Ran {
+    /// The At was made once, `verdict` (its lateness observed, and its outcome counted).
+    fn assert_measured(&self, verdict: &str) {
+        let value = |series: &str| self.metrics.get(series).copied().unwrap_or_default();
+        assert_eq!(value("podset_operator_at_lateness_seconds_count"), 1.0);
+        let outcome = format!(r#"podset_operator_at_outcomes_total{{verdict="{verdict}"}}"#);
+        assert_eq!(value(&outcome), 1.0, "{:#?}", self.metrics);
+    }
 }
 
 fn completed_message(at: &At) -> String {
@@ -84,6 +113,7 @@ fn completed_message(at: &At) -> String {
 async fn at_echo_yay_ends_done_and_its_log_says_yay() -> Result<()> {
     let ran = run_at("at-yay", "example-at", "2019-04-12T10:12:00Z", "echo YAY").await?;
     assert_yay(&ran);
+    ran.assert_measured("succeeded");
     Ok(())
 }
 
@@ -161,6 +191,7 @@ async fn at_exit_3_ends_done_unsucceeded_with_the_exit_code() -> Result<()> {
     assert!(message.contains("exit code 3"), "{message}");
     assert_eq!(harness::phase(&ran.pod), "Failed");
     assert_eq!(ran.log, "before\n");
+    ran.assert_measured("failed");
     Ok(())
 }
 

@@ -359,13 +359,9 @@ pub async fn operator_writes(metrics_port: u16) -> Result<f64> {
     let mutating = |labels: &str| {
         ["POST", "PUT", "PATCH", "DELETE"]
             .iter()
-            .any(|v| labels.contains(&format!("verb=\"{v}\"")))
+            .any(|v| labels.contains(&format!("method=\"{v}\"")))
     };
-    Ok(metric_sum(
-        &text,
-        "podset_operator_api_requests_total",
-        mutating,
-    ))
+    Ok(metric_sum(&text, "rest_client_requests_total", mutating))
 }
 
 /// Fetches a CPU profile from the API server's `/debug/pprof` and writes it to a file.

@@ -40,16 +40,7 @@ pub struct NotSent(pub tower::BoxError);
 fn never_sent(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(error);
     while let Some(e) = cause {
-        if e.is::<super::NotLeading>() || e.is::<NotSent>() {
-            return true;
-        }
-        // The connection refused to write (`client::gated`): io::Error hides its cause from
-        // `source()`.
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && io
-                .get_ref()
-                .is_some_and(|inner| inner.is::<super::NotLeading>())
-        {
+        if fenced(e) || e.is::<NotSent>() {
             return true;
         }
         if let Some(e) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
@@ -58,6 +49,20 @@ fn never_sent(error: &(dyn std::error::Error + 'static)) -> bool {
         cause = e.source();
     }
     false
+}
+
+/// Whether the leader's fence refused the request of `error` (it was not sent).
+pub fn refused_by_fence(error: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(error), |e| e.source()).any(fenced)
+}
+
+fn fenced(e: &(dyn std::error::Error + 'static)) -> bool {
+    // The connection refused to write (`client::gated`): io::Error hides its cause from
+    // `source()`.
+    e.is::<super::NotLeading>()
+        || e.downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .is_some_and(|inner| inner.is::<super::NotLeading>())
 }
 
 #[cfg(test)]

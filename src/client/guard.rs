@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use http::{Method, Request};
 use tower::{BoxError, Service};
 
+use super::counted::Counted;
 use super::deadline::RequestDeadline;
 use super::fence::FenceLayer;
 use super::limit::MutatingLimit;
@@ -42,11 +43,18 @@ pub trait Guard: Clone + Send + 'static {
 pub trait Reply: Send + 'static {
     /// Whether the server did what was asked (2xx).
     fn succeeded(&self) -> bool;
+
+    /// The answer's HTTP status code.
+    fn code(&self) -> Option<u16>;
 }
 
 impl<B: Send + 'static> Reply for http::Response<B> {
     fn succeeded(&self) -> bool {
         self.status().is_success()
+    }
+
+    fn code(&self) -> Option<u16> {
+        Some(self.status().as_u16())
     }
 }
 
@@ -55,6 +63,10 @@ impl<B: Send + 'static> Reply for http::Response<B> {
 impl Reply for () {
     fn succeeded(&self) -> bool {
         true
+    }
+
+    fn code(&self) -> Option<u16> {
+        None
     }
 }
 
@@ -115,4 +127,4 @@ macro_rules! layers {
     )+};
 }
 
-layers!(RequestDeadline, FenceLayer, MutatingLimit);
+layers!(RequestDeadline, FenceLayer, MutatingLimit, Counted);

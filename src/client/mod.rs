@@ -10,7 +10,8 @@
 //!   reconciles queues here instead of being turned away by the API server's priority level
 //!   (API Priority and Fairness) with 429s; it shrinks when the server throttles a write and
 //!   grows back as writes are served, and a write waiting out a `Retry-After` holds no slot;
-//! - a counter of every request sent, by verb, and of those throttled, for `/metrics`;
+//! - a counter of every request sent, by the answer's code, method and resource, and of
+//!   those throttled, for `/metrics` (`counted`);
 //! - a log of every distinct `Warning` header the API server answers with (a deprecated API,
 //!   a field it ignored), as client-go's default warning handler prints them: kube drops them.
 //!
@@ -38,6 +39,7 @@ use crate::metrics::Metrics;
 
 mod acted;
 mod connection;
+mod counted;
 mod deadline;
 mod fence;
 mod gated;
@@ -48,6 +50,7 @@ mod warnings;
 pub use acted::{NotSent, may_have_acted};
 pub use connection::{PING_AFTER_IDLE, PING_TIMEOUT, READ_IDLE_TIMEOUT};
 use connection::{reads_client, reads_connector, tcp_connector, with_timeouts, writes_client};
+use counted::Counted;
 pub use deadline::REQUEST_TIMEOUT;
 use fence::FenceLayer;
 pub use fence::{Admit, NotLeading};
@@ -102,11 +105,7 @@ where
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    let counted = metrics.clone();
-    let count = ServiceBuilder::new().map_request(move |req: Request<Body>| {
-        counted.api_request(req.method().as_str());
-        req
-    });
+    let count = Counted::new(metrics.clone());
     let (fence, limit) = match controller_writes {
         Some(l) => (
             Some(FenceLayer(l.fence)),
@@ -347,8 +346,8 @@ mod tests {
             .await
             .expect("created once sent again");
         assert_eq!(sent.load(Ordering::SeqCst), 2);
-        let post = metrics::RequestLabels {
-            verb: "POST".into(),
+        let post = metrics::MethodLabels {
+            method: "POST".into(),
         };
         assert_eq!(metrics.api_throttled.get_or_create(&post).get(), 1);
         assert_eq!(metrics.write_window.get(), before / 2);

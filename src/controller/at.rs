@@ -184,7 +184,12 @@ async fn create(at: &At, ctx: &Context, now: Timestamp) -> Result<Outcome> {
             }
             return blocked(plan::REASON_FAILED_CREATE, message);
         }
-        Ok(made) => made,
+        Ok(made) => {
+            if let Some(late) = plan::outcome::lateness(at, ctx.clock.now()) {
+                ctx.metrics.at_started(late);
+            }
+            made
+        }
         Err(kube::Error::Api(s)) if s.code == 409 => match read_pod(at, ctx).await? {
             Some(pod) if controlled_by(at, &pod) => pod,
             _ => {
@@ -261,6 +266,9 @@ fn controlled_by(at: &At, pod: &Pod) -> bool {
 async fn write_status(at: &At, status: &AtStatus, ctx: &Context) -> Result<Option<At>> {
     let written = write_quietly(at, status, ctx).await?;
     if written.is_some() {
+        if let Some(verdict) = plan::outcome::verdict(at.status.as_ref(), status) {
+            ctx.metrics.at_ended(verdict);
+        }
         announce(at, status, ctx).await;
     }
     Ok(written)

@@ -19,9 +19,10 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::events::{Note, Recorder};
 use crate::expectations::Expectations;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, object_key};
 use crate::status_writes::StatusWrites;
 use std::sync::Arc;
+use tokio::time::Instant;
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -39,7 +40,8 @@ pub struct Context {
 }
 
 impl Context {
-    /// Nothing expected, failing or written yet; events are reported as from `instance`.
+    /// Nothing expected, failing, queued or written yet; events are reported as from
+    /// `instance`.
     pub fn new(
         client: Client,
         pods: Arc<PodCache>,
@@ -47,6 +49,8 @@ impl Context {
         instance: &str,
         clock: Clock,
     ) -> Self {
+        metrics.queues.clear();
+        metrics.unconverged.clear();
         Context {
             recorder: Recorder::new(client.clone(), "podset-operator", instance, clock.clone()),
             client,
@@ -63,6 +67,7 @@ impl Context {
 
     /// Drops everything kept for an object that was deleted.
     pub(super) fn forget(&self, uid: &str) {
+        self.metrics.unconverged.forget(uid);
         self.expectations.forget(uid);
         self.backoff.reset(uid);
         self.podset_statuses.forget(uid);
@@ -164,14 +169,18 @@ where
         object = obj.name_any(),
         generation = obj.meta().generation.unwrap_or_default(),
     );
+    let key = object_key(obj.meta().namespace.as_deref(), &obj.name_any());
+    ctx.metrics.queues.take(controller, key, Instant::now());
     let _timer = ctx.metrics.reconcile(controller);
     let res = tokio::time::timeout(RECONCILE_DEADLINE, reconcile)
         .instrument(span)
         .await
         .unwrap_or(Err(Error::Timeout(RECONCILE_DEADLINE)));
-    if let Err(e) = &res {
-        ctx.metrics.error(controller, e.metric_label());
-    }
+    let outcome = match &res {
+        Ok(action) => Ok(*action != Action::await_change()),
+        Err(e) => Err(e.metric_label()),
+    };
+    ctx.metrics.reconciled(controller, outcome);
     res
 }
 

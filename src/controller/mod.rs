@@ -33,8 +33,9 @@ use futures::{FutureExt, StreamExt};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, warn};
 
@@ -43,7 +44,7 @@ use crate::cache::PodCache;
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::health::Health;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, object_key};
 
 /// How long a starting instance watches before it acts (see `run`).
 pub const STARTUP_GRACE: Duration = Duration::from_secs(2);
@@ -192,9 +193,17 @@ impl Launch<'_> {
         let api = api_in::<Decoded<K>>(self.client.clone(), self.settings.namespace.as_deref());
         let events = watcher(api, watcher::Config::default()).default_backoff();
         let events = unreadable::readable(events, self.ctx.clone());
-        let primary = watch_into_store(events, writer, synced, self.ctx.clone());
+        let queues = Queued {
+            controller: name,
+            metrics: self.ctx.metrics.clone(),
+        };
+        let events = events.inspect(queues.clone().dropping_deleted());
+        let primary = watch_into_store(events, writer, synced, self.ctx.clone())
+            .inspect(queues.clone().adding_woken());
         let swept = resync.map(|period| resync::sweep(reader.clone(), period));
-        let triggers = futures::stream::select(owned, futures::stream::iter(swept).flatten());
+        let triggers = futures::stream::select(owned, futures::stream::iter(swept).flatten())
+            .inspect(queues.adding_triggered(reader.clone()));
+        self.ctx.metrics.concurrency(name, concurrency);
         let controller = Controller::for_stream(primary, reader)
             .with_config(ControllerConfig::default().concurrency(concurrency))
             .reconcile_on(triggers)
@@ -205,6 +214,53 @@ impl Launch<'_> {
         // In the current span (the leadership term's): a spawned task starts in none.
         set.spawn(controller.map(move |()| name).in_current_span());
         ready
+    }
+}
+
+/// Keeps a controller's work-queue metrics (`metrics::WorkQueues`) from what reaches it.
+#[derive(Clone)]
+struct Queued {
+    controller: &'static str,
+    metrics: Arc<Metrics>,
+}
+
+impl Queued {
+    fn add(&self, namespace: Option<&str>, name: &str) {
+        let key = object_key(namespace, name);
+        self.metrics
+            .queues
+            .add(self.controller, key, Instant::now());
+    }
+
+    /// An object its watch woke.
+    fn adding_woken<K: Resource>(self) -> impl FnMut(&watcher::Result<K>) {
+        move |woken| {
+            if let Ok(obj) = woken {
+                self.add(obj.meta().namespace.as_deref(), &obj.name_any());
+            }
+        }
+    }
+
+    /// An object a pod or the resync triggered, if it is there to reconcile.
+    fn adding_triggered<K>(self, store: reflector::Store<K>) -> impl FnMut(&ObjectRef<K>)
+    where
+        K: Resource<DynamicType = ()> + Clone,
+    {
+        move |triggered| {
+            if store.get(triggered).is_some() {
+                self.add(triggered.namespace.as_deref(), &triggered.name);
+            }
+        }
+    }
+
+    /// A deleted object is never reconciled: it leaves the queue.
+    fn dropping_deleted<K: Resource>(self) -> impl FnMut(&watcher::Result<watcher::Event<K>>) {
+        move |event| {
+            if let Ok(watcher::Event::Delete(obj)) = event {
+                let key = object_key(obj.meta().namespace.as_deref(), &obj.name_any());
+                self.metrics.queues.drop_object(self.controller, key);
+            }
+        }
     }
 }
 

@@ -489,6 +489,7 @@ pub fn pod_for(at: &At) -> Pod {
     }
 }
 
+pub mod outcome;
 #[cfg(test)]
 mod pod_tests;
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! benchmarks, so that both start it with the same flags, on free loopback ports, under a
 //! name the leftover check knows.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -191,6 +192,17 @@ impl Listening {
     }
 }
 
+/// Prometheus text as `series -> value`, the series spelled `name{k="v",...}` as exposed.
+pub fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
 /// `line` without its ANSI colour sequences (`ESC [ ... m`).
 fn strip_colours(line: &str) -> String {
     let mut plain = String::with_capacity(line.len());
@@ -254,6 +266,13 @@ impl Operator {
     /// as the bearer token if any: the status code and body.
     pub async fn get_metrics(&self, token: Option<&str>) -> Result<(u16, String)> {
         crate::get_metrics(self.metrics_port, token).await
+    }
+
+    /// Its `/metrics` as `series -> value`, scraped with `token`.
+    pub async fn scrape(&self, token: &str) -> Result<BTreeMap<String, f64>> {
+        let (code, body) = self.get_metrics(Some(token)).await?;
+        anyhow::ensure!(code == 200, "/metrics answered {code}: {body}");
+        Ok(parse_metrics(&body))
     }
 
     pub fn log(&self) -> String {

@@ -113,13 +113,13 @@ pub async fn operator_throttled(metrics_port: u16) -> Result<String> {
         ["GET", "POST", "PATCH", "PUT", "DELETE"]
             .into_iter()
             .filter_map(|verb| {
-                let label = format!("verb=\"{verb}\"");
+                let label = format!("method=\"{verb}\"");
                 let n = metric_sum(&text, metric, |l| l.contains(&label));
                 (n > 0.0).then(|| format!("{verb} {n}"))
             })
             .collect()
     };
-    let sent = by_verb("podset_operator_api_requests_total");
+    let sent = by_verb("rest_client_requests_total");
     let throttled = by_verb("podset_operator_api_throttled_requests_total");
     Ok(format!(
         "; the operator sent {}, throttled {}",

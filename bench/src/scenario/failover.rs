@@ -154,7 +154,7 @@ async fn kill(c: &mut Candidates<'_>, conv: &mut Convergence) -> Result<Sample> 
         .push(("standby peak RSS MiB", standby.peak_rss_mib()?));
     if let Worker::Operator(op) = &standby.worker {
         let text = operator_metrics(op.metrics_port).await?;
-        let sent = metric_sum(&text, "podset_operator_api_requests_total", |_| true);
+        let sent = metric_sum(&text, "rest_client_requests_total", |_| true);
         sample.figures.push(("standby API requests", sent));
         let standing_by = standby.started.elapsed().as_secs_f64();
         sample.figures.push(("in standby s", standing_by));

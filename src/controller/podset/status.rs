@@ -51,6 +51,8 @@ pub(super) async fn write(
         None => (ps.status.as_ref(), seen.as_str()),
     };
     let status = plan::status(ps, current, pods, outcome, ctx.clock.now());
+    let converged = status.available_replicas == ps.spec.replicas;
+    ctx.metrics.unconverged.saw(&uid, converged, Instant::now());
     // Compared, and remembered for its watch event, as the store keeps it.
     let stored = kept(&status);
     if current.is_some_and(|c| kept(c) == stored) {

@@ -76,6 +76,18 @@ impl TestNs {
             .await
     }
 
+    /// Lets the operator review scrapers and makes one, as a Prometheus would be set up: a
+    /// ServiceAccount bound to the generated `metrics-reader` ClusterRole. Its token.
+    pub async fn scraper(&self) -> Result<String> {
+        self.grant_metrics_auth().await?;
+        self.create_service_account("scraper").await?;
+        self.grant_cluster_role("scraper", rbac::metrics_reader_cluster_role())
+            .await?;
+        self.cluster
+            .service_account_token(&self.name, "scraper")
+            .await
+    }
+
     /// Applies the ClusterRole `role` and binds it cluster-wide to ServiceAccount `account`
     /// of this namespace (TokenReviews, SubjectAccessReviews and `/metrics` have no
     /// namespace).
