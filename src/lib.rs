@@ -17,6 +17,7 @@ pub mod leader;
 pub mod manifests;
 pub mod memory;
 pub mod metrics;
+pub mod monitoring;
 pub mod notify;
 pub mod operator;
 pub mod plan;

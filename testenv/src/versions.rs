@@ -94,6 +94,11 @@ pub fn containerd_bin_dir() -> PathBuf {
     cache_dir().join(format!("containerd-v{}/bin", pinned("CONTAINERD_VERSION")))
 }
 
+/// promtool and prometheus.
+pub fn prometheus_bin_dir() -> PathBuf {
+    cache_dir().join(format!("prometheus-v{}/bin", pinned("PROMETHEUS_VERSION")))
+}
+
 /// Where `hack/build-node-images.sh` leaves busybox.tar and the pause image.
 pub fn images_dir() -> PathBuf {
     cache_dir().join("images")

@@ -315,3 +315,48 @@ async fn kustomize_default_renders_the_generated_manifests() -> Result<()> {
     );
     Ok(())
 }
+
+/// The alert rules and the dashboard only when asked for, as generated, with the release's
+/// metrics Service as their `job` (what its ServiceMonitor's scrapes are labelled).
+#[tokio::test]
+async fn the_chart_ships_the_alert_rules_and_dashboard_for_its_own_metrics_service() -> Result<()> {
+    use podset_operator::monitoring::{alerts, dashboard};
+    let docs = render(&[]).await?;
+    assert!(find(&docs, "PrometheusRule", "podset-operator").is_err());
+    assert!(find(&docs, "ConfigMap", "-dashboard").is_err());
+    let docs = render(&[
+        "--set",
+        "metrics.prometheusRule.enabled=true,metrics.prometheusRule.labels.release=kps,metrics.dashboard.enabled=true",
+    ])
+    .await?;
+    let service = find(&docs, "Service", "-metrics")?["metadata"]["name"].clone();
+    let job = format!(r#"job="{}""#, service.as_str().expect("a name"));
+    let rule = find(&docs, "PrometheusRule", "podset-operator")?;
+    assert_eq!(rule["metadata"]["labels"]["release"], "kps");
+    let rules = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .expect("rules");
+    assert_eq!(rules.len(), alerts::alerts().len());
+    for (rendered, alert) in rules.iter().zip(alerts::alerts()) {
+        assert_eq!(rendered["alert"], alert.name);
+        let expr = rendered["expr"].as_str().expect("expr");
+        assert_eq!(
+            expr,
+            alert.expr.replace(r#"job="podset-operator-metrics""#, &job)
+        );
+    }
+    let map = find(&docs, "ConfigMap", "-dashboard")?;
+    assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1");
+    let model: Value =
+        serde_json::from_str(map["data"]["podset-operator.json"].as_str().expect("json"))?;
+    let exprs: Vec<&str> = model["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().expect("targets"))
+        .map(|t| t["expr"].as_str().expect("expr"))
+        .collect();
+    assert_eq!(exprs.len(), dashboard::queries().len());
+    assert!(exprs.iter().all(|e| e.contains(&job)), "{exprs:#?}");
+    Ok(())
+}

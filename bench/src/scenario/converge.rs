@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 
 use crate::NS;
 use crate::cli::{BenchArgs, Sizes};
-use crate::env::{Env, Target, operator_writes, save_apiserver_profile};
+use crate::env::{Env, Target, operator_metrics, operator_writes, save_apiserver_profile};
 use crate::heap;
 use crate::report::Sample;
 use crate::scenario::apf;
@@ -97,6 +97,9 @@ pub async fn converge_run(
             sample.note += &apf::operator_throttled(op.metrics_port).await?;
         }
     }
+    if let Some(op) = &env.operator {
+        sample.note += &scrape_size(op.metrics_port).await?;
+    }
     if let Some(stats) = steady_stats(&env, s).await? {
         sample.steady_rss_mib = mib(stats.rss_kib);
         sample.peak_rss_mib = mib(stats.peak_rss_kib);
@@ -152,6 +155,13 @@ async fn steady_stats(env: &Env, s: &Sizes) -> Result<Option<ProcStats>> {
     worker_stats(env)
 }
 
+/// What one scrape of the operator's `/metrics` costs Prometheus, once converged.
+async fn scrape_size(metrics_port: u16) -> Result<String> {
+    let text = operator_metrics(metrics_port).await?;
+    let series = text.lines().filter(|l| !l.starts_with('#')).count();
+    Ok(format!("; /metrics {} bytes, {series} series", text.len()))
+}
+
 /// The API server's and the operator's own writes while nothing changes.
 async fn measure_idle(env: &Env, s: &Sizes, sample: &mut Sample) -> Result<()> {
     let per_minute = 60.0 / s.idle_window.as_secs_f64();
@@ -166,7 +176,7 @@ async fn measure_idle(env: &Env, s: &Sizes, sample: &mut Sample) -> Result<()> {
     sample.idle_writes_per_min = Some((idle_after - idle_before) * per_minute);
     if let (Some(port), Some(before)) = (own_port, own_before) {
         let own = (operator_writes(port).await? - before) * per_minute;
-        sample.note = format!("the operator's own writes while idle: {own:.1}/min");
+        sample.note += &format!("; the operator's own writes while idle: {own:.1}/min");
     }
     Ok(())
 }
