@@ -18,7 +18,7 @@ pub struct Alert {
 }
 
 /// Where the README explains each alert and what to do (its anchors are the alert names,
-/// lower-cased).
+/// lower-cased); the chart's `metrics.prometheusRule.runbookBaseURL` puts a copy's in its place.
 pub const RUNBOOKS: &str = "https://github.com/podset-operator/podset-operator/blob/main/README.md";
 
 /// The alerts, in the order the README lists them.

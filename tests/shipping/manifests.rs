@@ -326,7 +326,7 @@ async fn the_chart_ships_the_alert_rules_and_dashboard_for_its_own_metrics_servi
     assert!(find(&docs, "ConfigMap", "-dashboard").is_err());
     let docs = render(&[
         "--set",
-        "metrics.prometheusRule.enabled=true,metrics.prometheusRule.labels.release=kps,metrics.dashboard.enabled=true",
+        "metrics.prometheusRule.enabled=true,metrics.prometheusRule.labels.release=kps,metrics.prometheusRule.runbookBaseURL=https://wiki.example/podset,metrics.dashboard.enabled=true",
     ])
     .await?;
     let service = find(&docs, "Service", "-metrics")?["metadata"]["name"].clone();
