@@ -281,6 +281,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         clock: Clock::system(),
     };
     info!(
+        target: podset_operator::telemetry::START_TARGET,
         namespace = settings.namespace.as_deref().unwrap_or("<all>"),
         podset = settings.podset,
         at = settings.at,

@@ -11,6 +11,11 @@ use tracing_subscriber::fmt::time::SystemTime;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
+/// The target of the line that says where the operator listens (`starting`), apart from the
+/// others so that a quiet log (`--log-level=warn,podset_operator::start=info`) still says it:
+/// a launcher that lets the kernel pick the ports reads them there.
+pub const START_TARGET: &str = "podset_operator::start";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Json,

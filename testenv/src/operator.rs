@@ -106,7 +106,12 @@ impl Launcher {
             "--health-probe-bind-address=127.0.0.1:0".into(),
         ];
         args.extend(self.log_format.map(|f| format!("--log-format={f}")));
-        args.extend(self.log_level.map(|l| format!("--log-level={l}")));
+        // However quiet, it says where it listens.
+        let start = podset_operator::telemetry::START_TARGET;
+        args.extend(
+            self.log_level
+                .map(|l| format!("--log-level={l},{start}=info")),
+        );
         if !self.metrics_secure {
             args.push("--metrics-secure=false".into());
         }
@@ -118,10 +123,12 @@ impl Launcher {
         }
         // Its errors without anyhow's backtraces, which would bury them (panics keep theirs).
         process = process.env("RUST_LIB_BACKTRACE", "0");
+        // An earlier operator of this name logged to the same file.
+        let earlier = Listening::count(&process);
         process
             .start()
             .with_context(|| format!("starting {}", self.binary.display()))?;
-        let listening = Listening::after(&mut process, 0)?;
+        let listening = Listening::after(&mut process, earlier)?;
         Ok(Operator {
             process,
             instance: self.instance,
