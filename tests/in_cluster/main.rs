@@ -223,7 +223,8 @@ impl Install {
         )
         .await?;
         ensure!(
-            log.contains("podset_operator_reconcile"),
+            log.contains("podset_operator_build_info")
+                && log.contains(r#"controller_runtime_reconcile_total{controller="podset""#),
             "no operator metrics in the scrape:\n{log}"
         );
         Ok(())
