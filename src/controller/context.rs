@@ -19,7 +19,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::events::{Note, Recorder};
 use crate::expectations::Expectations;
-use crate::metrics::{Metrics, object_key};
+use crate::metrics::{Metrics, key_of};
 use crate::status_writes::StatusWrites;
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -169,7 +169,7 @@ where
         object = obj.name_any(),
         generation = obj.meta().generation.unwrap_or_default(),
     );
-    let key = object_key(obj.meta().namespace.as_deref(), &obj.name_any());
+    let key = key_of(obj.meta());
     ctx.metrics.queues.take(controller, key, Instant::now());
     let _timer = ctx.metrics.reconcile(controller);
     let res = tokio::time::timeout(RECONCILE_DEADLINE, reconcile)

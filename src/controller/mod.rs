@@ -33,7 +33,7 @@ use futures::{FutureExt, StreamExt};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, Resource};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -44,7 +44,7 @@ use crate::cache::PodCache;
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::health::Health;
-use crate::metrics::{Metrics, object_key};
+use crate::metrics::{Metrics, key_of, object_key};
 
 /// How long a starting instance watches before it acts (see `run`).
 pub const STARTUP_GRACE: Duration = Duration::from_secs(2);
@@ -225,8 +225,7 @@ struct Queued {
 }
 
 impl Queued {
-    fn add(&self, namespace: Option<&str>, name: &str) {
-        let key = object_key(namespace, name);
+    fn add(&self, key: u64) {
         self.metrics
             .queues
             .add(self.controller, key, Instant::now());
@@ -236,7 +235,7 @@ impl Queued {
     fn adding_woken<K: Resource>(self) -> impl FnMut(&watcher::Result<K>) {
         move |woken| {
             if let Ok(obj) = woken {
-                self.add(obj.meta().namespace.as_deref(), &obj.name_any());
+                self.add(key_of(obj.meta()));
             }
         }
     }
@@ -248,7 +247,7 @@ impl Queued {
     {
         move |triggered| {
             if store.get(triggered).is_some() {
-                self.add(triggered.namespace.as_deref(), &triggered.name);
+                self.add(object_key(triggered.namespace.as_deref(), &triggered.name));
             }
         }
     }
@@ -257,8 +256,9 @@ impl Queued {
     fn dropping_deleted<K: Resource>(self) -> impl FnMut(&watcher::Result<watcher::Event<K>>) {
         move |event| {
             if let Ok(watcher::Event::Delete(obj)) = event {
-                let key = object_key(obj.meta().namespace.as_deref(), &obj.name_any());
-                self.metrics.queues.drop_object(self.controller, key);
+                self.metrics
+                    .queues
+                    .drop_object(self.controller, key_of(obj.meta()));
             }
         }
     }

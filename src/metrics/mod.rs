@@ -22,7 +22,7 @@ use prometheus_client::registry::Registry;
 
 use crate::cache::PodCache;
 pub use pods::Unconverged;
-pub use queue::{WorkQueues, object_key};
+pub use queue::{WorkQueues, key_of, object_key};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabels {

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -39,6 +40,14 @@ pub fn object_key(namespace: Option<&str>, name: &str) -> u64 {
     let mut h = DefaultHasher::new();
     (namespace, name).hash(&mut h);
     h.finish()
+}
+
+/// [`object_key`] of an object, from its metadata (no copy of its name).
+pub fn key_of(meta: &ObjectMeta) -> u64 {
+    object_key(
+        meta.namespace.as_deref(),
+        meta.name.as_deref().unwrap_or_default(),
+    )
 }
 
 pub struct WorkQueues {
