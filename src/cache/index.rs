@@ -31,7 +31,7 @@ impl Index {
     /// Keeps `pod` (if it has an owner) in place of the pod with its UID; returns that one.
     pub(super) fn insert(&mut self, pod: CachedPod) -> Option<Arc<CachedPod>> {
         let previous = self.remove(&pod.uid);
-        if let Some(owner) = pod.owner.as_ref().map(|o| o.uid.clone()) {
+        if let Some(owner) = pod.owner().map(|o| o.uid.clone()) {
             let pod = Arc::new(pod);
             self.by_owner.entry(owner).or_default().push(pod.clone());
             self.by_uid.insert(pod.uid.clone(), pod);
@@ -41,7 +41,7 @@ impl Index {
 
     pub(super) fn remove(&mut self, pod_uid: &Uid) -> Option<Arc<CachedPod>> {
         let pod = self.by_uid.remove(pod_uid)?;
-        let owner = &pod.owner.as_ref()?.uid;
+        let owner = &pod.owner()?.uid;
         if let Some(pods) = self.by_owner.get_mut(owner) {
             pods.retain(|p| p.uid != *pod_uid);
             if pods.is_empty() {

@@ -11,7 +11,7 @@ mod intern;
 mod pod;
 mod trouble;
 
-pub use pod::{CachedPod, Ended, Notes, Owner, Phase, Stamp, controller_of};
+pub use pod::{CachedPod, Ended, Home, Notes, Owner, Phase, Stamp, controller_of};
 pub use trouble::Trouble;
 
 use std::sync::Arc;
@@ -92,7 +92,7 @@ impl PodCache {
     pub fn owned_by(&self, namespace: &str, owner_uid: &str) -> Vec<Arc<CachedPod>> {
         let index = self.index.read();
         let pods = index.owned_by(&Uid::from(owner_uid)).iter();
-        pods.filter(|p| *p.namespace == *namespace)
+        pods.filter(|p| **p.namespace() == *namespace)
             .cloned()
             .collect()
     }
@@ -106,11 +106,7 @@ impl PodCache {
         let index = self.index.read();
         let mut counts = std::collections::BTreeMap::new();
         for pod in index.pods() {
-            let kind = pod
-                .owner
-                .as_ref()
-                .map(|o| o.kind.to_string())
-                .unwrap_or_default();
+            let kind = pod.owner().map(|o| o.kind.to_string()).unwrap_or_default();
             *counts.entry((kind, pod.state())).or_insert(0) += 1;
         }
         counts
@@ -230,9 +226,9 @@ impl PodCache {
 /// What changed for the owners of one pod, from its previous to its current cached state.
 fn changes(previous: Option<&CachedPod>, current: Option<&CachedPod>) -> Vec<PodChange> {
     let touched = |pod: &CachedPod, change: Change| {
-        pod.owner.clone().map(|owner| PodChange {
+        pod.owner().cloned().map(|owner| PodChange {
             owner,
-            namespace: pod.namespace.clone(),
+            namespace: pod.namespace().clone(),
             pod_uid: pod.uid.clone(),
             pod_name: pod.name.clone(),
             change,
@@ -249,7 +245,7 @@ fn changes(previous: Option<&CachedPod>, current: Option<&CachedPod>) -> Vec<Pod
             },
         )),
         (Some(before), None) => out.extend(touched(before, Change::Removed)),
-        (Some(before), Some(now)) if before.owner != now.owner => {
+        (Some(before), Some(now)) if before.home != now.home => {
             out.extend(touched(before, Change::Removed));
             out.extend(touched(now, Change::Added));
         }

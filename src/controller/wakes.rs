@@ -6,12 +6,15 @@
 
 use std::collections::{HashMap, HashSet};
 
-/// What was last seen of each object: its generation and a hash of its status.
+use crate::uid::Uid;
+
+/// What was last seen of each object: its generation and a hash of its status. By [`Uid`]:
+/// 16 bytes a key, not a 36-character string (0.5 MiB at 10,000 PodSets).
 #[derive(Default)]
 pub struct Wakes {
-    seen: HashMap<String, (Option<i64>, u64)>,
+    seen: HashMap<Uid, (Option<i64>, u64)>,
     /// The objects a relist under way has shown; the others are gone once it ends.
-    relisted: Option<HashSet<String>>,
+    relisted: Option<HashSet<Uid>>,
 }
 
 impl Wakes {
@@ -19,11 +22,11 @@ impl Wakes {
     /// status ([`crate::status_writes::status_hash`]); `ours`: this instance wrote this
     /// version's status.
     pub fn wakes(&mut self, uid: &str, generation: Option<i64>, status: u64, ours: bool) -> bool {
-        let now = (generation, status);
+        let (uid, now) = (Uid::from(uid), (generation, status));
         if let Some(relisted) = self.relisted.as_mut() {
-            relisted.insert(uid.to_string());
+            relisted.insert(uid.clone());
         }
-        match self.seen.insert(uid.to_string(), now) {
+        match self.seen.insert(uid, now) {
             None => true,
             Some((before, _)) if before != now.0 => true,
             Some((_, status)) => status != now.1 && !ours,
@@ -42,7 +45,7 @@ impl Wakes {
     }
 
     pub fn forget(&mut self, uid: &str) {
-        self.seen.remove(uid);
+        self.seen.remove(&Uid::from(uid));
     }
 }
 

@@ -14,9 +14,8 @@ pub fn at(s: i64) -> Option<Stamp> {
 pub fn pod(name: &str) -> CachedPod {
     CachedPod {
         name: name.into(),
-        namespace: "ns".into(),
         uid: format!("uid-{name}").as_str().into(),
-        owner: None,
+        home: crate::cache::Home::shared("ns", None),
         phase: Phase::Running,
         ready: true,
         ready_since: at(100),

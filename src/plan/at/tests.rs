@@ -28,9 +28,8 @@ pub(super) fn at_with(status: Option<AtStatus>) -> At {
 pub(super) fn pod(phase: Phase) -> CachedPod {
     CachedPod {
         name: "example-at-pod".into(),
-        namespace: "ns".into(),
         uid: "pod-uid".into(),
-        owner: None,
+        home: crate::cache::Home::shared("ns", None),
         phase,
         ready: false,
         ready_since: None,
