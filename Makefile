@@ -14,8 +14,8 @@ export K8S_VERSION
 # Recipes (and the tests) use the kubectl of the cluster's own version, and our helm CLI.
 HELM_VERSION := $(shell sed -n 's/^HELM_VERSION=//p' hack/go/versions.env)
 export PATH := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/podset-operator/kubernetes-v$(K8S_VERSION)/bin:$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/podset-operator/helm-v$(HELM_VERSION)/bin:$(PATH)
-# The tests that also run on K8S_OLDEST: cargo test flags, then name filters.
-OLDEST_TESTS := --test real_node --test faults --test in_cluster -- podset_walkthrough at_echo_yay apiserver_restart install_from_the_local_image
+# The tests that also run on K8S_OLDEST: integration targets, then name filters.
+OLDEST_TESTS := real_node faults in_cluster -- podset_walkthrough at_echo_yay apiserver_restart install_from_the_local_image
 
 CLUSTER_DIR ?= $(CURDIR)/.local/cluster
 # make cluster-up / make run: real nodes (pods run real containers) and kubemark hollow nodes.
@@ -69,14 +69,9 @@ test: deps ## Build everything and run every test (unit, end to end on real loca
 	@bash hack/build-image.sh
 	@bash hack/check-static.sh
 	@bash hack/in-background.sh wait kubernetes
-	$(call say,running tests on Kubernetes $(K8S_VERSION): unit tests, then end-to-end tests that each start a real control plane (real nodes run real containers))
+	$(call say,running tests on Kubernetes $(K8S_VERSION)$(if $(filter-out $(K8S_OLDEST),$(K8S_VERSION)), (the walkthroughs$(comma) API server restarts and installs also on $(K8S_OLDEST))): unit tests and end-to-end tests that each start a real control plane (real nodes run real containers)$(comma) $${TEST_JOBS:-2} test binaries at a time)
 	rm -rf $(AUDIT_DIR)
-	PODSET_AUDIT_DIR=$(AUDIT_DIR) $(CARGO) test --workspace --no-fail-fast -- --test-threads=$${TEST_THREADS:-2}
-	@if [ "$(K8S_VERSION)" != "$(K8S_OLDEST)" ]; then \
-	  printf '\033[1m[make test]\033[0m %s\n' "the walkthroughs, API server restarts and installs from the image on Kubernetes $(K8S_OLDEST)"; \
-	  PATH="$${PATH/kubernetes-v$(K8S_VERSION)/kubernetes-v$(K8S_OLDEST)}" K8S_VERSION=$(K8S_OLDEST) PODSET_AUDIT_DIR=$(AUDIT_DIR) \
-	    $(CARGO) test --no-fail-fast $(OLDEST_TESTS) --test-threads=$${TEST_THREADS:-2}; \
-	fi
+	PODSET_AUDIT_DIR=$(AUDIT_DIR) bash hack/run-tests.sh $(if $(filter-out $(K8S_OLDEST),$(K8S_VERSION)),--oldest $(K8S_OLDEST) $(OLDEST_TESTS))
 	$(call say,least privilege: every request the operator made in those tests against the generated RBAC rules)
 	PODSET_AUDIT_DIR=$(AUDIT_DIR) RUST_LIB_BACKTRACE=0 $(CARGO) test --test audit -- --ignored --nocapture
 	$(call say,benchmark harness smoke run: tiny sizes, checks the harness and its invariants, not speed)

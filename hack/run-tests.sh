@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Runs the workspace's tests with several test binaries at once: `make test`'s test step.
+#
+# `cargo test` runs one test binary after another, and the end-to-end binaries spend most of
+# their time waiting on their control planes (the leadership suite keeps 2 cores 40% busy).
+# So this runs TEST_JOBS binaries at a time, each with TEST_THREADS test threads, the slowest
+# first (by the durations the last run recorded, else by the hint below), and prints each
+# binary's output whole when it ends. Each job is a plain `cargo test` of one target, so cargo
+# sets up the test's environment exactly as it always does.
+#
+# Usage: hack/run-tests.sh [--oldest VERSION TARGET... -- FILTER...]
+#   --oldest: also run these integration targets, with these name filters,
+#   on Kubernetes VERSION (its kubectl first on PATH, K8S_VERSION set).
+# Env: TEST_JOBS (default 2), TEST_THREADS (default 2), CARGO (default cargo).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { printf '\033[1m[run-tests]\033[0m %s\n' "$*"; }
+
+CARGO="${CARGO:-cargo}"
+JOBS="${TEST_JOBS:-2}"
+THREADS="${TEST_THREADS:-2}"
+LOGS=target/test-logs
+DURATIONS=target/test-durations.tsv
+# The slowest binaries of a clean clone, which has no recorded durations: started first, they
+# do not end alone at the tail of the run.
+HINT="in_cluster leadership prometheus lifecycle faults shipping network_faults sieve"
+
+oldest=""
+oldest_targets=()
+oldest_filters=()
+if [[ "${1:-}" == --oldest ]]; then
+  oldest="$2"
+  shift 2
+  while [[ $# -gt 0 && "$1" != -- ]]; do oldest_targets+=("$1"); shift; done
+  [[ "${1:-}" == -- ]] && shift
+  oldest_filters=("$@")
+fi
+
+# One line per job: "<target>[@<version>]", every integration target of that name in the
+# workspace (`--workspace` keeps cargo's feature unification, so nothing is rebuilt). The unit
+# and doc tests of the whole workspace are one job.
+jobs_list() {
+  echo "unit"
+  "$CARGO" metadata --no-deps --format-version 1 | python3 -c '
+import json, sys
+names = {t["name"] for p in json.load(sys.stdin)["packages"] for t in p["targets"]
+         if t["kind"] == ["test"]}
+print("\n".join(sorted(names)))'
+  for t in "${oldest_targets[@]}"; do echo "$t@$oldest"; done
+}
+
+# Orders jobs by recorded seconds, longest first; unrecorded ones by the hint, then the rest.
+ordered() {
+  python3 - "$DURATIONS" "$HINT" <<'EOF'
+import os, sys
+path, hint = sys.argv[1], sys.argv[2].split()
+recorded = {}
+if os.path.exists(path):
+    for line in open(path):
+        name, secs = line.split()
+        recorded[name] = float(secs)
+jobs = [l.strip() for l in sys.stdin if l.strip()]
+def key(job):
+    base = job.split("@")[0]
+    if job in recorded:
+        return (0, -recorded[job])
+    if base in hint:
+        return (1, hint.index(base))
+    return (2, 0)
+for job in sorted(jobs, key=key):
+    print(job)
+EOF
+}
+
+# Runs one job; its output goes to its log, its seconds and exit code to its .done file.
+run_job() {
+  local job="$1" log="$LOGS/$1.log" start=$SECONDS rc=0
+  local target="${job%@*}" version=""
+  [[ "$job" == *@* ]] && version="${job#*@}"
+  {
+    if [[ "$job" == unit ]]; then
+      "$CARGO" test --workspace --lib --bins --no-fail-fast -- --test-threads="$THREADS" &&
+        "$CARGO" test --workspace --doc --no-fail-fast
+    elif [[ -n "$version" ]]; then
+      PATH="${PATH//kubernetes-v$K8S_VERSION/kubernetes-v$version}" K8S_VERSION="$version" \
+        "$CARGO" test --workspace --test "$target" --no-fail-fast -- \
+        --test-threads="$THREADS" "${oldest_filters[@]}"
+    else
+      "$CARGO" test --workspace --test "$target" --no-fail-fast -- --test-threads="$THREADS"
+    fi
+  } > "$log" 2>&1 || rc=$?
+  echo "$((SECONDS - start)) $rc" > "$log.done"
+}
+
+rm -rf "$LOGS"
+mkdir -p "$LOGS"
+mapfile -t queue < <(jobs_list | ordered)
+say "${#queue[@]} test binaries, $JOBS at a time, $THREADS test threads each; logs in $LOGS"
+
+declare -A pids=()
+failed=()
+report() {
+  local job="$1" log="$LOGS/$1.log" secs rc
+  read -r secs rc < "$log.done"
+  say "=== $job: $([[ $rc == 0 ]] && echo passed || echo FAILED) in ${secs}s"
+  cat "$log"
+  [[ $rc == 0 ]] || failed+=("$job")
+  [[ $rc == 0 ]] && printf '%s %s\n' "$job" "$secs" >> "$LOGS/durations.tsv"
+  return 0
+}
+reap() {
+  local job
+  for job in "${!pids[@]}"; do
+    if [[ -e "$LOGS/$job.log.done" ]]; then
+      wait "${pids[$job]}" || true
+      unset "pids[$job]"
+      report "$job"
+    fi
+  done
+}
+
+for job in "${queue[@]}"; do
+  while [[ ${#pids[@]} -ge $JOBS ]]; do
+    wait -n || true
+    reap
+  done
+  say "starting $job"
+  run_job "$job" &
+  pids[$job]=$!
+done
+while [[ ${#pids[@]} -gt 0 ]]; do
+  wait -n || true
+  reap
+done
+
+# Only a run that passed whole records durations: a failed binary's time says little.
+if [[ ${#failed[@]} -eq 0 ]]; then
+  mv "$LOGS/durations.tsv" "$DURATIONS"
+  say "all ${#queue[@]} test binaries passed in ${SECONDS}s"
+else
+  say "FAILED: ${failed[*]} (their output is above, and in $LOGS)"
+  exit 1
+fi
