@@ -31,7 +31,7 @@ start=$SECONDS
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
   "$CARGO" build --release --locked --bin podset-operator --target "$TARGET" --target-dir "$TARGET_DIR"
 mkdir -p "$(dirname "$OUT")"
-cp "$TARGET_DIR/$TARGET/release/podset-operator" "$OUT.tmp"
-strip "$OUT.tmp" 2>/dev/null || true
-mv "$OUT.tmp" "$OUT"
+cp "$TARGET_DIR/$TARGET/release/podset-operator" "$OUT.tmp.$$"
+strip "$OUT.tmp.$$" 2>/dev/null || true
+mv "$OUT.tmp.$$" "$OUT"
 say "built $OUT in $((SECONDS - start))s ($(du -h "$OUT" | cut -f1))"
