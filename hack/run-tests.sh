@@ -4,8 +4,8 @@
 # `cargo test` runs one test binary after another, and the end-to-end binaries spend most of
 # their time waiting on their control planes (the leadership suite keeps 2 cores 40% busy).
 # So this runs TEST_JOBS binaries at a time, each with TEST_THREADS test threads, the slowest
-# first (by the durations the last run recorded, else by the hint below), and prints each
-# binary's output whole when it ends. Each job is a plain `cargo test` of one target, so cargo
+# first (by the durations the last green run recorded, else by the hint below), and prints
+# each binary's output whole when it ends. Each job is a plain `cargo test` of one target, so cargo
 # sets up the test's environment exactly as it always does.
 #
 # Usage: hack/run-tests.sh [--oldest VERSION TARGET... -- FILTER...]
@@ -70,24 +70,21 @@ jobs = [l.strip() for l in sys.stdin if l.strip()]
 print("\n".join(sorted(jobs, key=key)))' "$DURATIONS" "$HINT"
 }
 
-# Runs one job; its output goes to its log, its seconds and exit code to its .done file.
+# Runs one job, its output into its log; exits with cargo's status. A job "<target>@<version>"
+# runs on that Kubernetes version, with the name filters given for it.
 run_job() {
-  local job="$1" log="$LOGS/$1.log" start=$SECONDS rc=0
-  local target="${job%@*}" version=""
-  [[ "$job" == *@* ]] && version="${job#*@}"
-  {
-    if [[ "$job" == unit ]]; then
-      "$CARGO" test --workspace --lib --bins --no-fail-fast -- --test-threads="$THREADS" &&
-        "$CARGO" test --workspace --doc --no-fail-fast
-    elif [[ -n "$version" ]]; then
-      PATH="${PATH//kubernetes-v$K8S_VERSION/kubernetes-v$version}" K8S_VERSION="$version" \
-        "$CARGO" test --workspace --test "$target" --no-fail-fast -- \
-        --test-threads="$THREADS" "${oldest_filters[@]}"
-    else
-      "$CARGO" test --workspace --test "$target" --no-fail-fast -- --test-threads="$THREADS"
-    fi
-  } > "$log" 2>&1 || rc=$?
-  echo "$((SECONDS - start)) $rc" > "$log.done"
+  local job="$1" target="${1%@*}" env=() filters=()
+  if [[ "$job" == *@* ]]; then
+    env=(PATH="${PATH//kubernetes-v$K8S_VERSION/kubernetes-v${job#*@}}" K8S_VERSION="${job#*@}")
+    filters=("${oldest_filters[@]}")
+  fi
+  exec > "$LOGS/$job.log" 2>&1
+  if [[ "$job" == unit ]]; then
+    "$CARGO" test --workspace --lib --bins --no-fail-fast -- --test-threads="$THREADS" || exit
+    exec "$CARGO" test --workspace --doc --no-fail-fast
+  fi
+  exec env "${env[@]}" "$CARGO" test --workspace --test "$target" --no-fail-fast -- \
+    --test-threads="$THREADS" "${filters[@]}"
 }
 
 rm -rf "$LOGS"
@@ -101,26 +98,18 @@ fi
 total=${#queue[@]}
 say "$total test binaries, $JOBS at a time, $THREADS test threads each; logs in $LOGS"
 
-declare -A pids=()
+declare -A job_of=() started=()
 failed=()
+# Prints a job's log whole, under a line saying how it ended.
 report() {
-  local job="$1" log="$LOGS/$1.log" secs rc
-  read -r secs rc < "$log.done"
+  local job="$1" secs="$2" rc="$3"
   say "=== $job: $([[ $rc == 0 ]] && echo passed || echo FAILED) in ${secs}s"
-  cat "$log"
-  [[ $rc == 0 ]] || failed+=("$job")
-  [[ $rc == 0 ]] && printf '%s %s\n' "$job" "$secs" >> "$LOGS/durations.tsv"
-  return 0
-}
-reap() {
-  local job
-  for job in "${!pids[@]}"; do
-    if [[ -e "$LOGS/$job.log.done" ]]; then
-      wait "${pids[$job]}" || true
-      unset "pids[$job]"
-      report "$job"
-    fi
-  done
+  cat "$LOGS/$job.log"
+  if [[ $rc == 0 ]]; then
+    printf '%s %s\n' "$job" "$secs" >> "$LOGS/durations.tsv"
+  else
+    failed+=("$job")
+  fi
 }
 
 # Takes into $job the first queued job whose target is not running ("" if none): the same
@@ -129,7 +118,7 @@ take_next() {
   local i running
   job=""
   for i in "${!queue[@]}"; do
-    for running in "${!pids[@]}"; do
+    for running in "${job_of[@]}"; do
       [[ "${running%@*}" == "${queue[$i]%@*}" ]] && continue 2
     done
     job="${queue[$i]}"
@@ -138,16 +127,19 @@ take_next() {
   done
 }
 
-while [[ ${#queue[@]} -gt 0 || ${#pids[@]} -gt 0 ]]; do
+while [[ ${#queue[@]} -gt 0 || ${#job_of[@]} -gt 0 ]]; do
   job=""
-  [[ ${#pids[@]} -lt $JOBS ]] && take_next
+  [[ ${#job_of[@]} -lt $JOBS ]] && take_next
   if [[ -n "$job" ]]; then
     say "starting $job"
     run_job "$job" &
-    pids[$job]=$!
+    job_of[$!]="$job"
+    started[$!]=$SECONDS
   else
-    wait -n || true
-    reap
+    rc=0
+    wait -n -p pid || rc=$?
+    report "${job_of[$pid]}" "$((SECONDS - started[$pid]))" "$rc"
+    unset "job_of[$pid]" "started[$pid]"
   fi
 done
 
