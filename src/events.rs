@@ -49,8 +49,10 @@ struct Recent {
     swept: Option<Timestamp>,
 }
 
-/// An object and a hash of the event's type, reason and action: two different events on one
-/// object share a key once in 2^64.
+/// An object and a hash of the event's type, reason, action and note: two different events
+/// on one object share a key once in 2^64. The note is in it, unlike kube's and client-go's
+/// keys: events.k8s.io keeps a series' note as first written (it is immutable), so a repeat
+/// that says something new is a new event, and the one `kubectl describe` shows is true.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Key {
     regarding: Uid,
@@ -92,6 +94,7 @@ impl Recorder {
                 note.type_ == EventType::Warning,
                 note.reason,
                 note.action,
+                &note.note,
             )),
         };
         let namespace = regarding.namespace.as_deref().unwrap_or("default");
@@ -293,6 +296,37 @@ mod tests {
         );
         assert_eq!(event["note"], "Created happened");
         assert!(first.starts_with("web."), "{first}");
+    }
+
+    /// Issue 45, fault 4: a series keeps its first event's note (events.k8s.io makes it
+    /// immutable), so a repeat that says something else is a new event: `kubectl describe`
+    /// shows what is true now, not the first thing said.
+    #[tokio::test]
+    async fn a_repeat_that_says_something_else_is_a_new_event() {
+        let (r, log) = recorder();
+        let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let minute = SignedDuration::from_mins(1);
+        let web = podset("u1");
+        let said = |text: &str| Note {
+            type_: EventType::Warning,
+            reason: "FailedCreate",
+            action: "Create",
+            note: text.into(),
+        };
+        for (i, text) in ["quota: 0 left", "admission refused", "admission refused"]
+            .iter()
+            .enumerate()
+        {
+            r.publish_at(&web, said(text), t0 + minute * i as i32)
+                .await
+                .unwrap();
+        }
+        let log = log.lock();
+        let methods: Vec<_> = log.iter().map(|(m, _, _)| m.as_str()).collect();
+        assert_eq!(methods, ["POST", "POST", "PATCH"]);
+        assert_eq!(log[1].2["note"], "admission refused");
+        let second = log[1].2["metadata"]["name"].as_str().unwrap();
+        assert!(log[2].1.ends_with(&format!("/{second}")), "{}", log[2].1);
     }
 
     #[tokio::test]
