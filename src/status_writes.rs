@@ -21,8 +21,11 @@ pub struct StatusWrites<S> {
 
 #[derive(Debug)]
 struct StatusWrite<S> {
-    /// The resourceVersion of the copy the status was written over.
+    /// The resourceVersion of the copy the store holds, which the writes went over.
     over: String,
+    /// The versions this instance's earlier writes made on the way to `written`, oldest
+    /// first: the store may show each of them before the last.
+    between: Vec<String>,
     /// The object's resourceVersion after the write: the next write goes over it.
     written: String,
     status: S,
@@ -50,7 +53,9 @@ impl<S> StatusWrites<S> {
     const KEEP: Duration = Duration::from_secs(60);
 
     /// The status this instance wrote over the copy (at resourceVersion `seen`) that a
-    /// reconcile holds, fresher than that copy's own, and the version it made.
+    /// reconcile holds, fresher than that copy's own, and the version it made. The copy may be
+    /// one an earlier write of this instance made: the watch can show a write before its
+    /// answer comes, so the store may already hold it when it is recorded.
     pub fn written_over(&self, uid: &str, seen: &str, now: Instant) -> Option<Written<S>>
     where
         S: Clone,
@@ -58,7 +63,8 @@ impl<S> StatusWrites<S> {
         let by_uid = self.by_uid.lock();
         by_uid
             .get(uid)
-            .filter(|w| w.over == seen && now.duration_since(w.at) < Self::KEEP)
+            .filter(|w| w.over == seen || w.between.iter().any(|v| v == seen))
+            .filter(|w| now.duration_since(w.at) < Self::KEEP)
             .map(|w| Written {
                 status: w.status.clone(),
                 version: w.written.clone(),
@@ -100,27 +106,48 @@ impl<S> StatusWrites<S> {
         self.sending.lock().remove(uid);
     }
 
-    /// The watch showed the object at `resource_version`: a record written over another
-    /// version can serve no reconcile any more (they hold this copy or a newer one). Dropped at
-    /// once rather than after [`Self::KEEP`], or 10,000 PodSets scaling at once would hold
-    /// 10,000 statuses for a minute.
+    /// The watch showed the object at `resource_version`. One of this instance's own writes
+    /// on the way to the last is now the copy the store holds; any other version means the
+    /// record can serve no reconcile any more (they hold this copy or a newer one), and it is
+    /// dropped at once rather than after [`Self::KEEP`], or 10,000 PodSets scaling at once
+    /// would hold 10,000 statuses for a minute.
     pub fn observed(&self, uid: &str, resource_version: &str) {
         let mut by_uid = self.by_uid.lock();
-        if by_uid.get(uid).is_some_and(|w| w.over != resource_version) {
-            by_uid.remove(uid);
+        let Some(w) = by_uid.get_mut(uid) else {
+            return;
+        };
+        if w.over == resource_version {
+            return;
+        }
+        match w.between.iter().position(|v| v == resource_version) {
+            Some(i) => {
+                w.over = w.between.drain(..=i).next_back().expect("drained one");
+            }
+            None => {
+                by_uid.remove(uid);
+            }
         }
     }
 
     /// Records a status written over the copy at resourceVersion `over`, which made version
-    /// `written`.
+    /// `written`. A write over the version this instance's last write made continues that
+    /// record: a reconcile holding the copy the first went over still learns of the last.
     pub fn record(&self, uid: &str, over: &str, written: &str, status: S, now: Instant) {
         let mut by_uid = self.by_uid.lock();
         self.sending.lock().remove(uid);
         by_uid.retain(|_, w| now.duration_since(w.at) < Self::KEEP);
+        let (over, between) = match by_uid.remove(uid) {
+            Some(mut last) if last.written == over => {
+                last.between.push(last.written);
+                (last.over, last.between)
+            }
+            _ => (over.to_string(), Vec::new()),
+        };
         by_uid.insert(
             uid.to_string(),
             StatusWrite {
-                over: over.to_string(),
+                over,
+                between,
                 written: written.to_string(),
                 status,
                 at: now,
@@ -215,5 +242,32 @@ mod tests {
         );
         w.observed("p", "2");
         assert!(w.by_uid.lock().is_empty());
+    }
+
+    /// Issue 45, fault 3: two writes in a row (RUNNING, then DONE) while the store still holds
+    /// the copy before both. A reconcile holding that copy, or the one the first write made,
+    /// learns of the last; only another's version ends the record.
+    #[test]
+    fn writes_in_a_row_are_known_over_every_copy_before_the_last() {
+        let w = StatusWrites::default();
+        let t0 = Instant::now();
+        w.record("o", "7", "8", "RUNNING", t0);
+        w.record("o", "8", "9", "DONE", t0);
+        let last = Some(Written {
+            status: "DONE",
+            version: "9".into(),
+        });
+        assert_eq!(w.written_over("o", "7", t0), last);
+        // The watch showed the first write before its answer came: the store holds 8.
+        assert_eq!(w.written_over("o", "8", t0), last, "seed 4214");
+        w.observed("o", "8");
+        assert_eq!(w.written_over("o", "7", t0), None, "the store moved on");
+        assert_eq!(w.written_over("o", "8", t0), last);
+        w.observed("o", "9");
+        assert!(w.by_uid.lock().is_empty());
+        // A write over someone else's version starts anew.
+        w.record("o", "7", "8", "RUNNING", t0);
+        w.record("o", "12", "13", "DONE", t0);
+        assert_eq!(w.written_over("o", "7", t0), None);
     }
 }

@@ -53,10 +53,16 @@ pub enum Fault {
     /// A pod create meets a validating webhook that cannot be called (`failurePolicy:
     /// Fail`): 500 InternalError "failed calling webhook", nothing stored.
     AdmissionDown,
+    /// A mutating webhook adds a sidecar to a pod as it is created (a service mesh's proxy):
+    /// a container, or an init container that keeps running (`restartPolicy: Always`), which
+    /// may run on, end or fail beside the pod's own container.
+    Sidecar,
+    /// The kubelet kills an At's command for its memory: OOMKilled, exit code 137.
+    OomKilled,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 21] = [
+    pub const ALL: [Fault; 23] = [
         Fault::Refused,
         Fault::SlowConnect,
         Fault::TooManyRequests,
@@ -78,12 +84,15 @@ impl Fault {
         Fault::ClockJump,
         Fault::StuckTerminating,
         Fault::AdmissionDown,
+        Fault::Sidecar,
+        Fault::OomKilled,
     ];
 
     /// The chance it fires each time it is reached, when on.
     fn rate(self) -> f64 {
         match self {
-            Fault::SlowReply | Fault::StuckTerminating => 0.10,
+            Fault::Sidecar => 0.30,
+            Fault::SlowReply | Fault::StuckTerminating | Fault::OomKilled => 0.10,
             Fault::WatchStall | Fault::WatchCut => 0.15,
             Fault::Refused
             | Fault::TooManyRequests
@@ -134,9 +143,21 @@ pub enum Before {
     /// replica that crashes (or loses the answer) between such a create and its delete leaves
     /// a pod no replica can see, which the random search would find (see docs/architecture.md).
     StripLabel,
+    /// Carried out, a sidecar added by a mutating webhook ([`Fault::Sidecar`]).
+    Sidecar(Sidecar),
     Hang,
     /// Carried out after this long at the server.
     Hold(Duration),
+}
+
+/// A sidecar a webhook adds to a pod.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sidecar {
+    /// An init container with `restartPolicy: Always` (stopped by the kubelet once the pod's
+    /// containers ended), else a container of its own.
+    pub native: bool,
+    /// The code it exits with once the pod's own container ended; `None`: it runs on.
+    pub exits: Option<i64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -245,6 +266,11 @@ impl Faults {
                 .is_some_and(|p| p.ends_with("/pods"));
         if pod_create && plan.before == Before::Pass && self.fire(Fault::AdmissionDown) {
             plan.before = Before::WebhookDown;
+        }
+        if pod_create && plan.before == Before::Pass && self.fire(Fault::Sidecar) {
+            let exits = [None, Some(0), Some(1), Some(137)][self.rng.usize(..4)];
+            let native = self.rng.bool();
+            plan.before = Before::Sidecar(Sidecar { native, exits });
         }
         plan
     }

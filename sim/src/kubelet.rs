@@ -74,7 +74,16 @@ pub async fn react(sim: Arc<Sim>, reaction: Reaction) {
                 return;
             };
             tokio::time::sleep(pick(&sim, ms(300), ms(3000))).await;
-            finish(&sim, &key, &uid, exit_code(&command));
+            let ended = Ended {
+                code: exit_code(&command),
+                oom: sim.with(|w| w.faults.fire(Fault::OomKilled)),
+                sidecars: false,
+            };
+            finish(&sim, &key, &uid, ended);
+            // A sidecar container that ends does so a little later: a second status.
+            tokio::time::sleep(pick(&sim, ms(100), ms(2000))).await;
+            let sidecars = true;
+            finish(&sim, &key, &uid, Ended { sidecars, ..ended });
         }
         Reaction::Remove(key, uid) => {
             if sim.with(|w| w.faults.fire(Fault::StuckTerminating)) {
@@ -123,52 +132,130 @@ fn bind(sim: &Arc<Sim>, key: &Key, uid: &str) -> bool {
     })
 }
 
-/// The kubelet starts the pod's container: Running and ready. Returns an At's command, whose
-/// run then ends.
+/// The kubelet starts the pod's containers, sidecars first: Running and ready. Returns an
+/// At's command, whose run then ends.
 fn start(sim: &Arc<Sim>, key: &Key, uid: &str) -> Option<String> {
     let now = seconds(sim.now());
     sim.act(Actor::Kubelet, |w| {
         let pod = current(&w.store, key, uid).filter(|p| !objects::terminating(p))?;
-        let container = pod["spec"]["containers"][0]["name"].clone();
+        let running = json!({"running": {"startedAt": now}});
         let status = json!({"status": {
             "phase": "Running", "startTime": now,
             "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
-            "containerStatuses": [{"name": container, "ready": true, "restartCount": 0,
-                "image": "busybox", "imageID": "", "state": {"running": {"startedAt": now}}}],
+            "initContainerStatuses": statuses(&pod, "initContainers", |_| running.clone()),
+            "containerStatuses": statuses(&pod, "containers", |_| running.clone()),
         }});
         w.store.merge_patch(key, &status, Some("status")).ok()?;
         let runs_once = pod["spec"]["restartPolicy"] == "Never";
-        runs_once.then(|| {
-            pod["spec"]["containers"][0]["command"]
-                .as_array()
-                .and_then(|c| c.last())
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        })
+        runs_once.then(|| command_of(command_container(&pod)).to_string())
     })
 }
 
-/// The command ended with `code`.
-fn finish(sim: &Arc<Sim>, key: &Key, uid: &str, code: i64) {
+/// The statuses of the pod's `list` of containers, each in the `state` it is given, sorted
+/// by name as the kubelet sorts them.
+fn statuses(pod: &Value, list: &str, state: impl Fn(&Value) -> Value) -> Value {
+    let mut out: Vec<Value> = pod["spec"][list]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            json!({"name": c["name"], "ready": false, "restartCount": 0, "image": c["image"],
+                "imageID": "", "state": state(c)})
+        })
+        .collect();
+    out.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    Value::Array(out)
+}
+
+/// The container that runs an At's command.
+fn command_container(pod: &Value) -> &Value {
+    pod["spec"]["containers"]
+        .as_array()
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c["name"] == podset_operator::api::AT_COMMAND_CONTAINER)
+        })
+        .unwrap_or(&Value::Null)
+}
+
+/// What a container runs under `sh -c`.
+fn command_of(container: &Value) -> &str {
+    container["command"]
+        .as_array()
+        .and_then(|c| c.last())
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// How an At's run ends.
+#[derive(Clone, Copy)]
+struct Ended {
+    /// The command's exit code.
+    code: i64,
+    /// Killed for its memory instead.
+    oom: bool,
+    /// Sidecar containers ended too, as their commands say (else they still run).
+    sidecars: bool,
+}
+
+/// The command ended with `code` (or was killed for its memory). A sidecar container added
+/// beside it ends as its own command says, or runs on, and the pod with it: the pod ends once
+/// all its containers did, Failed if any failed. A sidecar init container is stopped as the
+/// pod ends, and its end does not count.
+fn finish(sim: &Arc<Sim>, key: &Key, uid: &str, end: Ended) {
     let now = seconds(sim.now());
+    let Ended {
+        code,
+        oom,
+        sidecars,
+    } = end;
     sim.act(Actor::Kubelet, |w| {
         let Some(pod) = current(&w.store, key, uid).filter(|p| objects::phase(p) == "Running")
         else {
             return;
         };
-        let container = pod["spec"]["containers"][0]["name"].clone();
-        let (phase, reason) = match code {
-            0 => ("Succeeded", "Completed"),
-            _ => ("Failed", "Error"),
+        let ended = |code: i64, reason: &str| {
+            json!({"terminated": {"exitCode": code, "reason": reason,
+                "startedAt": now, "finishedAt": now}})
         };
+        let exited = |code: i64| ended(code, if code == 0 { "Completed" } else { "Error" });
+        let command = podset_operator::api::AT_COMMAND_CONTAINER;
+        let own = |c: &Value| match c["name"] == command {
+            true if oom => Some((137, "OOMKilled")),
+            true => Some((code, "")),
+            false if !sidecars || command_of(c).starts_with("sleep") => None,
+            false => Some((exit_code(command_of(c)), "")),
+        };
+        let codes: Vec<Option<(i64, &str)>> = pod["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(own)
+            .collect();
+        let all_ended = codes.iter().all(Option::is_some);
+        let phase = match all_ended {
+            false => "Running",
+            true if codes.iter().flatten().all(|(c, _)| *c == 0) => "Succeeded",
+            true => "Failed",
+        };
+        let state = |c: &Value| match own(c) {
+            Some((code, "")) => exited(code),
+            Some((code, reason)) => ended(code, reason),
+            None => json!({"running": {"startedAt": now}}),
+        };
+        let init = |c: &Value| match all_ended {
+            true => exited(exit_code(command_of(c))),
+            false => json!({"running": {"startedAt": now}}),
+        };
+        let containers = statuses(&pod, "containers", state);
+        if pod["status"]["containerStatuses"] == containers {
+            return; // nothing ended since the last status: a kubelet writes none
+        }
         let status = json!({"status": {
             "phase": phase,
             "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
-            "containerStatuses": [{"name": container, "ready": false, "restartCount": 0,
-                "image": "busybox", "imageID": "",
-                "state": {"terminated": {"exitCode": code, "reason": reason,
-                    "startedAt": now, "finishedAt": now}}}],
+            "initContainerStatuses": statuses(&pod, "initContainers", init),
+            "containerStatuses": containers,
         }});
         let _ = w.store.merge_patch(key, &status, Some("status"));
     });

@@ -77,6 +77,8 @@ pub struct Oracle {
     /// against the creates after them.
     excused: HashSet<Key>,
     ats: HashMap<String, AtRecord>,
+    /// Per At UID and the reason of its end: how often that end was told in events.
+    ends_told: HashMap<(String, String), i64>,
     /// Per identity: the leadership terms it began, and when (terms count every change of
     /// holder).
     terms: HashMap<String, Vec<(Instant, u64)>>,
@@ -171,7 +173,7 @@ impl Oracle {
             Kind::Pod => self.pod_changed(change, actor, held, store, now),
             Kind::At => self.at_changed(change, actor, store),
             Kind::Lease => self.lease_changed(change, now),
-            Kind::Event => {}
+            Kind::Event => self.event_changed(change),
         }
         if matches!(actor, Actor::Replica { .. })
             && matches!(change.key.kind, Kind::Pod | Kind::PodSet | Kind::At)

@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep, sleep_until};
 use tower::{BoxError, Service};
 
-use crate::faults::{self, After, Before, Connect, Fault, WatchPlan};
+use crate::faults::{self, After, Before, Connect, Fault, Sidecar, WatchPlan};
 use crate::model::error::ApiError;
 use crate::model::http::{self as api, Answer};
 use crate::oracle::Actor;
@@ -103,6 +103,10 @@ impl Transport {
             Before::WebhookDown => return Ok(json_reply(500, &webhook_down())),
             Before::StripLabel => {
                 body = strip_managed_by(&body);
+                Duration::ZERO
+            }
+            Before::Sidecar(sidecar) => {
+                body = add_sidecar(&body, sidecar);
                 Duration::ZERO
             }
             Before::Hang => return hang().await,
@@ -208,6 +212,34 @@ fn strip_managed_by(body: &Bytes) -> Bytes {
         .and_then(Value::as_object_mut)
     {
         labels.remove(podset_operator::api::MANAGED_BY_LABEL);
+    }
+    Bytes::from(serde_json::to_vec(&pod).expect("a pod serializes"))
+}
+
+/// What a service mesh's injector does to a pod: its proxy, as a container named to sort
+/// first, or as a sidecar init container. What the proxy does once the pod's own container
+/// ended is in its command (`sleep infinity`: it runs on; `exit N`: it ends so).
+fn add_sidecar(body: &Bytes, sidecar: Sidecar) -> Bytes {
+    let Ok(mut pod) = serde_json::from_slice::<Value>(body) else {
+        return body.clone();
+    };
+    let command = match sidecar.exits {
+        Some(code) => format!("proxy; exit {code}"),
+        None => "sleep infinity".into(),
+    };
+    let mut proxy = serde_json::json!({"name": "a-proxy", "image": "proxy",
+        "command": ["sh", "-c", command]});
+    let list = if sidecar.native {
+        proxy["restartPolicy"] = "Always".into();
+        "/spec/initContainers"
+    } else {
+        "/spec/containers"
+    };
+    if pod.pointer(list).is_none() {
+        pod["spec"]["initContainers"] = serde_json::json!([]);
+    }
+    if let Some(containers) = pod.pointer_mut(list).and_then(Value::as_array_mut) {
+        containers.insert(0, proxy);
     }
     Bytes::from(serde_json::to_vec(&pod).expect("a pod serializes"))
 }

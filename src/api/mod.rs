@@ -22,6 +22,10 @@ pub const MANAGED_BY_VALUE: &str = "podset-operator";
 /// whether a gated pod holds the At's current spec.
 pub const AT_GENERATION_ANNOTATION: &str = "cnat.programming-kubernetes.info/generation";
 
+/// The container of an At's pod that runs the command. Admission may add others (a sidecar,
+/// as a container or an init container): the At's verdict is this one's alone.
+pub const AT_COMMAND_CONTAINER: &str = "busybox";
+
 /// Longest name a PodSet or At may have: the name is also the value of its pods' `app`
 /// label, and a label value has at most 63 characters.
 pub const MAX_NAME_LENGTH: i64 = 63;

@@ -11,7 +11,7 @@ mod intern;
 mod pod;
 mod trouble;
 
-pub use pod::{CachedPod, Ended, Home, Notes, Owner, Phase, Stamp, controller_of};
+pub use pod::{CachedPod, Ended, Exited, Home, Notes, Owner, Phase, Stamp, controller_of};
 pub use trouble::Trouble;
 
 use std::sync::Arc;

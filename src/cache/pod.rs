@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 
 use super::intern;
 use super::trouble::{Trouble, trouble};
+use crate::api::AT_COMMAND_CONTAINER;
 use crate::uid::Uid;
 
 /// A pod phase, as the API reports it.
@@ -155,14 +156,39 @@ pub struct CachedPod {
 }
 
 /// How a pod ended and why it is not getting on, as its status says, and for an At's pod the
-/// At generation it was made from.
+/// At generation it was made from and how its command's container ended.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Notes {
     pub ended: Option<Ended>,
     pub trouble: Option<Trouble>,
     pub made_from: Option<i64>,
-    /// Exit code of the first container that terminated.
-    pub exit_code: Option<i32>,
+    /// An At's pod: its command's container ([`AT_COMMAND_CONTAINER`]) has terminated.
+    pub command: Option<Exited>,
+}
+
+/// How a container ended: its exit code, and the kubelet's reason (`Completed`, `Error`,
+/// `OOMKilled`, ...).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Exited {
+    pub code: i32,
+    pub reason: Option<Box<str>>,
+}
+
+/// How the command's container of an At's pod ended, if it has: read from that container
+/// alone, never from a sidecar or an init container admission added.
+fn command_exited(meta: &ObjectMeta, containers: &[ContainerStatus]) -> Option<Exited> {
+    controller_of(meta).filter(|r| r.kind == "At")?;
+    let ended = containers
+        .iter()
+        .find(|c| c.name == AT_COMMAND_CONTAINER)?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()?;
+    Some(Exited {
+        code: ended.exit_code,
+        reason: ended.reason.as_deref().map(Box::from),
+    })
 }
 
 /// The pod's notes, if it has any (`containers`: its container statuses).
@@ -181,14 +207,11 @@ fn notes(pod: &Pod, containers: &[ContainerStatus]) -> Option<Box<Notes>> {
         .as_ref()
         .and_then(|a| a.get(crate::api::AT_GENERATION_ANNOTATION))
         .and_then(|g| g.parse().ok());
-    let exit_code = containers
-        .iter()
-        .find_map(|c| c.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code));
     let notes = Notes {
         ended,
         trouble: trouble(pod),
         made_from,
-        exit_code,
+        command: command_exited(&pod.metadata, containers),
     };
     (notes != Notes::default()).then(|| Box::new(notes))
 }
@@ -264,8 +287,9 @@ impl CachedPod {
         self.notes.as_ref()?.made_from
     }
 
-    pub fn exit_code(&self) -> Option<i32> {
-        self.notes.as_ref()?.exit_code
+    /// How an At's command ended, if it has.
+    pub fn command(&self) -> Option<&Exited> {
+        self.notes.as_ref()?.command.as_ref()
     }
 
     /// A short name of where the pod is, for metrics.

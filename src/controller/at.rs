@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::context::{
@@ -39,6 +40,9 @@ pub fn error_policy(at: Arc<At>, _error: &Error, ctx: Arc<Context>) -> Action {
 /// What to do after the status is written.
 enum Next {
     Then(Action),
+    /// Look again at this time, the wait counted from when it is armed: after the write,
+    /// however long that took.
+    Until(Timestamp),
     /// Something outside the operator is in the way: try again with a growing delay.
     Retry,
 }
@@ -69,6 +73,8 @@ impl Outcome {
 const UNWATCHED_POD_POLL: Duration = Duration::from_secs(15);
 
 async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
+    let fresher = fresher(at, ctx);
+    let at = fresher.as_ref().unwrap_or(at);
     let pod_name = plan::pod_name(at);
     let cached = ctx
         .pods
@@ -103,15 +109,33 @@ async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
             ctx.backoff.reset(&at.uid().unwrap_or_default());
             action
         }
+        Next::Until(wake) => {
+            ctx.backoff.reset(&at.uid().unwrap_or_default());
+            let left = plan::until_due(wake, ctx.clock.now()).unwrap_or_default();
+            Action::requeue(left)
+        }
         Next::Retry => retry_after(at, ctx),
     })
 }
 
+/// The At as this instance's own status write over `at` made it, if the store has not shown
+/// that write yet: a reconcile woken by the pod (whose events come first) would otherwise
+/// decide from the copy before it, write the same status again, meet a conflict, and tell
+/// its events twice.
+fn fresher(at: &At, ctx: &Context) -> Option<At> {
+    let (uid, seen) = (at.uid()?, at.resource_version()?);
+    let written = ctx.at_statuses.written_over(&uid, &seen, Instant::now())?;
+    let mut fresher = at.clone();
+    fresher.status = Some(written.status);
+    fresher.metadata.resource_version = Some(written.version);
+    Some(fresher)
+}
+
 async fn carry_out(at: &At, step: Step, ctx: &Context, now: Timestamp) -> Result<Outcome> {
     Ok(match step {
-        Step::Wait(status, left) => {
-            debug!(phase = "PENDING", ?left, "waiting for the schedule");
-            Outcome::record(status, Next::Then(Action::requeue(left)))
+        Step::Wait(status, wake) => {
+            debug!(phase = "PENDING", %wake, "waiting for the schedule");
+            Outcome::record(status, Next::Until(wake))
         }
         Step::Record(status) => Outcome::record(status, Next::Then(Action::await_change())),
         Step::Release(status) => release(at, status, ctx).await?,
@@ -317,6 +341,13 @@ async fn write_quietly(at: &At, status: &AtStatus, ctx: &Context) -> Result<Opti
         },
         Err(e) => return Err(Error::StatusWrite(e)),
     };
+    if let (Some(uid), Some(over), Some(version)) =
+        (at.uid(), at.resource_version(), written.resource_version())
+    {
+        let kept = written.status.clone().unwrap_or_default();
+        ctx.at_statuses
+            .record(&uid, &over, &version, kept, Instant::now());
+    }
     Ok(Some(written))
 }
 

@@ -13,7 +13,7 @@ use tracing::{Instrument, warn};
 use super::backoff::Backoff;
 use super::gone::Gone;
 use super::rounds::CreateRounds;
-use crate::api::PodSetStatus;
+use crate::api::{AtStatus, PodSetStatus};
 use crate::cache::PodCache;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -33,6 +33,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
     pub podset_statuses: StatusWrites<PodSetStatus>,
+    pub at_statuses: StatusWrites<AtStatus>,
     /// PodSets a write found deleted before the watch said so.
     pub gone: Gone,
     pub rounds: CreateRounds,
@@ -59,10 +60,18 @@ impl Context {
             metrics,
             backoff: Backoff::default(),
             podset_statuses: StatusWrites::default(),
+            at_statuses: StatusWrites::default(),
             gone: Gone::default(),
             rounds: CreateRounds::default(),
             clock,
         }
+    }
+
+    /// The watch showed the object at `resource_version`: the status writes recorded over
+    /// older copies serve no reconcile any more.
+    pub(super) fn observed(&self, uid: &str, resource_version: &str) {
+        self.podset_statuses.observed(uid, resource_version);
+        self.at_statuses.observed(uid, resource_version);
     }
 
     /// Drops everything kept for an object that was deleted.
@@ -71,6 +80,7 @@ impl Context {
         self.expectations.forget(uid);
         self.backoff.reset(uid);
         self.podset_statuses.forget(uid);
+        self.at_statuses.forget(uid);
         self.gone.forget(uid);
         self.rounds.forget(uid);
     }

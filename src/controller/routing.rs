@@ -57,7 +57,7 @@ where
                     let version = obj.resource_version().unwrap_or_default();
                     let status = status_hash(obj.status());
                     let ours = ctx.podset_statuses.wrote(&uid, &version, status);
-                    ctx.podset_statuses.observed(&uid, &version);
+                    ctx.observed(&uid, &version);
                     let generation = obj.meta().generation;
                     wakes
                         .wakes(&uid, generation, status, ours)

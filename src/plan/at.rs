@@ -31,12 +31,12 @@ use jiff::civil::DateTime;
 use jiff::tz::TimeZone;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSchedulingGate, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
-use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
 use crate::api::decoded::Reported;
 use crate::api::{
-    AT_GENERATION_ANNOTATION, At, AtPhase, AtStatus, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+    AT_COMMAND_CONTAINER, AT_GENERATION_ANNOTATION, At, AtPhase, AtStatus, MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
 };
 use crate::cache::{CachedPod, Phase};
 use crate::conditions::{self, Desired};
@@ -86,16 +86,6 @@ impl Reported for At {
     }
 }
 
-/// Condition reasons a user has to act on or know went wrong: their events are Warnings.
-const WARNING_REASONS: [&str; 6] = [
-    REASON_INVALID_SCHEDULE,
-    REASON_POD_NAME_TAKEN,
-    REASON_FAILED_CREATE,
-    REASON_SPEC_CHANGE_IGNORED,
-    REASON_FAILED,
-    REASON_POD_VANISHED,
-];
-
 /// Parses `spec.schedule` as a UTC time. The schema's pattern lets through dates that do not
 /// exist (February 30th, hour 25); those are refused here, with jiff's explanation.
 pub fn parse_schedule(schedule: &str) -> Result<Timestamp, String> {
@@ -127,8 +117,10 @@ pub const GATE: &str = "cnat.programming-kubernetes.info/recorded";
 /// What an At needs next.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Step {
-    /// Not due yet: record this (PENDING) status and wake after the duration.
-    Wait(AtStatus, Duration),
+    /// Not due yet: record this (PENDING) status and look again at this time (the schedule,
+    /// or [`MAX_WAIT`] from now). A time, not a duration: the wait is armed after the write,
+    /// and counted from then.
+    Wait(AtStatus, Timestamp),
     /// Due, with no pod of this At in the cache: create it (gated), then record it and
     /// release it ([`made`]).
     Create,
@@ -173,7 +165,10 @@ pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
         (None | Some(AtPhase::Pending), None) => match parse_schedule(&at.spec.schedule) {
             Err(message) => Step::Record(blocked(at, REASON_INVALID_SCHEDULE, message, now)),
             Ok(due) => match until_due(due, now) {
-                Some(left) => Step::Wait(pending(at, scheduled(at), now), left.min(MAX_WAIT)),
+                Some(left) if left > MAX_WAIT => {
+                    Step::Wait(pending(at, scheduled(at), now), now + MAX_WAIT)
+                }
+                Some(_) => Step::Wait(pending(at, scheduled(at), now), due),
                 None => Step::Create,
             },
         },
@@ -243,14 +238,15 @@ fn legacy_started(status: &AtStatus) -> bool {
 }
 
 /// The status for our pod, which it records: RUNNING while it runs (or waits to be
-/// released), DONE once it Succeeded or Failed.
+/// released), DONE once its command's container ended (a sidecar admission added may run on)
+/// or the pod ended without it (a kubelet that refused the pod, a deadline).
 pub fn progress(at: &At, pod: &CachedPod, now: Timestamp) -> AtStatus {
     let previous = at.status.clone().unwrap_or_default();
     let generation = at.meta().generation;
-    let (completed, done) = match pod.phase {
-        Phase::Succeeded => (finished(REASON_SUCCEEDED, pod), Some(true)),
-        Phase::Failed => (finished(REASON_FAILED, pod), Some(false)),
-        _ => (running(pod), None),
+    let (completed, done) = match outcome(pod) {
+        Some(true) => (finished(REASON_SUCCEEDED, pod), Some(true)),
+        Some(false) => (finished(REASON_FAILED, pod), Some(false)),
+        None => (running(pod), None),
     };
     let completed = conditions::condition(&previous.conditions, completed, generation, now);
     AtStatus {
@@ -272,6 +268,17 @@ pub fn progress(at: &At, pod: &CachedPod, now: Timestamp) -> AtStatus {
     }
 }
 
+/// Whether the command succeeded, once known: its container's exit code, whatever other
+/// containers did; else the pod's phase, for a pod that ended with the container never run.
+fn outcome(pod: &CachedPod) -> Option<bool> {
+    match (pod.command(), pod.phase) {
+        (Some(exited), _) => Some(exited.code == 0),
+        (None, Phase::Succeeded) => Some(true),
+        (None, Phase::Failed) => Some(false),
+        _ => None,
+    }
+}
+
 /// `Completed` while the pod has not ended: Started, or what keeps it from running, in the
 /// scheduler's or kubelet's words (Unschedulable, ImagePullBackOff, ...), a Warning.
 fn running(pod: &CachedPod) -> Desired<'_> {
@@ -288,15 +295,6 @@ fn running(pod: &CachedPod) -> Desired<'_> {
         reason,
         message,
     }
-}
-
-/// Whether a condition tells of something a user has to act on or know went wrong: its event
-/// is a Warning.
-fn warns(c: &Condition) -> bool {
-    let troubled_run = c.type_ == CONDITION_COMPLETED
-        && c.status == "False"
-        && ![REASON_STARTING, REASON_STARTED].contains(&c.reason.as_str());
-    troubled_run || WARNING_REASONS.contains(&c.reason.as_str())
 }
 
 /// DONE as not run: the recorded pod is gone before its end was seen. It may have run, so it
@@ -361,15 +359,24 @@ fn pending(at: &At, want: Desired<'_>, now: Timestamp) -> AtStatus {
     }
 }
 
-/// `Completed` for a pod that ended, with the kubelet's reason, message and exit code.
+/// `Completed` for a command that ended, with the kubelet's words: its container's reason
+/// where it says more than the exit code (OOMKilled, say), the pod's reason and message, and
+/// the exit code.
 fn finished<'a>(reason: &'a str, pod: &CachedPod) -> Desired<'a> {
     let mut message = format!("pod {} {}", pod.name, reason.to_lowercase());
     let ended = pod.ended().cloned().unwrap_or_default();
-    for detail in [ended.reason, ended.message].into_iter().flatten() {
+    let container = pod
+        .command()
+        .and_then(|e| e.reason.clone())
+        .filter(|r| !["Completed", "Error"].contains(&&**r));
+    for detail in [container, ended.reason, ended.message]
+        .into_iter()
+        .flatten()
+    {
         message.push_str(&format!(": {detail}"));
     }
-    if let Some(code) = pod.exit_code() {
-        message.push_str(&format!(" (exit code {code})"));
+    if let Some(exited) = pod.command() {
+        message.push_str(&format!(" (exit code {})", exited.code));
     }
     Desired {
         type_: CONDITION_COMPLETED,
@@ -414,43 +421,6 @@ fn after_start_conditions(
     std::iter::once(scheduled).chain(completed).collect()
 }
 
-/// An event to publish.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StatusEvent {
-    pub type_: EventType,
-    pub reason: String,
-    pub action: &'static str,
-    pub note: String,
-}
-
-/// One event per condition that appeared or changed its status or reason from `old` to
-/// `new`: the conditions follow the phases, so `kubectl describe at` tells the whole story,
-/// and recomputing an unchanged status publishes nothing.
-pub fn status_events(old: Option<&AtStatus>, new: &AtStatus) -> Vec<StatusEvent> {
-    let before = old.map(|s| s.conditions.as_slice()).unwrap_or_default();
-    new.conditions
-        .iter()
-        .filter(|c| {
-            !conditions::find(before, &c.type_)
-                .is_some_and(|b| b.status == c.status && b.reason == c.reason)
-        })
-        .map(|c| StatusEvent {
-            type_: if warns(c) {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: c.reason.clone(),
-            action: if c.type_ == CONDITION_SCHEDULED {
-                "Schedule"
-            } else {
-                "Run"
-            },
-            note: c.message.clone(),
-        })
-        .collect()
-}
-
 /// The pod that runs the command once: `sh -c`, so shell syntax works, and
 /// `restartPolicy: Never`, so a failing command ends as Failed instead of restarting. Gated
 /// ([`GATE`]): no node runs it until the At has recorded it and released it.
@@ -477,7 +447,7 @@ pub fn pod_for(at: &At) -> Pod {
             automount_service_account_token: Some(false),
             security_context: Some(owned::restricted_pod_security_context()),
             containers: vec![Container {
-                name: "busybox".into(),
+                name: AT_COMMAND_CONTAINER.into(),
                 image: Some("busybox".into()),
                 command: Some(vec!["sh".into(), "-c".into(), at.spec.command.clone()]),
                 security_context: Some(owned::restricted_container_security_context()),
@@ -489,8 +459,12 @@ pub fn pod_for(at: &At) -> Pod {
     }
 }
 
+mod events;
 pub mod outcome;
+pub use events::{StatusEvent, status_events};
 #[cfg(test)]
 mod pod_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod verdict_tests;

@@ -16,6 +16,8 @@ pub(super) struct AtRecord {
     vanished: bool,
     /// `spec.command` when the At was first recorded RUNNING: the spec that runs.
     started_with: Option<String>,
+    /// Its command was killed for its memory.
+    oom_killed: bool,
 }
 
 impl Oracle {
@@ -73,12 +75,25 @@ impl Oracle {
             (Some("Pending" | ""), Some("Running"))
         );
         let ended = |p: Option<&str>| matches!(p, Some("Succeeded" | "Failed"));
+        // A run's outcome is its command's container's, whatever a sidecar did; the pod's
+        // phase only where that container never ended.
+        let (was, is) = (
+            change.old.as_deref().and_then(command_ended),
+            change.new.as_deref().and_then(command_ended),
+        );
         let outcome = match (old_phase, new_phase) {
             (Some("Pending" | ""), Some("Running")) => {
                 record.runs.push(None);
                 None
             }
-            (old, Some(new)) if !ended(old) && ended(Some(new)) => Some(new == "Succeeded"),
+            _ if was.is_none() && is.is_some() => {
+                let (code, reason) = is.unwrap_or_default();
+                record.oom_killed |= reason == "OOMKilled";
+                Some(code == 0)
+            }
+            (old, Some(new)) if is.is_none() && !ended(old) && ended(Some(new)) => {
+                Some(new == "Succeeded")
+            }
             _ => None,
         };
         let runs = record.runs.len();
@@ -128,6 +143,9 @@ impl Oracle {
         let ended: Vec<bool> = record.runs.iter().flatten().copied().collect();
         let wrong = match verdict.as_str() {
             "Succeeded" => (!ended.contains(&true)).then_some("no run of its command succeeded"),
+            "Failed" if record.oom_killed && !message(new).contains("OOMKilled") => {
+                Some("its command was OOMKilled and it does not say so")
+            }
             "Failed" => (!ended.contains(&false)).then_some("no run of its command failed"),
             "PodVanished" => {
                 record.vanished = true;
@@ -149,18 +167,71 @@ impl Oracle {
     }
 }
 
-/// The command an At's pod runs (`sh -c <command>`).
+/// The command an At's pod runs (`sh -c <command>`), in its own container.
 fn command(pod: &Value) -> &str {
-    pod["spec"]["containers"][0]["command"][2]
-        .as_str()
+    let containers = pod["spec"]["containers"].as_array().into_iter().flatten();
+    containers
+        .filter(|c| c["name"] == podset_operator::api::AT_COMMAND_CONTAINER)
+        .find_map(|c| c["command"][2].as_str())
         .unwrap_or_default()
+}
+
+impl Oracle {
+    /// An At ends once (DONE is final): its end is told in one event, never twice (issue 45,
+    /// fault 3: a reconcile holding a copy from before its own DONE told it again).
+    pub(super) fn event_changed(&mut self, change: &Change) {
+        let Some(new) = &change.new else {
+            return;
+        };
+        let regarding = &new["regarding"];
+        let reason = new["reason"].as_str().unwrap_or_default();
+        if regarding["kind"] != "At" || !["Succeeded", "Failed", "PodVanished"].contains(&reason) {
+            return;
+        }
+        let count = |e: Option<&Value>| e.map_or(0, |e| e["series"]["count"].as_i64().unwrap_or(1));
+        let more = count(Some(new)) - count(change.old.as_deref());
+        let uid = regarding["uid"].as_str().unwrap_or_default().to_string();
+        let told = self.ends_told.entry((uid, reason.into())).or_default();
+        *told += more;
+        let told = *told;
+        if told > 1 {
+            let at = regarding["name"].as_str().unwrap_or_default();
+            self.violate(format!(
+                "At {}/{at} was told {reason} {told} times: its end is told once",
+                change.key.namespace
+            ));
+        }
+    }
+}
+
+/// How the command's container of an At's pod ended: its exit code and reason.
+fn command_ended(pod: &Value) -> Option<(i64, &str)> {
+    let ended = pod["status"]["containerStatuses"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == podset_operator::api::AT_COMMAND_CONTAINER)?
+        .pointer("/state/terminated")?;
+    Some((
+        ended["exitCode"].as_i64()?,
+        ended["reason"].as_str().unwrap_or_default(),
+    ))
+}
+
+/// The message of an At's `Completed` condition.
+fn message(at: &Value) -> &str {
+    completed(at)
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default()
+}
+
+fn completed(at: &Value) -> Option<&Value> {
+    at["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Completed")
 }
 
 /// The reason of an At's `Completed` condition.
 fn reason(at: &Value) -> Option<&str> {
-    at["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == "Completed")?["reason"]
-        .as_str()
+    completed(at)?["reason"].as_str()
 }

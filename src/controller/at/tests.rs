@@ -351,3 +351,91 @@ async fn a_running_write_whose_reply_was_lost_is_followed_by_the_release() {
     assert_eq!(creates, 1, "{log:#?}");
     assert!(log.iter().any(|s| s.is(&Method::PATCH, POD)), "{log:#?}");
 }
+
+/// Issue 45, fault 5: the wait for the schedule was computed before the PENDING write, so
+/// an At was late by as long as that write took. It is counted from when it is armed.
+#[tokio::test]
+async fn the_wait_for_the_schedule_is_counted_from_after_the_status_write() {
+    let t0: Timestamp = "2020-01-01T00:00:00Z".parse().unwrap();
+    let spent = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let taken = spent.clone();
+    let (mut ctx, _log) = scripted_context(move |sent, _| {
+        if sent.is(&Method::PATCH, STATUS) {
+            // The write takes 3 s: a slow etcd, a queue for a write slot.
+            taken.fetch_add(3, std::sync::atomic::Ordering::SeqCst);
+            return patched(sent);
+        }
+        Answer::status(404, "NotFound")
+    });
+    Arc::get_mut(&mut ctx).unwrap().clock = crate::clock::Clock::new(move || {
+        t0 + jiff::SignedDuration::from_secs(spent.load(std::sync::atomic::Ordering::SeqCst))
+    });
+    let mut at = due_at();
+    at.spec.schedule = "2020-01-01T00:00:10Z".into();
+    let action = reconcile(Arc::new(at), ctx).await.unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_secs(7)));
+}
+
+/// Issue 45, fault 3: a reconcile that holds a copy from before this instance's own DONE
+/// write (the pod's watch event came before the At's) computes the same DONE; its write
+/// meets a conflict, the status read back is the same, and the events of the change were
+/// published again. What this instance wrote over a copy is what that copy now is.
+#[tokio::test]
+async fn a_stale_copy_publishes_no_event_of_a_status_already_written() {
+    let now: Timestamp = "2020-01-01T00:01:00Z".parse().unwrap();
+    let mut running = due_at();
+    running.status = Some(AtStatus {
+        phase: Some(AtPhase::Running),
+        pod_name: Some("job-pod".into()),
+        pod_uid: Some("pod-uid".into()),
+        start_time: Some(Time(now)),
+        ..AtStatus::default()
+    });
+    let stored = Arc::new(parking_lot::Mutex::new(
+        serde_json::to_value(&running).unwrap(),
+    ));
+    let store = stored.clone();
+    let (mut ctx, log) = scripted_context(move |sent, _| {
+        let mut at = store.lock();
+        match () {
+            _ if sent.is(&Method::PATCH, STATUS) => {
+                if sent.body["metadata"]["resourceVersion"] != at["metadata"]["resourceVersion"] {
+                    return Answer::status(409, "Conflict");
+                }
+                let Answer::Reply(code, written) = patched(sent) else {
+                    unreachable!()
+                };
+                *at = written;
+                Answer::Reply(code, at.clone())
+            }
+            _ if sent.is(&Method::GET, STATUS) || sent.is(&Method::GET, AT) => {
+                Answer::Reply(200, at.clone())
+            }
+            _ => Answer::status(404, "NotFound"),
+        }
+    });
+    Arc::get_mut(&mut ctx).unwrap().clock = crate::clock::Clock::new(move || now);
+    let pod = serde_json::json!({
+        "metadata": {"name": "job-pod", "namespace": "ns", "uid": "pod-uid",
+            "ownerReferences": [{"apiVersion": "cnat.programming-kubernetes.info/v1alpha1",
+                "kind": "At", "name": "job", "uid": "at-uid", "controller": true}]},
+        "spec": {"containers": [{"name": "busybox"}]},
+        "status": {"phase": "Succeeded", "containerStatuses": [{"name": "busybox",
+            "ready": false, "restartCount": 0, "image": "busybox", "imageID": "",
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]},
+    });
+    ctx.pods.apply(kube::runtime::watcher::Event::Apply(
+        serde_json::from_value(pod).unwrap(),
+    ));
+    // A repeat is a PATCH of the first event's series: counted too.
+    let events = |log: &[Sent]| log.iter().filter(|s| s.path.contains("/events")).count();
+    reconcile(Arc::new(running.clone()), ctx.clone())
+        .await
+        .unwrap();
+    let told = events(&log.lock());
+    assert!(told > 0, "DONE is told");
+    assert_eq!(stored.lock()["status"]["phase"], "DONE");
+    reconcile(Arc::new(running), ctx).await.unwrap();
+    let log = log.lock();
+    assert_eq!(events(&log), told, "{log:#?}");
+}

@@ -75,7 +75,7 @@ pub(super) async fn write(
                 publish(ps, ctx, type_, &c.reason, "Run", note).await;
             }
             ctx.podset_statuses
-                .record(&uid, &seen, &version, status, Instant::now());
+                .record(&uid, over, &version, status, Instant::now());
             Ok(())
         }
         // Not known to have landed: a watch event that shows it must wake a reconcile.

@@ -4,6 +4,7 @@
 use super::tests::{SCHEDULE, at_with, condition, exited, pod, record, ts};
 use super::*;
 use crate::cache::{Ended, Notes, Trouble};
+use kube::runtime::events::EventType;
 
 #[test]
 fn created_pod_means_running_then_done_with_the_outcome() {
@@ -60,7 +61,10 @@ fn created_pod_means_running_then_done_with_the_outcome() {
             reason: Some("Error".into()),
             message: Some("boom".into()),
         }),
-        exit_code: Some(3),
+        command: Some(crate::cache::Exited {
+            code: 3,
+            reason: Some("Error".into()),
+        }),
         ..Notes::default()
     }));
     let failed = record(decide(&at, Some(&bad), ts("2019-04-12T10:12:09Z")));

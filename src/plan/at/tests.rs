@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::api::AtSpec;
+use kube::runtime::events::EventType;
 
 pub(super) const SCHEDULE: &str = "2019-04-12T10:12:00Z";
 
@@ -47,7 +48,7 @@ pub(super) fn pod(phase: Phase) -> CachedPod {
 pub(super) fn exited(phase: Phase, code: i32) -> CachedPod {
     CachedPod {
         notes: Some(Box::new(crate::cache::Notes {
-            exit_code: Some(code),
+            command: Some(crate::cache::Exited { code, reason: None }),
             ..Default::default()
         })),
         ..pod(phase)
@@ -130,15 +131,16 @@ fn new_at_waits_exactly_until_due_then_starts() {
     let mut far = at_with(None);
     far.spec.schedule = "3000-01-01T00:00:00Z".into();
     match decide(&far, None, ts(SCHEDULE)) {
-        Step::Wait(status, left) => {
-            assert_eq!((status.phase, left), (Some(AtPhase::Pending), MAX_WAIT))
-        }
+        Step::Wait(status, wake) => assert_eq!(
+            (status.phase, wake),
+            (Some(AtPhase::Pending), ts(SCHEDULE) + MAX_WAIT)
+        ),
         other => panic!("expected Wait, got {other:?}"),
     }
     let at = at_with(None);
     match decide(&at, None, ts("2019-04-12T10:11:50Z")) {
-        Step::Wait(status, left) => {
-            assert_eq!(left, Duration::from_secs(10));
+        Step::Wait(status, wake) => {
+            assert_eq!(wake, ts(SCHEDULE), "woken when due");
             assert_eq!(status.phase, Some(AtPhase::Pending));
             assert_eq!(
                 condition(&status, CONDITION_SCHEDULED),
