@@ -68,7 +68,14 @@ async fn run_at_in(
         .and_then(|s| s.pod_name.clone())
         .unwrap_or_default();
     let pods = ns.api::<Pod>();
-    let pod = pods.get(&pod_name).await?;
+    // The At ends as its command's container does; the kubelet reports the pod's own end once
+    // it has stopped the pod (a moment later on 1.37).
+    let pod = poll_some(PROMPTLY, &format!("pod {pod_name} ended"), || async {
+        let pod = pods.get(&pod_name).await?;
+        let ended = matches!(harness::phase(&pod).as_str(), "Succeeded" | "Failed");
+        Ok(ended.then_some(pod))
+    })
+    .await?;
     let log = pods.logs(&pod_name, &LogParams::default()).await?;
     // Counted as the DONE write is answered: a moment after the API server shows it.
     let metrics = poll_some(PROMPTLY, "the At's outcome counted", || async {
