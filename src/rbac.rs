@@ -33,13 +33,13 @@ pub fn rules() -> Vec<PolicyRule> {
             &["ats"],
             &["list", "watch"],
         ),
-        // Status is written with merge patches; an At whose write met a conflict reads its
-        // status back to tell its own landed write from someone else's.
+        // Status is written with merge patches; a write that met a conflict is read back by a
+        // list of the object's name, to tell its own landed write from someone else's.
         rule("app.example.com", &["podsets/status"], &["patch"]),
         rule(
             "cnat.programming-kubernetes.info",
             &["ats/status"],
-            &["get", "patch"],
+            &["patch"],
         ),
         // blockOwnerDeletion on an ownerReference needs update on the owner's finalizers.
         rule("app.example.com", &["podsets/finalizers"], &["update"]),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tokio::time::Instant;
@@ -352,13 +352,13 @@ async fn write_quietly(at: &At, status: &AtStatus, ctx: &Context) -> Result<Opti
 }
 
 /// The At as it is now if it shows exactly `status`: a write of ours that landed (its
-/// timestamps make it ours alone), not someone else's.
+/// timestamps make it ours alone), not someone else's. Read as the PodSet is read back, by a
+/// list of its name (consistent, from etcd), so that no `get` is granted beyond the watch's.
 async fn ours_landed(api: &Api<At>, at: &At, status: &AtStatus) -> Result<Option<At>> {
-    let now = api
-        .get_status(&at.name_any())
-        .await
-        .map_err(Error::ApiRead)?;
-    Ok(alike(now.status.as_ref(), Some(status)).then_some(now))
+    let one = ListParams::default().fields(&format!("metadata.name={}", at.name_any()));
+    let found = api.list(&one).await.map_err(Error::ApiRead)?;
+    let now = found.items.into_iter().find(|a| a.uid() == at.uid());
+    Ok(now.filter(|now| alike(now.status.as_ref(), Some(status))))
 }
 
 /// `status` as a merge patch that leaves nothing of the old one: a field it lacks is removed

@@ -145,10 +145,10 @@ async fn a_due_at_creates_its_pod_then_records_it_running() {
 async fn a_stale_at_never_releases_the_pod_it_made() {
     let (ctx, log) = scripted_context(|sent, _| match sent.method {
         Method::PATCH => Answer::status(409, "Conflict"),
-        Method::GET if sent.is(&Method::GET, STATUS) => {
+        Method::GET if sent.is(&Method::GET, ATS) => {
             let mut done = serde_json::to_value(due_at()).unwrap();
             done["status"] = serde_json::json!({"phase": "DONE"});
-            Answer::Reply(200, done)
+            listed(done)
         }
         _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, created(sent)),
         _ => Answer::status(404, "NotFound"),
@@ -216,7 +216,16 @@ async fn a_gated_pod_found_is_deleted_before_the_pod_is_made_again() {
     assert_eq!(delete.body["preconditions"]["uid"], "stray-uid");
 }
 
-const AT: &str = "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/ns/ats/job";
+const ATS: &str = "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/ns/ats";
+
+/// A list of `at` alone, as a read back by name answers.
+fn listed(at: Value) -> Answer {
+    Answer::Reply(
+        200,
+        serde_json::json!({"apiVersion": "cnat.programming-kubernetes.info/v1alpha1",
+            "kind": "AtList", "metadata": {"resourceVersion": "9"}, "items": [at]}),
+    )
+}
 
 /// Issue 19, item 9: the client re-sent a RUNNING write that had landed (a 504 on the
 /// first send), and the re-send met a 409: our own write, not a stale copy. A read of the
@@ -232,9 +241,7 @@ async fn a_conflict_with_our_own_running_write_still_releases_the_pod() {
             }
             Answer::status(409, "Conflict")
         }
-        _ if sent.is(&Method::GET, STATUS) || sent.is(&Method::GET, AT) => {
-            Answer::Reply(200, stored.lock().clone().unwrap())
-        }
+        _ if sent.is(&Method::GET, ATS) => listed(stored.lock().clone().unwrap()),
         _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, created(sent)),
         _ if sent.is(&Method::PATCH, POD) => Answer::Reply(200, sent.body.clone()),
         _ => Answer::status(404, "NotFound"),
@@ -408,9 +415,7 @@ async fn a_stale_copy_publishes_no_event_of_a_status_already_written() {
                 *at = written;
                 Answer::Reply(code, at.clone())
             }
-            _ if sent.is(&Method::GET, STATUS) || sent.is(&Method::GET, AT) => {
-                Answer::Reply(200, at.clone())
-            }
+            _ if sent.is(&Method::GET, ATS) => listed(at.clone()),
             _ => Answer::status(404, "NotFound"),
         }
     });
