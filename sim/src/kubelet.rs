@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::faults::Fault;
-use crate::model::objects::{self, controller};
+use crate::model::objects::{self, command_container, command_of, controller};
 use crate::model::resource::Kind;
 use crate::model::store::{Change, Key, Preconditions, Store, seconds};
 use crate::oracle::Actor;
@@ -167,26 +167,6 @@ fn statuses(pod: &Value, list: &str, state: impl Fn(&Value) -> Value) -> Value {
     Value::Array(out)
 }
 
-/// The container that runs an At's command.
-fn command_container(pod: &Value) -> &Value {
-    pod["spec"]["containers"]
-        .as_array()
-        .and_then(|cs| {
-            cs.iter()
-                .find(|c| c["name"] == podset_operator::api::AT_COMMAND_CONTAINER)
-        })
-        .unwrap_or(&Value::Null)
-}
-
-/// What a container runs under `sh -c`.
-fn command_of(container: &Value) -> &str {
-    container["command"]
-        .as_array()
-        .and_then(|c| c.last())
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-}
-
 /// How an At's run ends.
 #[derive(Clone, Copy)]
 struct Ended {
@@ -218,15 +198,19 @@ fn finish(sim: &Arc<Sim>, key: &Key, uid: &str, end: Ended) {
             json!({"terminated": {"exitCode": code, "reason": reason,
                 "startedAt": now, "finishedAt": now}})
         };
-        let exited = |code: i64| ended(code, if code == 0 { "Completed" } else { "Error" });
-        let command = podset_operator::api::AT_COMMAND_CONTAINER;
-        let own = |c: &Value| match c["name"] == command {
+        let running = json!({"running": {"startedAt": now}});
+        // How each container ended, if it has: the command as drawn, a sidecar container as
+        // its own command says once sidecars end, or never (`sleep`).
+        let own = |c: &Value| match c["name"] == podset_operator::api::AT_COMMAND_CONTAINER {
             true if oom => Some((137, "OOMKilled")),
-            true => Some((code, "")),
+            true => Some((code, exit_reason(code))),
             false if !sidecars || command_of(c).starts_with("sleep") => None,
-            false => Some((exit_code(command_of(c)), "")),
+            false => Some((
+                exit_code(command_of(c)),
+                exit_reason(exit_code(command_of(c))),
+            )),
         };
-        let codes: Vec<Option<(i64, &str)>> = pod["spec"]["containers"]
+        let codes: Vec<_> = pod["spec"]["containers"]
             .as_array()
             .into_iter()
             .flatten()
@@ -238,14 +222,13 @@ fn finish(sim: &Arc<Sim>, key: &Key, uid: &str, end: Ended) {
             true if codes.iter().flatten().all(|(c, _)| *c == 0) => "Succeeded",
             true => "Failed",
         };
-        let state = |c: &Value| match own(c) {
-            Some((code, "")) => exited(code),
-            Some((code, reason)) => ended(code, reason),
-            None => json!({"running": {"startedAt": now}}),
-        };
+        let state = |c: &Value| own(c).map_or(running.clone(), |(code, why)| ended(code, why));
         let init = |c: &Value| match all_ended {
-            true => exited(exit_code(command_of(c))),
-            false => json!({"running": {"startedAt": now}}),
+            true => ended(
+                exit_code(command_of(c)),
+                exit_reason(exit_code(command_of(c))),
+            ),
+            false => running.clone(),
         };
         let containers = statuses(&pod, "containers", state);
         if pod["status"]["containerStatuses"] == containers {
@@ -259,6 +242,11 @@ fn finish(sim: &Arc<Sim>, key: &Key, uid: &str, end: Ended) {
         }});
         let _ = w.store.merge_patch(key, &status, Some("status"));
     });
+}
+
+/// The kubelet's reason for a container that exited with `code`.
+fn exit_reason(code: i64) -> &'static str {
+    if code == 0 { "Completed" } else { "Error" }
 }
 
 /// `sh -c` ends with the code of an `exit N` in the command, else 0.

@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::context::{
-    Context, api_message, publish, reconcile_within_deadline, retry_after, status_patch_params,
+    Context, api_message, publish, read_by_name, reconcile_within_deadline, retry_after,
+    status_patch_params,
 };
 use crate::api::{At, AtPhase, AtStatus};
 use crate::cache::CachedPod;
@@ -352,12 +353,9 @@ async fn write_quietly(at: &At, status: &AtStatus, ctx: &Context) -> Result<Opti
 }
 
 /// The At as it is now if it shows exactly `status`: a write of ours that landed (its
-/// timestamps make it ours alone), not someone else's. Read as the PodSet is read back, by a
-/// list of its name (consistent, from etcd), so that no `get` is granted beyond the watch's.
+/// timestamps make it ours alone), not someone else's.
 async fn ours_landed(api: &Api<At>, at: &At, status: &AtStatus) -> Result<Option<At>> {
-    let one = ListParams::default().fields(&format!("metadata.name={}", at.name_any()));
-    let found = api.list(&one).await.map_err(Error::ApiRead)?;
-    let now = found.items.into_iter().find(|a| a.uid() == at.uid());
+    let now = read_by_name(api, at).await?;
     Ok(now.filter(|now| alike(now.status.as_ref(), Some(status))))
 }
 

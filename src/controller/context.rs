@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -84,6 +85,19 @@ impl Context {
         self.gone.forget(uid);
         self.rounds.forget(uid);
     }
+}
+
+/// `obj` as the API server has it now: a list of its one name (a consistent read the
+/// operator's `list` permission covers, where a `get` would need a permission of its own),
+/// or `None` if it is gone. Another object of the same name is a new one: `obj` is gone all
+/// the same.
+pub async fn read_by_name<K>(api: &Api<K>, obj: &K) -> Result<Option<K>>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let one = ListParams::default().fields(&format!("metadata.name={}", obj.name_any()));
+    let found = api.list(&one).await.map_err(Error::ApiRead)?;
+    Ok(found.items.into_iter().find(|o| o.uid() == obj.uid()))
 }
 
 /// The API of `K` in `namespace`, or in all namespaces.

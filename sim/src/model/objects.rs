@@ -56,3 +56,23 @@ pub fn gated(o: &Value) -> bool {
         .as_array()
         .is_some_and(|g| !g.is_empty())
 }
+
+/// The container of an At's pod that runs its command (admission may add others).
+pub fn command_container(pod: &Value) -> &Value {
+    pod["spec"]["containers"]
+        .as_array()
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c["name"] == podset_operator::api::AT_COMMAND_CONTAINER)
+        })
+        .unwrap_or(&Value::Null)
+}
+
+/// What a container runs under `sh -c`.
+pub fn command_of(container: &Value) -> &str {
+    container["command"]
+        .as_array()
+        .and_then(|c| c.last())
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}

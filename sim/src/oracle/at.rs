@@ -61,7 +61,10 @@ impl Oracle {
                 change.key.namespace, change.key.name
             ));
         }
-        let runs_command = change.new.as_deref().map(command);
+        let runs_command = change
+            .new
+            .as_deref()
+            .map(|p| objects::command_of(objects::command_container(p)));
         let started_with = self.ats.get(at_uid).and_then(|r| r.started_with.clone());
         if released && runs_command != started_with.as_deref() {
             self.violate(format!(
@@ -165,18 +168,7 @@ impl Oracle {
             self.violate(format!("At {at} was recorded DONE {verdict}, but {why}"));
         }
     }
-}
 
-/// The command an At's pod runs (`sh -c <command>`), in its own container.
-fn command(pod: &Value) -> &str {
-    let containers = pod["spec"]["containers"].as_array().into_iter().flatten();
-    containers
-        .filter(|c| c["name"] == podset_operator::api::AT_COMMAND_CONTAINER)
-        .find_map(|c| c["command"][2].as_str())
-        .unwrap_or_default()
-}
-
-impl Oracle {
     /// An At ends once (DONE is final): its end is told in one event, never twice (issue 45,
     /// fault 3: a reconcile holding a copy from before its own DONE told it again).
     pub(super) fn event_changed(&mut self, change: &Change) {
