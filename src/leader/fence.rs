@@ -6,7 +6,10 @@
 //! deadline wakes with both due at once, and whichever task runs first wins. So the check is
 //! made where a request is sent, against a monotonic deadline: the moment the last renewal
 //! that landed was sent, plus the renew deadline. The monotonic clock runs on while the
-//! process is paused. A request refused there was never sent (see `client::may_have_acted`).
+//! process is paused, but not while its host is suspended: the fence adds the time the host
+//! was suspended, both after it opened and while the renewal that opened it was in flight
+//! (see [`suspended`](super::suspended)). A request refused here was never sent (see
+//! `client::may_have_acted`).
 //!
 //! This is the fence's state, which the leader election moves; the client checks it (its
 //! fence layer, `client::fence`, and its write connections, `client::gated`).
@@ -19,6 +22,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::suspended::Suspended;
+
 const CLOSED: u64 = 0;
 const ALWAYS: u64 = u64::MAX;
 
@@ -29,7 +34,10 @@ pub struct Fence(Arc<Inner>);
 
 #[derive(Debug)]
 struct Inner {
+    /// The deadline on the monotonic clock plus the time suspended when it was set: open
+    /// while the monotonic clock plus the time suspended now is before it.
     until: AtomicU64,
+    suspended: Suspended,
     /// Writes let through whose answer has not come.
     in_flight: AtomicUsize,
     /// Whether a write let through in this term was dropped before its answer came: it may
@@ -40,9 +48,10 @@ struct Inner {
 }
 
 impl Fence {
-    fn new(until: u64) -> Self {
+    fn new(until: u64, suspended: Suspended) -> Self {
         Self(Arc::new(Inner {
             until: AtomicU64::new(until),
+            suspended,
             in_flight: AtomicUsize::new(0),
             abandoned: AtomicBool::new(false),
             settled: Notify::new(),
@@ -51,18 +60,46 @@ impl Fence {
 
     /// A fence that never closes: no leader election.
     pub fn always_open() -> Self {
-        Self::new(ALWAYS)
+        Self::new(ALWAYS, Suspended::host())
     }
 
-    /// A fence closed until a lease is held.
+    /// A fence closed until a lease is held, counting the host's suspends.
     pub fn closed() -> Self {
-        Self::new(CLOSED)
+        Self::counting(Suspended::host())
+    }
+
+    /// A fence closed until a lease is held, counting the suspends `suspended` says.
+    pub fn counting(suspended: Suspended) -> Self {
+        Self::new(CLOSED, suspended)
     }
 
     /// Writes may leave until `deadline`, if that is later than now allowed (renewals that
-    /// land out of order never shorten it).
+    /// land out of order never shorten it), less any time the host is suspended from now.
     pub fn open_until(&self, deadline: Instant) {
-        self.0.until.fetch_max(ticks(deadline), Ordering::SeqCst);
+        let until = ticks(deadline).saturating_add(self.suspended_ns());
+        self.0.until.fetch_max(until, Ordering::SeqCst);
+    }
+
+    /// A request about to be sent whose answer may open the fence: see [`Self::sent_at`].
+    pub fn sending(&self) -> Sending {
+        Sending {
+            at: Instant::now(),
+            suspended: self.0.suspended.now(),
+        }
+    }
+
+    /// When a request counts as sent, once its answer came: as much earlier than it left as
+    /// the host was suspended while it was in flight, so that the renew deadline it opens
+    /// the fence to counts that time too.
+    pub fn sent_at(&self, sending: Sending) -> Instant {
+        let asleep = self.0.suspended.now().saturating_sub(sending.suspended);
+        // Earlier than the clock can say only after a suspend longer than the time since
+        // boot: then the deadline is long past.
+        (sending.at.checked_sub(asleep)).unwrap_or_else(|| base() - Duration::from_secs(1))
+    }
+
+    fn suspended_ns(&self) -> u64 {
+        self.0.suspended.now().as_nanos() as u64
     }
 
     /// No write leaves from now on, until the next term opens the fence again.
@@ -80,14 +117,15 @@ impl Fence {
     }
 
     fn open_at(&self, now: Instant) -> bool {
-        ticks(now) < self.0.until.load(Ordering::SeqCst)
+        ticks(now).saturating_add(self.suspended_ns()) < self.0.until.load(Ordering::SeqCst)
     }
 
-    /// When the fence closes by itself; `None` if it is closed or never closes.
+    /// When the fence closes by itself, if the host is not suspended from now; `None` if it
+    /// is closed or never closes.
     pub fn deadline(&self) -> Option<Instant> {
         match self.0.until.load(Ordering::SeqCst) {
             CLOSED | ALWAYS => None,
-            t => Some(base() + Duration::from_nanos(t)),
+            t => Some(base() + Duration::from_nanos(t.saturating_sub(self.suspended_ns()))),
         }
     }
 
@@ -111,6 +149,13 @@ impl Fence {
             answered: false,
         }
     }
+}
+
+/// A request's departure: when it left, and how long the host had been suspended by then.
+#[derive(Clone, Copy, Debug)]
+pub struct Sending {
+    at: Instant,
+    suspended: Duration,
 }
 
 /// A write the fence let through, until its answer comes.
@@ -165,5 +210,25 @@ mod tests {
         assert!(!fence.open_at(now));
         assert_eq!(fence.deadline(), None);
         assert!(Fence::always_open().is_open());
+    }
+
+    /// Issue 45, fault 11: the time the host was suspended counts against the deadline, both
+    /// after the fence opened and while the renewal that opened it was in flight.
+    #[test]
+    fn the_hosts_suspends_count_against_the_deadline() {
+        let asleep = Arc::new(AtomicU64::new(0));
+        let told = asleep.clone();
+        let suspended = Suspended::new(move || Duration::from_secs(told.load(Ordering::SeqCst)));
+        let fence = Fence::counting(suspended);
+        let now = Instant::now();
+        fence.open_until(now + Duration::from_secs(10));
+        asleep.store(4, Ordering::SeqCst);
+        assert!(fence.open_at(now + Duration::from_secs(5)));
+        assert!(!fence.open_at(now + Duration::from_secs(6)));
+        assert_eq!(fence.deadline(), Some(now + Duration::from_secs(6)));
+
+        let sending = fence.sending();
+        asleep.store(7, Ordering::SeqCst);
+        assert_eq!(fence.sent_at(sending), sending.at - Duration::from_secs(3));
     }
 }

@@ -13,8 +13,8 @@
 //!   such a deletion;
 //! - a failed request is retried, by leader and standby alike: nothing here ends the process;
 //! - the leader acts only while its [`Fence`] is open: until the renew deadline after the last
-//!   renewal that landed (counted from when that renewal was sent), and never after it saw
-//!   another holder.
+//!   renewal that landed (counted from when that renewal was sent, with the host's suspends
+//!   counted: see [`suspended`]), and never after it saw another holder.
 //!
 //! A watch on the Lease wakes a standby the moment a leader releases it, and a leader the
 //! moment someone else writes it (confirmed by a read: a watch can lag).
@@ -25,6 +25,7 @@
 mod blocked;
 pub mod fence;
 pub mod record;
+pub mod suspended;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -420,7 +421,7 @@ impl LeaderElection {
             },
             spec: Some(spec),
         };
-        let sent = Instant::now();
+        let sending = self.fence.sending();
         let params = PostParams::default();
         let written = match over {
             None => self.leases.create(&params, &lease).await,
@@ -430,7 +431,7 @@ impl LeaderElection {
             Ok(lease) => {
                 *self.written.lock() = lease.metadata.resource_version.clone();
                 self.observe(Some(lease), Instant::now());
-                Ok(Wrote::Landed(sent))
+                Ok(Wrote::Landed(self.fence.sent_at(sending)))
             }
             // A 404 on a create is the namespace's, not the Lease's: see `needs_a_person`.
             Err(kube::Error::Api(s)) if s.code == 409 || (s.code == 404 && over.is_some()) => {

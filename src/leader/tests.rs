@@ -3,6 +3,7 @@
 //! watches never deliver: what is tested here holds without them.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use http::{Method, Request, Response};
@@ -15,6 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::BoxError;
 
+use super::suspended::Suspended;
 use super::*;
 
 const NAME: &str = "lead";
@@ -30,6 +32,8 @@ struct State {
     hold_create: Duration,
     /// Every request but watches: (method, the holder it wrote, if any).
     seen: Vec<(Method, Option<String>)>,
+    /// Done when a PUT arrives, before it is answered.
+    on_put: Option<Box<dyn FnMut() + Send>>,
 }
 
 impl State {
@@ -86,6 +90,11 @@ fn answer(state: &ApiState, method: Method, query: &str, body: Value) -> Reply {
         s.fail -= 1;
         return status(500, "InternalError");
     }
+    if method == Method::PUT
+        && let Some(on_put) = s.on_put.as_mut()
+    {
+        on_put();
+    }
     let list = query.contains("fieldSelector");
     match method {
         Method::GET if list => {
@@ -138,6 +147,10 @@ fn api(state: ApiState) -> Client {
 }
 
 fn election(state: &ApiState, me: &str) -> LeaderElection {
+    election_with(state, me, Fence::closed())
+}
+
+fn election_with(state: &ApiState, me: &str, fence: Fence) -> LeaderElection {
     let election = Election {
         namespace: "ns".into(),
         name: NAME.into(),
@@ -147,7 +160,7 @@ fn election(state: &ApiState, me: &str) -> LeaderElection {
         api(state.clone()),
         &election,
         me,
-        Fence::closed(),
+        fence,
         Default::default(),
         Default::default(),
     )
@@ -385,4 +398,45 @@ async fn a_release_waits_for_writes_in_flight_and_skips_after_one_was_dropped() 
     drop(me.fence.let_through());
     me.release().await;
     assert_eq!(state.lock().holder().as_deref(), Some("me"));
+}
+
+/// A leader whose host's suspends are told by the returned counter (milliseconds), holding.
+async fn leading_with_suspends(state: &ApiState) -> (LeaderElection, Arc<AtomicU64>) {
+    let asleep = Arc::new(AtomicU64::new(0));
+    let told = asleep.clone();
+    let suspended = Suspended::new(move || Duration::from_millis(told.load(Ordering::SeqCst)));
+    let me = election_with(state, "me", Fence::counting(suspended));
+    assert!(acquire_within(&me, LEASE * 2).await);
+    assert!(me.fence.is_open());
+    (me, asleep)
+}
+
+/// Issue 45, fault 11: the host was suspended for a lease duration (its monotonic clock did
+/// not move, the standbys' clocks did): on waking, the fence is closed at once.
+#[tokio::test(start_paused = true)]
+async fn a_leader_whose_host_was_suspended_past_its_renew_deadline_is_fenced_on_waking() {
+    let state = ApiState::default();
+    let (me, asleep) = leading_with_suspends(&state).await;
+    asleep.fetch_add(LEASE.as_millis() as u64, Ordering::SeqCst);
+    assert!(!me.fence.is_open(), "writes may leave after the suspend");
+    assert!(me.fence.deadline().unwrap() <= Instant::now());
+}
+
+/// Issue 45, fault 11: a renewal in flight while the host slept opens the fence only for what
+/// was left of its renew deadline, counted with the sleep: here nothing, so the leader steps
+/// down instead of acting on a lease a standby may have taken meanwhile.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_answered_after_a_suspend_counts_the_suspend() {
+    let state = ApiState::default();
+    let (me, asleep) = leading_with_suspends(&state).await;
+    let renew_deadline = me.timing.renew_deadline.as_millis() as u64;
+    state.lock().on_put = Some(Box::new(move || {
+        asleep.fetch_add(renew_deadline, Ordering::SeqCst);
+    }));
+    let held = tokio::time::timeout(LEASE, me.hold()).await;
+    assert!(
+        held.is_ok(),
+        "still holding after a renewal that slept its deadline away"
+    );
+    assert!(!me.fence.is_open());
 }
