@@ -181,6 +181,41 @@ async fn api_server_refuses_invalid_replicas_and_defaults_to_one() -> Result<()>
             other => panic!("{name}: expected 422 Invalid, got {other:?}"),
         }
     }
+    // Issue 45, fault 1: templates whose pods end by themselves are refused, as a
+    // ReplicaSet's are, with the field's path.
+    let containers = serde_json::json!([{"name": "c", "image": "busybox"}]);
+    for (name, field, value, expect) in [
+        (
+            "deadline",
+            "activeDeadlineSeconds",
+            serde_json::json!(30),
+            "activeDeadlineSeconds is not supported",
+        ),
+        (
+            "never",
+            "restartPolicy",
+            serde_json::json!("Never"),
+            "restartPolicy must be Always",
+        ),
+    ] {
+        let spec = serde_json::json!({"replicas": 1, "template": {"spec": {
+            "containers": containers, field: value}}});
+        match submit(name, spec).await {
+            Err(kube::Error::Api(s)) => {
+                assert_eq!(s.code, 422, "{name}: {s:?}");
+                assert!(
+                    s.message.contains("spec.template.spec"),
+                    "{name}: {}",
+                    s.message
+                );
+                assert!(s.message.contains(expect), "{name}: {}", s.message);
+            }
+            other => panic!("{name}: expected 422 Invalid, got {other:?}"),
+        }
+    }
+    let always = serde_json::json!({"template": {"spec": {"containers": containers,
+        "restartPolicy": "Always"}}});
+    submit("always", always).await?;
     let defaulted = submit("defaulted", serde_json::json!({})).await?;
     assert_eq!(defaulted.data["spec"]["replicas"], 1);
     // Doc comments are schema descriptions, so kubectl explain documents the fields.

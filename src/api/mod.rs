@@ -53,6 +53,7 @@ pub fn crd<K: CustomResourceExt>() -> CustomResourceDefinition {
         {
             bounds::bound(schema);
             podset::prune_template_metadata(schema);
+            podset::refuse_self_ending_templates(schema);
             schema
                 .properties
                 .get_or_insert_default()

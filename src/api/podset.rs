@@ -1,7 +1,9 @@
 //! `PodSet` (app.example.com/v1alpha1): keeps `spec.replicas` pods running.
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    JSONSchemaProps, ValidationRule,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -36,7 +38,9 @@ pub struct PodSetSpec {
 
     /// Optional template for the pods. Without it, each pod runs busybox `sleep 3600` under a
     /// restricted security context. Changes apply to pods created afterwards only, as with a
-    /// ReplicaSet; the labels `app` and `version` and a restartPolicy of Always are enforced.
+    /// ReplicaSet; the labels `app` and `version` are enforced. As in a ReplicaSet's template,
+    /// restartPolicy must be Always (or unset) and activeDeadlineSeconds unset: pods that end
+    /// by themselves would be replaced without end.
     // Boxed: a PodTemplateSpec is kilobytes wide even when empty, and every cached PodSet
     // would carry that width, set or not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -90,6 +94,39 @@ pub(super) fn prune_template_metadata(schema: &mut JSONSchemaProps) {
     if let Some(fields) = metadata.and_then(|m| m.properties.as_mut()) {
         fields.retain(|name, _| TEMPLATE_METADATA.contains(&name.as_str()));
     }
+}
+
+/// The rules a PodSet's template is held to, as a ReplicaSet's is (`ValidatePodTemplateSpecForReplicaSet`):
+/// its pods are replaced when they end, so a pod that ends by itself (a deadline, a container
+/// that does not restart) would be replaced without end, a new pod every deadline.
+const TEMPLATE_SPEC_RULES: [(&str, &str); 2] = [
+    (
+        "!has(self.activeDeadlineSeconds)",
+        "activeDeadlineSeconds is not supported in a PodSet's template, as in a ReplicaSet's: \
+         its pods would fail at the deadline and be replaced without end",
+    ),
+    (
+        "!has(self.restartPolicy) || self.restartPolicy == 'Always'",
+        "a PodSet's pods restart their containers in place: restartPolicy must be Always \
+         (or unset), as in a ReplicaSet's template",
+    ),
+];
+
+/// Puts [`TEMPLATE_SPEC_RULES`] on `spec.template.spec`, if `schema` (a CRD's root) has one.
+pub(super) fn refuse_self_ending_templates(schema: &mut JSONSchemaProps) {
+    let spec = ["spec", "template", "spec"]
+        .iter()
+        .try_fold(schema, |s, field| s.properties.as_mut()?.get_mut(*field));
+    let Some(spec) = spec else { return };
+    let rules = TEMPLATE_SPEC_RULES
+        .iter()
+        .map(|(rule, message)| ValidationRule {
+            rule: rule.to_string(),
+            message: Some(message.to_string()),
+            reason: Some("FieldValueForbidden".into()),
+            ..Default::default()
+        });
+    spec.x_kubernetes_validations = Some(rules.collect());
 }
 
 #[cfg(test)]

@@ -30,8 +30,11 @@ pub fn pod_for(ps: &PodSet) -> Pod {
     labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY_VALUE.into());
     let owner = owned::controller_ref(ps);
     let mut spec = template.spec.unwrap_or_else(default_pod_spec);
-    // As a ReplicaSet requires: a PodSet replaces pods that end, so containers restart in place.
+    // As a ReplicaSet requires: a PodSet replaces pods that end, so containers restart in
+    // place and no deadline ends a pod. The CRD refuses both (`api::podset`); a PodSet stored
+    // before it did still makes pods that last (issue 45, fault 1: 38 pods in 90 s for 2).
     spec.restart_policy = Some("Always".into());
+    spec.active_deadline_seconds = None;
     Pod {
         metadata: ObjectMeta {
             generate_name: Some(format!("{name}-pod")),
@@ -113,7 +116,8 @@ mod tests {
         let mut ps = podset(1);
         let mut template: PodTemplateSpec = serde_json::from_value(serde_json::json!({
             "metadata": {"labels": {"tier": "web", "app": "spoofed"}, "annotations": {"a": "b"}},
-            "spec": {"restartPolicy": "Never", "containers": [{"name": "nginx", "image": "nginx:1.25"}]}
+            "spec": {"restartPolicy": "Never", "activeDeadlineSeconds": 30,
+                "containers": [{"name": "nginx", "image": "nginx:1.25"}]}
         }))
         .unwrap();
         template.metadata.as_mut().unwrap().name = Some("ignored".into());
@@ -129,5 +133,7 @@ mod tests {
         let spec = p.spec.unwrap();
         assert_eq!(spec.containers[0].image.as_deref(), Some("nginx:1.25"));
         assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
+        // Issue 45, fault 1: a pod with a deadline fails at it and is replaced, without end.
+        assert_eq!(spec.active_deadline_seconds, None);
     }
 }
