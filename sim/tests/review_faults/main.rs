@@ -89,5 +89,6 @@ fn quiet(from: u64, long: u64) -> RequestPlan {
 }
 
 mod at;
+mod deleted_podset;
 mod leadership;
 mod podset;
