@@ -10,7 +10,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
-use podset_operator::api::PodSet;
+use podset_operator::api::{MANAGED_BY_LABEL, PodSet};
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
 use testenv::harness::{self, PROMPTLY, TestNs, condition, converged, podset, poll};
 
@@ -105,6 +105,20 @@ async fn walkthrough_create_scale_and_delete() -> Result<()> {
     let replaced = converged(&ns, "podset-sample", 1).await?;
     assert_ne!(replaced[0].name_any(), keeper);
 
+    // Issue 45, fault 6: a pod whose operator label is taken off leaves the operator's
+    // watch; as a ReplicaSet does, the operator releases it (it runs on, owned by nobody)
+    // and makes another.
+    let edited = replaced[0].name_any();
+    let unlabel = serde_json::json!({"metadata": {"labels": {MANAGED_BY_LABEL: null}}});
+    pods.patch(&edited, &PatchParams::default(), &Patch::Merge(&unlabel))
+        .await?;
+    poll(PROMPTLY, "the edited pod to be released", || async {
+        Ok(pods.get(&edited).await?.owner_references().is_empty())
+    })
+    .await?;
+    let after_edit = converged(&ns, "podset-sample", 1).await?;
+    assert_ne!(after_edit[0].name_any(), edited);
+
     // The foreign look-alike was never counted, changed or deleted.
     let foreign = pods.get("foreign").await?;
     assert!(foreign.metadata.deletion_timestamp.is_none());
@@ -127,6 +141,7 @@ async fn walkthrough_create_scale_and_delete() -> Result<()> {
         reasons.iter().any(|r| r == "SuccessfulDelete"),
         "{reasons:?}"
     );
+    assert!(reasons.iter().any(|r| r == "PodReleased"), "{reasons:?}");
 
     // Delete the PodSet: the garbage collector removes its pods, not the foreign one.
     api.delete("podset-sample", &DeleteParams::default())
@@ -136,11 +151,18 @@ async fn walkthrough_create_scale_and_delete() -> Result<()> {
         "the PodSet's pods to be garbage-collected",
         || async {
             let left = pods.list(&ListParams::default()).await?;
-            Ok(left.items.iter().all(|p| p.name_any() == "foreign"))
+            Ok(left
+                .items
+                .iter()
+                .all(|p| p.name_any() == "foreign" || p.name_any() == edited))
         },
     )
     .await?;
     assert!(pods.get_opt("foreign").await?.is_some());
+    assert!(
+        pods.get_opt(&edited).await?.is_some(),
+        "a released pod is its editor's"
+    );
     operator.assert_healthy();
     Ok(())
 }

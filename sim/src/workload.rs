@@ -69,6 +69,13 @@ pub enum Action {
         ns: &'static str,
         at: String,
     },
+    /// Takes the operator's label off one pod of the PodSet, the `pick`-th of them: the
+    /// operator's watch no longer sees it, and it must be released, as a ReplicaSet's is.
+    UnlabelPod {
+        ns: &'static str,
+        podset: String,
+        pick: usize,
+    },
     /// A pod in another namespace that names the PodSet as its controller.
     ForgePod {
         ns: &'static str,
@@ -106,6 +113,10 @@ pub fn plan(rng: &mut fastrand::Rng, span: Duration) -> Vec<(Duration, Action)> 
         if rng.f64() < 0.1 {
             let (ns, name) = (*ns, name.clone());
             plan.push((at(rng, 0.2, 0.9), Action::WriteStatus { ns, name }));
+        }
+        if rng.f64() < 0.1 {
+            let (ns, podset, pick) = (*ns, name.clone(), rng.usize(..8));
+            plan.push((at(rng, 0.2, 0.9), Action::UnlabelPod { ns, podset, pick }));
         }
         if rng.f64() < 0.1 {
             plan.push((
@@ -243,6 +254,15 @@ fn perform_on(w: &mut World, action: &Action, now: jiff::Timestamp) {
                 None => Ok(()),
             }
         }
+        Action::UnlabelPod { ns, podset, pick } => {
+            let pods = pods_of(store, Kind::PodSet, ns, podset);
+            match pods.get(pick % pods.len().max(1)) {
+                Some(pod) => store
+                    .merge_patch(&key(Kind::Pod, ns, pod), &unlabel(), None)
+                    .map(drop),
+                None => Ok(()),
+            }
+        }
         Action::CreateAt {
             ns,
             name,
@@ -274,13 +294,9 @@ fn perform_on(w: &mut World, action: &Action, now: jiff::Timestamp) {
                 now,
             )
             .map(drop),
-        Action::UnlabelAtPod { ns, at } => {
-            let patch =
-                json!({"metadata": {"labels": {podset_operator::api::MANAGED_BY_LABEL: null}}});
-            store
-                .merge_patch(&key(Kind::Pod, ns, &format!("{at}-pod")), &patch, None)
-                .map(drop)
-        }
+        Action::UnlabelAtPod { ns, at } => store
+            .merge_patch(&key(Kind::Pod, ns, &format!("{at}-pod")), &unlabel(), None)
+            .map(drop),
         Action::ForgePod { ns, podset } => forge(store, ns, podset, now),
         Action::DeleteLease => store
             .delete(
@@ -291,6 +307,11 @@ fn perform_on(w: &mut World, action: &Action, now: jiff::Timestamp) {
             )
             .map(drop),
     };
+}
+
+/// The merge patch that takes the operator's label off a pod.
+fn unlabel() -> Value {
+    json!({"metadata": {"labels": {podset_operator::api::MANAGED_BY_LABEL: null}}})
 }
 
 /// The names of the pods whose controller is the `kind` object `name`, in the order

@@ -37,6 +37,10 @@ pub enum Change {
     Updated,
     /// A pod is terminating, or gone from the cache.
     Removed,
+    /// An active pod gone from the cache without terminating first: deleted at once (not
+    /// yet scheduled), or its labels edited out of the operator's watch (see
+    /// `plan::release`).
+    Vanished,
 }
 
 /// One owner whose pods a watch event changed.
@@ -244,6 +248,9 @@ fn changes(previous: Option<&CachedPod>, current: Option<&CachedPod>) -> Vec<Pod
                 Change::Added
             },
         )),
+        (Some(before), None) if before.is_active() => {
+            out.extend(touched(before, Change::Vanished));
+        }
         (Some(before), None) => out.extend(touched(before, Change::Removed)),
         (Some(before), Some(now)) if before.home != now.home => {
             out.extend(touched(before, Change::Removed));
@@ -376,6 +383,23 @@ mod tests {
         assert!(cache.owned_by("ns", "o").is_empty());
     }
 
+    /// Issue 45, fault 6: an active pod gone without terminating first may have left the
+    /// watch by a label edit; a finished one is of no count either way.
+    #[test]
+    fn an_active_pod_gone_without_terminating_vanished() {
+        let cache = PodCache::default();
+        cache.apply(Event::Apply(pod("a", Some("o"), "Running")));
+        cache.apply(Event::Apply(pod("b", Some("o"), "Succeeded")));
+        assert_eq!(
+            changes_of(&cache.apply(Event::Delete(pod("a", Some("o"), "Running")))),
+            [("o".into(), Change::Vanished)]
+        );
+        assert_eq!(
+            changes_of(&cache.apply(Event::Delete(pod("b", Some("o"), "Succeeded")))),
+            [("o".into(), Change::Removed)]
+        );
+    }
+
     #[test]
     fn owner_change_moves_the_pod() {
         let cache = PodCache::default();
@@ -412,9 +436,10 @@ mod tests {
             .map(|t| (t.pod_uid, t.change))
             .collect();
         t.sort_by(|x, y| x.0.cmp(&y.0));
+        // b was active and did not terminate in view: it may have left by a label edit.
         assert_eq!(
             t,
-            [("b".into(), Change::Removed), ("c".into(), Change::Added)]
+            [("b".into(), Change::Vanished), ("c".into(), Change::Added)]
         );
         assert_eq!(cache.owned_by("ns", "o").len(), 2);
     }

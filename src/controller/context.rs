@@ -14,6 +14,7 @@ use tracing::{Instrument, warn};
 use super::backoff::Backoff;
 use super::gone::Gone;
 use super::rounds::CreateRounds;
+use super::strays::Strays;
 use crate::api::{AtStatus, PodSetStatus};
 use crate::cache::PodCache;
 use crate::clock::Clock;
@@ -38,6 +39,8 @@ pub struct Context {
     /// PodSets a write found deleted before the watch said so.
     pub gone: Gone,
     pub rounds: CreateRounds,
+    /// Pods that vanished from the watch while active, for their owners to look up.
+    pub strays: Strays,
     pub clock: Clock,
 }
 
@@ -64,6 +67,7 @@ impl Context {
             at_statuses: StatusWrites::default(),
             gone: Gone::default(),
             rounds: CreateRounds::default(),
+            strays: Strays::default(),
             clock,
         }
     }
@@ -84,6 +88,7 @@ impl Context {
         self.at_statuses.forget(uid);
         self.gone.forget(uid);
         self.rounds.forget(uid);
+        self.strays.forget(uid);
     }
 }
 

@@ -16,6 +16,7 @@ pub mod podset;
 mod resync;
 mod rounds;
 mod routing;
+mod strays;
 mod unreadable;
 mod wakes;
 mod watching;
@@ -92,6 +93,10 @@ pub async fn act(mut watching: Watching, shutdown: CancellationToken) -> anyhow:
         router,
         ..
     } = &watching;
+    if settings.podset {
+        // Before the controllers start: each of their first reconciles releases its strays.
+        strays::sweep(client, settings.namespace.as_deref(), ctx, &shutdown).await;
+    }
     let queues = router.connect(settings.podset, settings.at);
     let mut controllers = JoinSet::new();
     let mut stores = Vec::new();

@@ -11,6 +11,7 @@ use act::act;
 use fresh::exists;
 
 use super::context::{Context, reconcile_within_deadline, retry_after};
+use super::strays;
 use crate::api::PodSet;
 use crate::cache::CachedPod;
 use crate::error::{Error, Result};
@@ -47,6 +48,9 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
     });
     if step.reads_first() && !exists(ps, ctx).await? {
         return Ok(Action::await_change());
+    }
+    if step != Step::AwaitChange {
+        strays::release(ps, ctx).await?;
     }
     let outcome = match step {
         Step::AwaitChange => return Ok(Action::await_change()),

@@ -20,7 +20,7 @@ use super::context::{Context, api_in};
 use super::kept::Kept;
 use super::wakes::Wakes;
 use crate::api::{At, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet};
-use crate::cache::PodChange;
+use crate::cache::{Change, PodChange};
 use crate::status_writes::status_hash;
 
 /// The primary objects, triggering on what [`Wakes`] says (a new generation, a status not
@@ -138,6 +138,9 @@ pub(super) async fn watch_pods(ctx: Arc<Context>, namespace: Option<String>, rou
                 // opposite order (see `podset::snapshot`), so it never sees an expectation
                 // met by a pod it cannot see.
                 for touched in ctx.pods.apply(event) {
+                    if stray(&touched, &ctx) {
+                        ctx.strays.vanished(&touched);
+                    }
                     ctx.expectations.observe(&touched, Instant::now());
                     router.route(&touched);
                 }
@@ -145,6 +148,17 @@ pub(super) async fn watch_pods(ctx: Arc<Context>, namespace: Option<String>, rou
             Err(e) => warn!(error = %e, "pod watch failed; retrying with backoff"),
         }
     }
+}
+
+/// Whether `touched` is a PodSet's pod that vanished while active, not by a delete of its
+/// own: it may have left the watch by a label edit, and be released (`strays`). A pod the
+/// At made is looked up by the At itself (`plan::at::Step::Confirm`).
+fn stray(touched: &PodChange, ctx: &Context) -> bool {
+    touched.change == Change::Vanished
+        && &*touched.owner.kind == "PodSet"
+        && !ctx
+            .expectations
+            .expects_delete(&touched.owner.uid, &touched.pod_uid)
 }
 
 #[cfg(test)]

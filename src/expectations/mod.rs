@@ -280,7 +280,7 @@ impl Expectations {
         }
         match touched.change {
             Change::Added => observe_create(&mut p.creates, touched),
-            Change::Removed => {
+            Change::Removed | Change::Vanished => {
                 p.deletes.remove(&touched.pod_uid);
                 p.unsettled_deletes.remove(&touched.pod_uid);
             }
@@ -289,6 +289,14 @@ impl Expectations {
         if p.met() || p.expired(now) {
             owners.remove(uid);
         }
+    }
+
+    /// Whether a delete of this pod by `owner_uid`'s controller awaits its watch event.
+    pub fn expects_delete(&self, owner_uid: &Uid, pod_uid: &Uid) -> bool {
+        let owners = self.owners.lock();
+        owners.get(owner_uid).is_some_and(|p| {
+            p.deletes.contains(pod_uid) || p.unsettled_deletes.contains_key(pod_uid)
+        })
     }
 
     /// Satisfied once the watch showed everything expected, or the record expired (it is then

@@ -9,4 +9,5 @@ pub mod name;
 pub mod owned;
 pub mod podset;
 pub mod rank;
+pub mod release;
 pub mod unreadable;

@@ -99,6 +99,8 @@ fn route(
             Ok(Answer::Reply(201, (*object).clone()))
         }
         (&Method::PUT, Some(key)) => ok(store.replace(&key, body, sub)?),
+        // A JSON patch is a list of operations; a merge patch, an object.
+        (&Method::PATCH, Some(key)) if body.is_array() => ok(store.json_patch(&key, &body, sub)?),
         (&Method::PATCH, Some(key)) => ok(store.merge_patch(&key, &body, sub)?),
         (&Method::DELETE, Some(key)) => {
             let pre = Preconditions {

@@ -207,6 +207,23 @@ impl Store {
         self.update(key, &old, patched, subresource)
     }
 
+    /// A JSON patch (RFC 6902), as `application/json-patch+json`: a failed `test`, or a path
+    /// that is not there, refuses the whole patch with 422, as kube-apiserver does.
+    pub fn json_patch(
+        &mut self,
+        key: &Key,
+        patch: &Value,
+        subresource: Option<&str>,
+    ) -> Result<Object, ApiError> {
+        let old = self.current(key)?;
+        let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+            .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+        let mut patched = (*old).clone();
+        json_patch::patch(&mut patched, &ops)
+            .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
+        self.update(key, &old, patched, subresource)
+    }
+
     /// A new version of `old` from `candidate`: only its status through `/status`, all but
     /// its status otherwise; fields the server owns are kept. An update that changes nothing
     /// is no write (no new resourceVersion, no watch event), as with the real server.

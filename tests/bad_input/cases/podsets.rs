@@ -147,7 +147,14 @@ pub fn cases() -> Vec<Case> {
             21,
             with_template(json!({"spec": {"restartPolicy": "Never",
                 "containers": [{"name": "c", "image": "busybox"}]}})),
-            Available(1),
+            Refused(422, "restartPolicy must be Always"),
+        ),
+        ps(
+            "template activeDeadlineSeconds",
+            22,
+            with_template(json!({"spec": {"activeDeadlineSeconds": 30,
+                "containers": [{"name": "c", "image": "busybox"}]}})),
+            Refused(422, "activeDeadlineSeconds is not supported"),
         ),
         // A name is also the value of the pods' `app` label: the schema caps it at 63.
         case(

@@ -1,0 +1,207 @@
+//! Pods that vanished from the operator's watch while active: deleted at once, or edited out
+//! of it (their `app.kubernetes.io/managed-by` label), seen go or found when a term begins
+//! ([`sweep`]). Each is looked up by its owner's next reconcile and, if it left the watch
+//! still naming its owner, released ([`plan::release`]).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use parking_lot::Mutex;
+use tracing::{info, warn};
+
+use super::context::{Context, publish};
+use crate::cache::PodChange;
+use crate::error::{Error, Result};
+use crate::plan;
+use crate::uid::Uid;
+
+/// Vanished pods kept per owner until its reconcile: a standby, which never reconciles,
+/// keeps no more than this many.
+const KEPT: usize = 32;
+
+/// A pod that vanished: its name and UID.
+#[derive(Clone, Debug, PartialEq)]
+struct Vanished {
+    name: String,
+    uid: Uid,
+}
+
+#[derive(Default, Debug)]
+pub struct Strays {
+    by_owner: Mutex<HashMap<Uid, Vec<Vanished>>>,
+}
+
+impl Strays {
+    /// The watch no longer shows `change`'s pod, which was active.
+    pub fn vanished(&self, change: &PodChange) {
+        self.suspect(&change.owner.uid, &change.pod_name, &change.pod_uid);
+    }
+
+    fn suspect(&self, owner_uid: &Uid, name: &str, uid: &Uid) {
+        let mut by_owner = self.by_owner.lock();
+        let pods = by_owner.entry(owner_uid.clone()).or_default();
+        if pods.len() == KEPT {
+            pods.remove(0);
+        }
+        pods.push(Vanished {
+            name: name.to_string(),
+            uid: uid.clone(),
+        });
+    }
+
+    fn take(&self, owner_uid: &str) -> Vec<Vanished> {
+        self.by_owner
+            .lock()
+            .remove(&Uid::from(owner_uid))
+            .unwrap_or_default()
+    }
+
+    fn keep(&self, owner_uid: &str, left: Vec<Vanished>) {
+        if !left.is_empty() {
+            let mut by_owner = self.by_owner.lock();
+            by_owner
+                .entry(Uid::from(owner_uid))
+                .or_default()
+                .extend(left);
+        }
+    }
+
+    pub fn forget(&self, owner_uid: &str) {
+        self.by_owner.lock().remove(&Uid::from(owner_uid));
+    }
+}
+
+/// Finds the PodSets' pods that left the watch while no instance of this one watched (a
+/// restart, a failover): one list, when a term begins, of the pods that still carry a
+/// PodSet pod's `version` label but not the operator's (the ReplicaSet controller, which
+/// watches every pod, sees them anyway). A pod whose `version` label was edited too is not
+/// found. A failed list is tried again, as the caches' first lists are, until `shutdown`:
+/// a controller started before it would count a stray as gone and replace it.
+pub async fn sweep(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    ctx: &Context,
+    shutdown: &tokio_util::sync::CancellationToken,
+) {
+    let mut wait = Duration::from_millis(500);
+    loop {
+        match list_strays(client, namespace, ctx).await {
+            Ok(()) => return,
+            Err(e) => {
+                warn!(error = %e, ?wait, "could not look for pods that left the operator's watch; trying again")
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(crate::jitter::jittered(wait)) => {}
+        }
+        wait = (wait * 2).min(Duration::from_secs(30));
+    }
+}
+
+async fn list_strays(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    ctx: &Context,
+) -> kube::Result<()> {
+    let api = super::context::api_in::<Pod>(client.clone(), namespace);
+    let selector = format!(
+        "version={},{}!={}",
+        plan::podset::POD_VERSION,
+        crate::api::MANAGED_BY_LABEL,
+        crate::api::MANAGED_BY_VALUE
+    );
+    let mut params = ListParams::default().labels(&selector).limit(500);
+    loop {
+        let page = api.list_metadata(&params).await?;
+        for pod in &page.items {
+            let meta = &pod.metadata;
+            let refs = meta.owner_references.as_deref().unwrap_or_default();
+            let owner = refs.iter().find(|r| r.controller == Some(true));
+            if let (Some(owner), Some(name), Some(uid)) = (owner, &meta.name, &meta.uid)
+                && owner.kind == "PodSet"
+                && meta.deletion_timestamp.is_none()
+            {
+                let owner_uid = Uid::from(owner.uid.as_str());
+                ctx.strays
+                    .suspect(&owner_uid, name, &Uid::from(uid.as_str()));
+            }
+        }
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Looks up the pods of `owner` that vanished from the watch, and releases each that left it
+/// still naming `owner` as its controller. Those not looked up for a failure are kept for the
+/// next reconcile, which the error brings.
+pub async fn release<K: Resource<DynamicType = ()>>(owner: &K, ctx: &Context) -> Result<()> {
+    let uid = owner.uid().unwrap_or_default();
+    let mut vanished = ctx.strays.take(&uid);
+    if vanished.is_empty() {
+        return Ok(());
+    }
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace().unwrap_or_default());
+    while let Some(pod) = vanished.pop() {
+        if let Err(e) = release_one(&api, &pod, owner, ctx).await {
+            vanished.push(pod);
+            ctx.strays.keep(&uid, vanished);
+            return Err(Error::PodApi(e));
+        }
+    }
+    Ok(())
+}
+
+async fn release_one<K: Resource<DynamicType = ()>>(
+    api: &Api<Pod>,
+    vanished: &Vanished,
+    owner: &K,
+    ctx: &Context,
+) -> kube::Result<()> {
+    let Some(pod) = api.get_opt(&vanished.name).await? else {
+        return Ok(());
+    };
+    let owner_uid = owner.uid().unwrap_or_default();
+    let same = pod.uid().is_some_and(|u| vanished.uid == *u.as_str());
+    let Some(patch) = plan::release::release(&pod, &owner_uid).filter(|_| same) else {
+        return Ok(());
+    };
+    let params = PatchParams::default();
+    match api
+        .patch(&vanished.name, &params, &Patch::Json::<()>(patch))
+        .await
+    {
+        Ok(_) => {}
+        // Gone, or changed since it was read (a failed test is 422): nothing of ours to
+        // release; a later change brings it back to the watch or leaves it to its editor.
+        Err(kube::Error::Api(s)) if [404, 409, 422].contains(&s.code) => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    info!(
+        pod = vanished.name,
+        "released a pod whose labels took it out of the operator's watch"
+    );
+    let note = format!(
+        "released pod {}: its label {}={} was changed, so it is no longer counted; it runs on \
+         without an owner",
+        vanished.name,
+        crate::api::MANAGED_BY_LABEL,
+        crate::api::MANAGED_BY_VALUE
+    );
+    publish(
+        owner,
+        ctx,
+        EventType::Normal,
+        "PodReleased",
+        "Release",
+        note,
+    )
+    .await;
+    Ok(())
+}
