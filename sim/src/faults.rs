@@ -59,10 +59,14 @@ pub enum Fault {
     Sidecar,
     /// The kubelet kills an At's command for its memory: OOMKilled, exit code 137.
     OomKilled,
+    /// Every request of the fault phase takes a latency each way (a congested or distant path
+    /// to the API server, a proxy): drawn once per run, up to a fifth of the renew deadline,
+    /// at which client-go's margins still hold (`Faults::slow_path`).
+    SlowPath,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 23] = [
+    pub const ALL: [Fault; 24] = [
         Fault::Refused,
         Fault::SlowConnect,
         Fault::TooManyRequests,
@@ -86,6 +90,7 @@ impl Fault {
         Fault::AdmissionDown,
         Fault::Sidecar,
         Fault::OomKilled,
+        Fault::SlowPath,
     ];
 
     /// The chance it fires each time it is reached, when on.
@@ -106,6 +111,8 @@ impl Fault {
             // Reached once per simulated second of the fault phase, in each replica.
             Fault::Crash | Fault::Terminate | Fault::Freeze | Fault::ClockJump => 0.01,
             Fault::Compaction => 0.02,
+            // Drawn once, for the whole fault phase.
+            Fault::SlowPath => 1.0,
         }
     }
 }
@@ -205,6 +212,8 @@ pub struct Faults {
     /// Faults fire only while true (the fault phase).
     pub active: bool,
     pub counts: BTreeMap<Fault, u64>,
+    /// The latency each way of every request drawn at random ([`Fault::SlowPath`]).
+    path_latency: Duration,
 }
 
 impl Faults {
@@ -220,6 +229,7 @@ impl Faults {
             rules: Vec::new(),
             active: true,
             counts: BTreeMap::new(),
+            path_latency: Duration::ZERO,
         }
     }
 
@@ -241,6 +251,17 @@ impl Faults {
         low + (high - low).mul_f64(self.rng.f64())
     }
 
+    /// Draws the latency of a slow path, if that fault is on: up to a fifth of
+    /// `renew_deadline` (a renewal, and a read and a write after a conflict, then fit in it),
+    /// or a second without leader election.
+    pub fn slow_path(&mut self, renew_deadline: Option<Duration>) {
+        if self.enabled.contains(&Fault::SlowPath) {
+            let most = renew_deadline.map_or(secs(1), |d| d / 5);
+            self.path_latency = self.between(Duration::from_millis(20), most);
+            *self.counts.entry(Fault::SlowPath).or_default() += 1;
+        }
+    }
+
     pub fn add_rule(&mut self, rule: Rule) {
         self.rules.push(rule);
     }
@@ -258,6 +279,14 @@ impl Faults {
             return rule.plan.clone();
         }
         let mut plan = self.random_plan();
+        if self.active {
+            plan.connect = match plan.connect {
+                Connect::Pooled if !self.path_latency.is_zero() => Connect::Slow(self.path_latency),
+                Connect::Slow(d) => Connect::Slow(d + self.path_latency),
+                other => other,
+            };
+            plan.slow_reply += self.path_latency;
+        }
         let pod_create = *req.method == http::Method::POST
             && req
                 .path

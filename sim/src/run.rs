@@ -10,6 +10,7 @@ use std::time::Duration;
 use tracing::Instrument as _;
 
 use podset_operator::controller::STARTUP_GRACE;
+use podset_operator::leader::record::timing;
 
 use crate::determinism;
 use crate::faults::{Fault, Faults, MAX_HOLD, STALLS_OVER, secs};
@@ -21,9 +22,9 @@ use crate::workload::{self, NAMESPACES};
 use crate::world::{Sim, World, pick};
 
 /// Once the faults stop, everything converges within this: a PodSet's backoff grown during
-/// the faults (at most 5 minutes) to its next try, a lease (at most 15 s) and the start-up
+/// the faults (at most 5 minutes) to its next try, a lease (at most 30 s) and the start-up
 /// grace (2 s) to a leader acting, and a margin.
-pub const LIVENESS_BOUND: Duration = Duration::from_secs(330);
+pub const LIVENESS_BOUND: Duration = Duration::from_secs(345);
 /// How long a converged operator is watched for writes it should not make.
 pub const IDLE_WATCH: Duration = Duration::from_secs(180);
 
@@ -205,9 +206,10 @@ fn stream(seed: u64, n: u64) -> fastrand::Rng {
 async fn simulate(seed: u64, options: &Options) -> Report {
     trace::begin(options.trace);
     let mut setup = stream(seed, 1);
-    let faults = Faults::new(stream(seed, 2), options.faults.as_deref());
+    let mut faults = Faults::new(stream(seed, 2), options.faults.as_deref());
     let span = Duration::from_secs(setup.u64(60..=180));
     let (count, settings) = replica_settings(&mut setup);
+    faults.slow_path(settings.lease.map(|l| timing(l).renew_deadline));
     let namespaces: Vec<&str> = NAMESPACES.into_iter().chain([LEASE_NAMESPACE]).collect();
     let (sim, replicas) = cluster(seed, faults, &namespaces, count, settings);
     let plan = workload::plan(&mut stream(seed, 4), span);
@@ -235,11 +237,16 @@ async fn simulate(seed: u64, options: &Options) -> Report {
     report
 }
 
-/// One replica alone without leader election, or two or three electing a leader.
+/// One replica alone without leader election, or one to three electing a leader, on a
+/// lease across the range `--lease-duration-seconds` admits in practice (2 s is its least).
 fn replica_settings(rng: &mut fastrand::Rng) -> (usize, ReplicaSettings) {
+    const LEASES: [u64; 6] = [2, 3, 6, 10, 15, 30];
     let (count, lease) = match rng.f64() {
         x if x < 0.15 => (1, None),
-        _ => (rng.usize(2..=3), Some(secs([5, 10, 15][rng.usize(..3)]))),
+        _ => (
+            rng.usize(1..=3),
+            Some(secs(LEASES[rng.usize(..LEASES.len())])),
+        ),
     };
     let settings = ReplicaSettings {
         lease,

@@ -247,10 +247,16 @@ impl LeaderElection {
                     Err(_) => {}
                 },
                 _ = sleep_until(until.unwrap_or(deadline).min(deadline)) => {}
-                Some(()) = changes.next() => match self.holder_now().await {
-                    Holder::Other | Holder::Nobody => return Err(LOST),
-                    Holder::Me | Holder::Unknown => {}
-                },
+                // The watch showing a record that names this instance (its own write, often
+                // before that write's answer comes) is no news; another holder, or none, is
+                // confirmed by a read. A read here would hold up the renewal due meanwhile:
+                // behind a slow path, past its renew deadline (issue 45, fault 9).
+                Some(()) = changes.next(), if !self.observed_holder_is_me() => {
+                    match self.holder_now().await {
+                        Holder::Other | Holder::Nobody => return Err(LOST),
+                        Holder::Me | Holder::Unknown => {}
+                    }
+                }
             }
         }
     }
@@ -401,8 +407,26 @@ impl LeaderElection {
         Ok(self.observe(lease, Instant::now()))
     }
 
+    fn observed_holder_is_me(&self) -> bool {
+        let observed = self.observed.lock();
+        observed
+            .as_ref()
+            .is_some_and(|o| o.holder() == self.identity)
+    }
+
+    /// Records `lease` as read at `now`, unless what is recorded is newer: a watch event can
+    /// come after the answer of a later write, and a write over its older version would be
+    /// refused (409), costing a read and a write more before the renew deadline.
     fn observe(&self, lease: Option<Lease>, now: Instant) -> Option<Observed> {
         let mut observed = self.observed.lock();
+        let version = lease
+            .as_ref()
+            .and_then(|l| l.metadata.resource_version.as_deref());
+        if let (Some(version), Some(o)) = (version, observed.as_ref())
+            && record::is_older(version, &o.version)
+        {
+            return observed.clone();
+        }
         *observed = lease.map(|l| {
             let version = l.metadata.resource_version.unwrap_or_default();
             Observed::seen(observed.as_ref(), l.spec.unwrap_or_default(), version, now)

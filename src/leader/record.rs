@@ -45,6 +45,16 @@ impl Observed {
     }
 }
 
+/// Whether `version` is older than `than`. Versions are opaque to clients, but the API
+/// server's are etcd revisions, which grow: compared as numbers when both are, and otherwise
+/// never older (the record read is taken as it comes).
+pub fn is_older(version: &str, than: &str) -> bool {
+    match (version.parse::<u64>(), than.parse::<u64>()) {
+        (Ok(v), Ok(t)) => v < t,
+        _ => false,
+    }
+}
+
 /// What to do with the Lease, given what was observed of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -158,6 +168,14 @@ pub fn timing(duration: Duration) -> Timing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_numerically_smaller_version_is_older() {
+        assert!(is_older("99", "104"));
+        assert!(!is_older("104", "104"));
+        assert!(!is_older("105", "104"));
+        assert!(!is_older("abc", "104"), "opaque versions are never older");
+    }
 
     const LEASE: Duration = Duration::from_secs(15);
 

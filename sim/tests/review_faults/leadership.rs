@@ -427,3 +427,48 @@ fn a_create_of_the_lease_answered_late_is_waited_out_from_its_answer() {
     });
     assert_ok(&report);
 }
+
+/// Issue 45, fault 9: a lone replica behind a slow path (0.7 s each way) with a 6 s lease
+/// never led: the watch showed each of its own Lease writes before the write's answer came,
+/// and the leader stopped to confirm by a read (1.4 s) while its next renewal was due, which
+/// then landed after the renew deadline: "no renewal landed within the renew deadline",
+/// again and again. client-go's margins hold at that latency.
+#[test]
+fn a_lone_replica_behind_a_slow_path_leads_and_keeps_leading() {
+    let setup = Setup {
+        replicas: 1,
+        settings: podset_sim::replica::ReplicaSettings {
+            lease: Some(secs(6)),
+            ..Setup::default().settings
+        },
+        ..Setup::default()
+    };
+    let report = play(9, setup, |scene| async move {
+        let slow = RequestPlan {
+            connect: Connect::Slow(Duration::from_millis(700)),
+            slow_reply: Duration::from_millis(700),
+            ..RequestPlan::default()
+        };
+        for method in [
+            Method::GET,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+        ] {
+            scene.rule(rule(Some(0), method, "", slow.clone(), u32::MAX));
+        }
+        scene.user(create_web(2));
+        scene.sleep(secs(90)).await;
+        let lapses = podset_sim::trace::snapshot()
+            .iter()
+            .filter(|l| l.contains("no renewal of the leader lease landed"))
+            .count();
+        if lapses > 0 {
+            return Err(format!("the leader lease lapsed {lapses} times in 90 s").into());
+        }
+        scene.converged(secs(60)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
