@@ -465,7 +465,7 @@ fn a_lone_replica_behind_a_slow_path_leads_and_keeps_leading() {
             .filter(|l| l.contains("no renewal of the leader lease landed"))
             .count();
         if lapses > 0 {
-            return Err(format!("the leader lease lapsed {lapses} times in 90 s").into());
+            return Err(format!("the leader lease lapsed {lapses} times in 90 s"));
         }
         scene.converged(secs(60)).await;
         Ok(())
