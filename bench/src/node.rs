@@ -118,6 +118,7 @@ async fn at_lateness(client: &kube::Client) -> Result<(f64, f64)> {
         AtSpec {
             schedule: due.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
             command: "sleep 1".into(),
+            image: None,
         },
     );
     Api::<At>::namespaced(client.clone(), NS)

@@ -68,6 +68,11 @@ pub struct AtSpec {
     /// The command to run, through `sh -c` in a busybox container.
     #[schemars(length(min = 1))]
     pub command: String,
+
+    /// The image the command runs in; it needs `sh`. Default `busybox:1.37.0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub image: Option<String>,
 }
 
 /// Where an At is in its life: PENDING until the schedule is due, RUNNING while its pod

@@ -22,6 +22,10 @@ pub const MANAGED_BY_VALUE: &str = "podset-operator";
 /// whether a gated pod holds the At's current spec.
 pub const AT_GENERATION_ANNOTATION: &str = "cnat.programming-kubernetes.info/generation";
 
+/// The image of the pods the operator makes when told none: busybox, pinned to a release
+/// (an untagged image is whatever `latest` is on the day a node pulls it).
+pub const BUSYBOX_IMAGE: &str = "busybox:1.37.0";
+
 /// The container of an At's pod that runs the command. Admission may add others (a sidecar,
 /// as a container or an init container): the At's verdict is this one's alone.
 pub const AT_COMMAND_CONTAINER: &str = "busybox";

@@ -35,8 +35,8 @@ use kube::{Resource, ResourceExt};
 
 use crate::api::decoded::Reported;
 use crate::api::{
-    AT_COMMAND_CONTAINER, AT_GENERATION_ANNOTATION, At, AtPhase, AtStatus, MANAGED_BY_LABEL,
-    MANAGED_BY_VALUE,
+    AT_COMMAND_CONTAINER, AT_GENERATION_ANNOTATION, At, AtPhase, AtStatus, BUSYBOX_IMAGE,
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE,
 };
 use crate::cache::{CachedPod, Phase};
 use crate::conditions::{self, Desired};
@@ -80,6 +80,7 @@ impl Reported for At {
             spec: crate::api::AtSpec {
                 schedule: String::new(),
                 command: String::new(),
+                image: None,
             },
             status: None,
         }
@@ -448,7 +449,7 @@ pub fn pod_for(at: &At) -> Pod {
             security_context: Some(owned::restricted_pod_security_context()),
             containers: vec![Container {
                 name: AT_COMMAND_CONTAINER.into(),
-                image: Some("busybox".into()),
+                image: Some(at.spec.image.as_deref().unwrap_or(BUSYBOX_IMAGE).into()),
                 command: Some(vec!["sh".into(), "-c".into(), at.spec.command.clone()]),
                 security_context: Some(owned::restricted_container_security_context()),
                 ..Default::default()

@@ -271,12 +271,15 @@ impl Cluster {
     async fn start_real_nodes(&mut self, first: node::network::Bridge, n: usize) -> Result<()> {
         let (registry, addr) = registry::start(self.dir()).await?;
         self.components.push(registry);
-        registry::push(
-            &addr,
-            &versions::images_dir().join("busybox.tar"),
-            "library/busybox:latest",
-        )
-        .await?;
+        // Under `latest` for pods that name no tag, and under the tag the operator pins.
+        let pinned = podset_operator::api::BUSYBOX_IMAGE;
+        for repo in [
+            "library/busybox:latest".to_string(),
+            format!("library/{pinned}"),
+        ] {
+            let archive = versions::images_dir().join("busybox.tar");
+            registry::push(&addr, &archive, &repo).await?;
+        }
         let pause = versions::pause_image().trim_start_matches("registry.k8s.io/");
         registry::push(&addr, &versions::pause_archive(), pause).await?;
         let prefix = first.name[..3].to_string();

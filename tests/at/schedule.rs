@@ -130,7 +130,10 @@ async fn runs_once_at_its_schedule_then_done_with_success() -> Result<()> {
         spec.containers[0].command.as_deref().unwrap(),
         ["sh", "-c", "echo YAY; echo done"]
     );
-    assert_eq!(spec.containers[0].image.as_deref(), Some("busybox"));
+    assert_eq!(
+        spec.containers[0].image.as_deref(),
+        Some(podset_operator::api::BUSYBOX_IMAGE)
+    );
     assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
     assert_eq!(spec.automount_service_account_token, Some(false));
     assert_eq!(pod.labels().get("app").map(String::as_str), Some("hello"));

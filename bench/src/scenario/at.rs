@@ -49,6 +49,7 @@ async fn create_ats(client: &Client, n: usize, due: Timestamp) -> Result<()> {
     let spec = AtSpec {
         schedule,
         command: "echo YAY".into(),
+        image: None,
     };
     let ats = names("at", n)
         .iter()

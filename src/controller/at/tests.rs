@@ -49,6 +49,7 @@ fn due_at() -> At {
         AtSpec {
             schedule: "2020-01-01T00:00:00Z".into(),
             command: "echo hi".into(),
+            image: None,
         },
     );
     at.metadata.namespace = Some("ns".into());

@@ -48,6 +48,7 @@ mod tests {
             AtSpec {
                 schedule: schedule.into(),
                 command: "true".into(),
+                image: None,
             },
         )
     }

@@ -383,7 +383,11 @@ fn pod_runs_the_command_once_through_a_shell_restricted() {
     assert_eq!(psc.run_as_non_root, Some(true));
     assert!(psc.run_as_user.is_some_and(|u| u != 0));
     let c = &spec.containers[0];
-    assert_eq!(c.image.as_deref(), Some("busybox"));
+    assert_eq!(
+        c.image.as_deref(),
+        Some(crate::api::BUSYBOX_IMAGE),
+        "pinned"
+    );
     assert_eq!(
         c.command.as_deref().unwrap(),
         ["sh", "-c", "echo YAY && exit 3"]
@@ -395,4 +399,17 @@ fn pod_runs_the_command_once_through_a_shell_restricted() {
         ["ALL"]
     );
     assert_eq!(sc.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
+}
+
+/// Issue 45, fault 8: the command runs in the image the At names, else in a pinned busybox.
+#[test]
+fn pod_runs_in_the_ats_image_or_a_pinned_busybox() {
+    let mut at = at_with(None);
+    let image = |at: &At| pod_for(at).spec.unwrap().containers[0].image.clone();
+    assert_eq!(image(&at).as_deref(), Some("busybox:1.37.0"));
+    at.spec.image = Some("registry.example.com/tools:2.1".into());
+    assert_eq!(
+        image(&at).as_deref(),
+        Some("registry.example.com/tools:2.1")
+    );
 }

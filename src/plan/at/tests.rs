@@ -17,6 +17,7 @@ pub(super) fn at_with(status: Option<AtStatus>) -> At {
         AtSpec {
             schedule: SCHEDULE.into(),
             command: "echo YAY".into(),
+            image: None,
         },
     );
     at.metadata.namespace = Some("ns".into());

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
-use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet};
+use crate::api::{BUSYBOX_IMAGE, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet};
 use crate::plan::owned;
 
 /// The `version` label of every PodSet pod, as in the seeds.
@@ -56,7 +56,7 @@ fn default_pod_spec() -> PodSpec {
         security_context: Some(owned::restricted_pod_security_context()),
         containers: vec![Container {
             name: "busybox".into(),
-            image: Some("busybox".into()),
+            image: Some(BUSYBOX_IMAGE.into()),
             command: Some(vec!["sleep".into(), "3600".into()]),
             security_context: Some(owned::restricted_container_security_context()),
             ..Default::default()
@@ -93,7 +93,7 @@ mod tests {
         let c = &spec.containers[0];
         assert_eq!(
             (c.name.as_str(), c.image.as_deref()),
-            ("busybox", Some("busybox"))
+            ("busybox", Some(BUSYBOX_IMAGE))
         );
         assert_eq!(c.command.as_deref().unwrap(), ["sleep", "3600"]);
         let sc = c.security_context.as_ref().unwrap();

@@ -14,6 +14,7 @@ pub fn at(name: &str, schedule: &str, command: &str) -> At {
         AtSpec {
             schedule: schedule.into(),
             command: command.into(),
+            image: None,
         },
     )
 }
