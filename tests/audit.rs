@@ -366,6 +366,7 @@ async fn blocking_owner_references_need_update_on_the_owners_finalizers() -> Res
         schedule: "2019-04-12T10:12:00Z".into(),
         command: "echo YAY".into(),
         image: None,
+        start_deadline_seconds: None,
     };
     let at = ats
         .create(&PostParams::default(), &At::new("at-owner", spec))

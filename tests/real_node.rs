@@ -486,3 +486,61 @@ async fn pods_that_cannot_start_are_described_in_the_podset() -> Result<()> {
     }
     Ok(())
 }
+
+/// Issue 45, fault 8: an At whose command can never start (its image is never pulled) says
+/// why while it waits and, with a start deadline, gives up at it: its pod deleted, the At
+/// DONE, failed, DeadlineExceeded. Another At runs in the image it names.
+#[tokio::test]
+async fn an_at_whose_command_cannot_start_gives_up_at_its_start_deadline() -> Result<()> {
+    let ns = namespace("at-deadline").await?;
+    let _op = ns.start_operator(&["--controllers=at"]).await?;
+    let api = ns.api::<At>();
+    let mut stuck = at("stuck", "2019-04-12T10:12:00Z", "echo never");
+    stuck.spec.image = Some("podset-test/no-such-image:1".into());
+    stuck.spec.start_deadline_seconds = Some(15);
+    let mut named = at("named", "2019-04-12T10:12:00Z", "echo YAY");
+    named.spec.image = Some(format!(
+        "docker.io/library/{}",
+        podset_operator::api::BUSYBOX_IMAGE
+    ));
+    for a in [&stuck, &named] {
+        api.create(&PostParams::default(), a).await?;
+    }
+    let done = async |name: &str| {
+        poll_some(
+            Duration::from_secs(120),
+            &format!("at {name} DONE"),
+            || async {
+                let a = api.get(name).await?;
+                let phase = a.status.as_ref().and_then(|s| s.phase);
+                Ok((phase == Some(AtPhase::Done)).then_some(a))
+            },
+        )
+        .await
+    };
+    let gave_up = done("stuck").await?;
+    let status = gave_up.status.clone().unwrap_or_default();
+    assert_eq!(status.succeeded, Some(false));
+    let completed = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_COMPLETED);
+    assert_eq!(
+        completed.map(|c| c.reason.as_str()),
+        Some(podset_operator::plan::at::REASON_DEADLINE_EXCEEDED),
+        "{status:?}"
+    );
+    let message = completed_message(&gave_up);
+    assert!(message.contains("within 15 s"), "{message}");
+    let pods = ns.api::<Pod>();
+    harness::poll(PROMPTLY, "the stuck At's pod deleted", || async {
+        Ok(pods
+            .get_opt("stuck-pod")
+            .await?
+            .is_none_or(|p| p.metadata.deletion_timestamp.is_some()))
+    })
+    .await?;
+    let ran = done("named").await?;
+    assert_eq!(ran.status.and_then(|s| s.succeeded), Some(true));
+    Ok(())
+}

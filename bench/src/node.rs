@@ -119,6 +119,7 @@ async fn at_lateness(client: &kube::Client) -> Result<(f64, f64)> {
             schedule: due.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
             command: "sleep 1".into(),
             image: None,
+            start_deadline_seconds: None,
         },
     );
     Api::<At>::namespaced(client.clone(), NS)

@@ -73,6 +73,13 @@ pub struct AtSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub image: Option<String>,
+
+    /// How long, once the At started, its command may take to start (its pod scheduled, its
+    /// image pulled). Past it, the pod is deleted and the At ends DONE, failed,
+    /// DeadlineExceeded. Unset: it waits for good, saying why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 31536000))]
+    pub start_deadline_seconds: Option<i64>,
 }
 
 /// Where an At is in its life: PENDING until the schedule is due, RUNNING while its pod

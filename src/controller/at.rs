@@ -135,7 +135,7 @@ fn fresher(at: &At, ctx: &Context) -> Option<At> {
 async fn carry_out(at: &At, step: Step, ctx: &Context, now: Timestamp) -> Result<Outcome> {
     Ok(match step {
         Step::Wait(status, wake) => {
-            debug!(phase = "PENDING", %wake, "waiting for the schedule");
+            debug!(phase = ?status.phase, %wake, "looking again later");
             Outcome::record(status, Next::Until(wake))
         }
         Step::Record(status) => Outcome::record(status, Next::Then(Action::await_change())),
@@ -161,6 +161,7 @@ async fn settle(at: &At, step: Step, ctx: &Context) -> Result<Outcome> {
     Ok(match step {
         Step::Release(status) => release(at, status, ctx).await?,
         Step::Record(status) => Outcome::record(status, Next::Then(Action::await_change())),
+        Step::Wait(status, wake) => Outcome::record(status, Next::Until(wake)),
         Step::Discard(uid, then) => {
             discard(at, &uid.to_string(), ctx).await?;
             match *then {
@@ -177,7 +178,10 @@ async fn settle(at: &At, step: Step, ctx: &Context) -> Result<Outcome> {
 async fn discard(at: &At, uid: &str, ctx: &Context) -> Result<()> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
     let name = plan::pod_name(at);
-    info!(pod = name, "deleting a gated pod that is not to run");
+    info!(
+        pod = name,
+        "deleting a pod that never ran and is not to run"
+    );
     match client::delete_exact(&api, &name, uid).await {
         Ok(()) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),

@@ -81,6 +81,7 @@ impl Reported for At {
                 schedule: String::new(),
                 command: String::new(),
                 image: None,
+                start_deadline_seconds: None,
             },
             status: None,
         }
@@ -118,9 +119,10 @@ pub const GATE: &str = "cnat.programming-kubernetes.info/recorded";
 /// What an At needs next.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Step {
-    /// Not due yet: record this (PENDING) status and look again at this time (the schedule,
-    /// or [`MAX_WAIT`] from now). A time, not a duration: the wait is armed after the write,
-    /// and counted from then.
+    /// Record this status and look again at this time: PENDING, not due yet (the schedule,
+    /// or [`MAX_WAIT`] from now); or RUNNING, its command not started, until its start
+    /// deadline. A time, not a duration: the wait is armed after the write, and counted from
+    /// then.
     Wait(AtStatus, Timestamp),
     /// Due, with no pod of this At in the cache: create it (gated), then record it and
     /// release it ([`made`]).
@@ -130,7 +132,8 @@ pub enum Step {
     /// RUNNING with its pod recorded, yet the cache shows none, or another (it can lag, or
     /// the pod left the operator's watch): read it live, then act on [`confirmed`].
     Confirm,
-    /// Delete this gated pod, which never ran and is not to be released, then do the step.
+    /// Delete this pod, which never ran (gated, and not to be released; or not started by
+    /// its start deadline), then do the step.
     Discard(Uid, Box<Step>),
     /// Record this status; nothing else happens until the At or its pod changes.
     Record(AtStatus),
@@ -191,7 +194,7 @@ pub fn seen(at: &At, pod: &CachedPod, now: Timestamp) -> Step {
         Some(false) => Step::Record(vanished(at, now)),
         None if pod.gated && !running => unrecorded(at, pod, now),
         _ if pod.gated => Step::Release(progress(at, pod, now)),
-        _ => Step::Record(progress(at, pod, now)),
+        _ => deadline::unstarted(at, pod, progress(at, pod, now), now),
     }
 }
 
@@ -390,7 +393,7 @@ fn finished<'a>(reason: &'a str, pod: &CachedPod) -> Desired<'a> {
 /// The conditions once the command started. `Scheduled` keeps the generation that ran; a
 /// newer generation means the spec changed afterwards, which an At never acts on, and the
 /// condition says so.
-fn after_start_conditions(
+pub(super) fn after_start_conditions(
     at: &At,
     previous: &AtStatus,
     completed: Option<Condition>,
@@ -460,8 +463,10 @@ pub fn pod_for(at: &At) -> Pod {
     }
 }
 
+mod deadline;
 mod events;
 pub mod outcome;
+pub use deadline::REASON_DEADLINE_EXCEEDED;
 pub use events::{StatusEvent, status_events};
 #[cfg(test)]
 mod pod_tests;

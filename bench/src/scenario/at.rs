@@ -50,6 +50,7 @@ async fn create_ats(client: &Client, n: usize, due: Timestamp) -> Result<()> {
         schedule,
         command: "echo YAY".into(),
         image: None,
+        start_deadline_seconds: None,
     };
     let ats = names("at", n)
         .iter()

@@ -50,6 +50,7 @@ fn due_at() -> At {
             schedule: "2020-01-01T00:00:00Z".into(),
             command: "echo hi".into(),
             image: None,
+            start_deadline_seconds: None,
         },
     );
     at.metadata.namespace = Some("ns".into());

@@ -5,15 +5,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::events::EventType;
 
 use super::{
-    CONDITION_COMPLETED, CONDITION_SCHEDULED, REASON_FAILED, REASON_FAILED_CREATE,
-    REASON_INVALID_SCHEDULE, REASON_POD_NAME_TAKEN, REASON_POD_VANISHED,
+    CONDITION_COMPLETED, CONDITION_SCHEDULED, REASON_DEADLINE_EXCEEDED, REASON_FAILED,
+    REASON_FAILED_CREATE, REASON_INVALID_SCHEDULE, REASON_POD_NAME_TAKEN, REASON_POD_VANISHED,
     REASON_SPEC_CHANGE_IGNORED, REASON_STARTED, REASON_STARTING,
 };
 use crate::api::AtStatus;
 use crate::conditions;
 
 /// Condition reasons a user has to act on or know went wrong: their events are Warnings.
-const WARNING_REASONS: [&str; 6] = [
+const WARNING_REASONS: [&str; 7] = [
+    REASON_DEADLINE_EXCEEDED,
     REASON_INVALID_SCHEDULE,
     REASON_POD_NAME_TAKEN,
     REASON_FAILED_CREATE,

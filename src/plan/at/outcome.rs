@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::{REASON_FAILED, REASON_POD_VANISHED, REASON_SUCCEEDED, parse_schedule};
+use super::{
+    REASON_DEADLINE_EXCEEDED, REASON_FAILED, REASON_POD_VANISHED, REASON_SUCCEEDED, parse_schedule,
+};
 use crate::api::{At, AtPhase, AtStatus};
 use crate::conditions;
 
@@ -20,7 +22,8 @@ pub fn lateness(at: &At, now: Timestamp) -> Option<Duration> {
 }
 
 /// The verdict of the At that `new` ends (DONE, where `old` was not): `succeeded`, `failed`,
-/// or `vanished` (its pod gone before its end was seen: not run again).
+/// `vanished` (its pod gone before its end was seen: not run again), or `deadline_exceeded`
+/// (its command never started by its start deadline).
 pub fn verdict(old: Option<&AtStatus>, new: &AtStatus) -> Option<&'static str> {
     let done = |s: Option<&AtStatus>| s.is_some_and(|s| s.phase == Some(AtPhase::Done));
     if !done(Some(new)) || done(old) {
@@ -29,6 +32,7 @@ pub fn verdict(old: Option<&AtStatus>, new: &AtStatus) -> Option<&'static str> {
     let completed = conditions::find(&new.conditions, super::CONDITION_COMPLETED);
     Some(match completed.map(|c| c.reason.as_str()) {
         Some(REASON_POD_VANISHED) => "vanished",
+        Some(REASON_DEADLINE_EXCEEDED) => "deadline_exceeded",
         Some(REASON_SUCCEEDED) => "succeeded",
         Some(REASON_FAILED) => "failed",
         _ if new.succeeded == Some(true) => "succeeded",
@@ -49,6 +53,7 @@ mod tests {
                 schedule: schedule.into(),
                 command: "true".into(),
                 image: None,
+                start_deadline_seconds: None,
             },
         )
     }
@@ -97,6 +102,7 @@ mod tests {
             (REASON_SUCCEEDED, true, "succeeded"),
             (REASON_FAILED, false, "failed"),
             (REASON_POD_VANISHED, false, "vanished"),
+            (REASON_DEADLINE_EXCEEDED, false, "deadline_exceeded"),
         ];
         for (reason, succeeded, expected) in cases {
             let done = status(AtPhase::Done, reason, succeeded);

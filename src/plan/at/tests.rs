@@ -18,6 +18,7 @@ pub(super) fn at_with(status: Option<AtStatus>) -> At {
             schedule: SCHEDULE.into(),
             command: "echo YAY".into(),
             image: None,
+            start_deadline_seconds: None,
         },
     );
     at.metadata.namespace = Some("ns".into());

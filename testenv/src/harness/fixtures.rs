@@ -15,6 +15,7 @@ pub fn at(name: &str, schedule: &str, command: &str) -> At {
             schedule: schedule.into(),
             command: command.into(),
             image: None,
+            start_deadline_seconds: None,
         },
     )
 }
