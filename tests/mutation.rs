@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Result, ensure};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use podset_operator::api::{At, AtPhase, PodSet};
 use serde_json::{Value, json};
@@ -181,6 +181,73 @@ async fn what_admission_adds_changes_nothing() -> Result<()> {
     ensure!(writes.is_empty(), "writes after converging: {writes:?}");
     let all = ns.api::<Pod>().list(&ListParams::default()).await?.items;
     ensure!(all.len() == 3, "{} pods for a PodSet of 3", all.len());
+    operator.assert_healthy();
+    Ok(())
+}
+
+/// Issue 45, faults 6 and 7: pods of a PodSet found out of the watch when the operator
+/// starts. One admission stripped of its label as it was made, left running by an operator
+/// that crashed before deleting it: deleted. One whose label a person took off: released.
+/// (Made here as the operator makes them, under its field manager, before it runs.)
+#[tokio::test]
+async fn pods_left_out_of_the_watch_are_told_apart_when_the_operator_starts() -> Result<()> {
+    let ns = TestNs::new_in(cluster_without_nodes().await?, "mutate-left").await?;
+    let Some(_policy) = Mutating::install(&ns, strip()).await? else {
+        return Ok(());
+    };
+    let ps = ns
+        .api::<PodSet>()
+        .create(&PostParams::default(), &podset("web", 1))
+        .await?;
+    let owner = json!([{"apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+        "name": "web", "uid": ps.uid(), "controller": true, "blockOwnerDeletion": true}]);
+    let made = |name: &str, labels: Value| -> Result<Pod> {
+        Ok(serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": labels,
+            "ownerReferences": owner}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+        )?)
+    };
+    let as_operator = PostParams {
+        field_manager: Some("podset-operator".into()),
+        ..PostParams::default()
+    };
+    let pods = ns.api::<Pod>();
+    let ours = json!({MANAGED_BY: "podset-operator", "app": "web", "version": "v0.1"});
+    for name in ["web-podhid01", "web-podedt01"] {
+        pods.create(&as_operator, &made(name, ours.clone())?)
+            .await?;
+    }
+    // A person puts the label back, then takes it off.
+    let by_hand = PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..PatchParams::default()
+    };
+    for value in [json!("podset-operator"), Value::Null] {
+        let label = json!({"metadata": {"labels": {MANAGED_BY: value}}});
+        pods.patch("web-podedt01", &by_hand, &Patch::Merge(&label))
+            .await?;
+    }
+    let mut operator = ns.start_operator(&["--controllers=podset"]).await?;
+    poll(
+        PROMPTLY,
+        "the hidden pod deleted, the edited one released",
+        || async {
+            let hidden = pods.get_opt("web-podhid01").await?;
+            let gone = hidden.is_none_or(|p| p.metadata.deletion_timestamp.is_some());
+            let released = pods
+                .get("web-podedt01")
+                .await?
+                .owner_references()
+                .is_empty();
+            Ok(gone && released)
+        },
+    )
+    .await?;
+    let words = "admission stripped it";
+    poll(PROMPTLY, "a Warning saying so", || async {
+        ns.warned("web", "HiddenPodDeleted", words).await
+    })
+    .await?;
     operator.assert_healthy();
     Ok(())
 }

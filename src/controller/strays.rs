@@ -15,8 +15,10 @@ use tracing::{info, warn};
 
 use super::context::{Context, publish};
 use crate::cache::PodChange;
+use crate::client;
 use crate::error::{Error, Result};
 use crate::plan;
+use crate::plan::release::Stray;
 use crate::uid::Uid;
 
 /// Vanished pods kept per owner until its reconcile: a standby, which never reconciles,
@@ -41,7 +43,8 @@ impl Strays {
         self.suspect(&change.owner.uid, &change.pod_name, &change.pod_uid);
     }
 
-    fn suspect(&self, owner_uid: &Uid, name: &str, uid: &Uid) {
+    /// `name`, `uid`, a pod of `owner_uid`'s, may be out of the watch: its owner looks it up.
+    pub fn suspect(&self, owner_uid: &Uid, name: &str, uid: &Uid) {
         let mut by_owner = self.by_owner.lock();
         let pods = by_owner.entry(owner_uid.clone()).or_default();
         if pods.len() == KEPT {
@@ -169,39 +172,56 @@ async fn release_one<K: Resource<DynamicType = ()>>(
     };
     let owner_uid = owner.uid().unwrap_or_default();
     let same = pod.uid().is_some_and(|u| vanished.uid == *u.as_str());
-    let Some(patch) = plan::release::release(&pod, &owner_uid).filter(|_| same) else {
+    let Some(stray) = plan::release::stray(&pod, &owner_uid).filter(|_| same) else {
         return Ok(());
     };
-    let params = PatchParams::default();
-    match api
-        .patch(&vanished.name, &params, &Patch::Json::<()>(patch))
-        .await
-    {
-        Ok(_) => {}
+    let name = &vanished.name;
+    let sent = match &stray {
+        Stray::Release(patch) => {
+            let params = PatchParams::default();
+            api.patch(name, &params, &Patch::Json::<()>(patch.clone()))
+                .await
+                .map(drop)
+        }
+        Stray::Delete => client::delete_exact(api, name, &vanished.uid.to_string()).await,
+    };
+    match sent {
+        Ok(()) => {}
         // Gone, or changed since it was read (a failed test is 422): nothing of ours to
         // release; a later change brings it back to the watch or leaves it to its editor.
         Err(kube::Error::Api(s)) if [404, 409, 422].contains(&s.code) => return Ok(()),
         Err(e) => return Err(e),
     }
-    info!(
-        pod = vanished.name,
-        "released a pod whose labels took it out of the operator's watch"
-    );
-    let note = format!(
-        "released pod {}: its label {}={} was changed, so it is no longer counted; it runs on \
-         without an owner",
-        vanished.name,
+    let label = format!(
+        "{}={}",
         crate::api::MANAGED_BY_LABEL,
         crate::api::MANAGED_BY_VALUE
     );
-    publish(
-        owner,
-        ctx,
-        EventType::Normal,
-        "PodReleased",
-        "Release",
-        note,
-    )
-    .await;
+    let (type_, reason, action, note) = match stray {
+        Stray::Release(_) => {
+            info!(
+                pod = name,
+                "released a pod whose labels took it out of the operator's watch"
+            );
+            let note = format!(
+                "released pod {name}: its label {label} was changed, so it is no longer \
+                 counted; it runs on without an owner"
+            );
+            (EventType::Normal, "PodReleased", "Release", note)
+        }
+        Stray::Delete => {
+            warn!(
+                pod = name,
+                "deleted a pod admission had hidden from the operator's watch"
+            );
+            let note = format!(
+                "deleted pod {name}: admission stripped it of its label {label} as it was \
+                 made, and it was left running; exclude pods labelled {label} from the \
+                 mutating webhook or policy"
+            );
+            (EventType::Warning, "HiddenPodDeleted", "Delete", note)
+        }
+    };
+    publish(owner, ctx, type_, reason, action, note).await;
     Ok(())
 }

@@ -17,6 +17,7 @@ use crate::controller::context::{Context, api_message, publish};
 use crate::expectations::{Answer, Unanswered, Write};
 use crate::plan::name;
 use crate::plan::podset::{self as plan, Failure, Outcome, Plan};
+use crate::uid::Uid;
 
 /// Carries out `plan`, then, if it went well, deletes the finished pods in `trim`.
 pub(super) async fn act(
@@ -82,6 +83,12 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
         });
         let results = join_all(sends).await;
         for (name, result) in names.into_iter().zip(results) {
+            if let Created::Hidden {
+                left: Some(pod), ..
+            } = &result
+            {
+                ctx.strays.suspect(&Uid::from(uid.as_str()), &name, pod);
+            }
             match result.error() {
                 None => created.push(name),
                 Some(e) => {

@@ -35,8 +35,9 @@ pub(super) enum Created {
     /// The reply was lost: the pod may have been made.
     Unknown(kube::Error),
     /// Made, but admission changed what the operator finds its pods by (why, in words): it
-    /// is deleted at once, as the operator would never see it.
-    Hidden(String),
+    /// is deleted at once, as the operator would never see it; `left`, its UID, if that
+    /// delete failed: its PodSet's next reconcile deletes it (`controller::strays`).
+    Hidden { message: String, left: Option<Uid> },
 }
 
 impl Created {
@@ -46,7 +47,7 @@ impl Created {
             Created::Made(uid) => Answer::Made(uid.clone()),
             // Refused, or the name was taken (a one in 14 million chance): no pod of ours.
             // A pod admission hid was deleted: its watch will never show it.
-            Created::Exists(_) | Created::Refused(_) | Created::Hidden(_) => Answer::Nothing,
+            Created::Exists(_) | Created::Refused(_) | Created::Hidden { .. } => Answer::Nothing,
             Created::Unknown(_) => Answer::Unknown,
         }
     }
@@ -56,7 +57,7 @@ impl Created {
         match self {
             Created::Made(_) => None,
             Created::Exists(e) | Created::Refused(e) | Created::Unknown(e) => Some(api_message(e)),
-            Created::Hidden(message) => Some(message.clone()),
+            Created::Hidden { message, .. } => Some(message.clone()),
         }
     }
 }
@@ -70,10 +71,14 @@ pub(super) async fn create(api: &Api<Pod>, template: &Pod, name: &str) -> Create
             let Some(message) = admitted::hidden(&pod, &made) else {
                 return Created::Made(uid);
             };
-            if let Deleted::Refused(e) | Deleted::Unknown(e) = delete(api, name, &uid).await {
-                warn!(pod = name, error = %e, "could not delete a pod admission hid");
-            }
-            Created::Hidden(message)
+            let left = match delete(api, name, &uid).await {
+                Deleted::Refused(e) | Deleted::Unknown(e) => {
+                    warn!(pod = name, error = %e, "could not delete a pod admission hid");
+                    Some(uid)
+                }
+                Deleted::Sent | Deleted::Gone => None,
+            };
+            Created::Hidden { message, left }
         }
         Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
             Created::Exists(kube::Error::Api(s))

@@ -101,7 +101,7 @@ async fn resend_create(api: &Api<Pod>, template: &Pod, name: &str) -> Resent {
             Some(api_message(&e)),
         ),
         unknown @ Created::Unknown(_) => (Answer::Unknown, unknown.error()),
-        hidden @ Created::Hidden(_) => (Answer::Nothing, hidden.error()),
+        hidden @ Created::Hidden { .. } => (Answer::Nothing, hidden.error()),
     };
     Resent {
         answer,
