@@ -51,6 +51,16 @@ impl ApiError {
         self
     }
 
+    /// A JSON patch that could not be applied (a failed `test`, a path not there): the API
+    /// server says only this, with empty details.
+    pub fn patch_not_applied() -> Self {
+        let message = "the server rejected our request due to an error in our request";
+        Self {
+            details: Some(json!({})),
+            ..Self::new(422, "Invalid", message)
+        }
+    }
+
     pub fn not_found(kind: Kind, name: &str) -> Self {
         let message = format!("{} \"{name}\" not found", kind.qualified());
         Self::new(404, "NotFound", message).about_resource(kind, name)

@@ -219,8 +219,7 @@ impl Store {
         let ops: json_patch::Patch = serde_json::from_value(patch.clone())
             .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
         let mut patched = (*old).clone();
-        json_patch::patch(&mut patched, &ops)
-            .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
+        json_patch::patch(&mut patched, &ops).map_err(|_| ApiError::patch_not_applied())?;
         self.update(key, &old, patched, subresource)
     }
 

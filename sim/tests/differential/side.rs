@@ -58,6 +58,10 @@ impl Side {
         body: Option<Value>,
     ) -> Result<Value> {
         let content_type = match method {
+            // A list of operations is a JSON patch; an object, a merge patch.
+            Method::PATCH if body.as_ref().is_some_and(Value::is_array) => {
+                "application/json-patch+json"
+            }
             Method::PATCH => "application/merge-patch+json",
             _ => "application/json",
         };

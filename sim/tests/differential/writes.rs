@@ -3,7 +3,7 @@
 use anyhow::{Context as _, Result, ensure};
 use http::Method;
 use kube::api::WatchParams;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use podset_sim::model::resource::Kind;
 
@@ -162,6 +162,38 @@ async fn concurrency() -> Result<()> {
             .map(|m| m.remove("resourceVersion"));
         s.put("PUT of a pod without a resourceVersion", Kind::Pod, "p", p)
             .await?;
+        // A pod released from its owner (issue 45, fault 6): a JSON patch whose tests pass,
+        // one whose test fails, one that removes what is not there.
+        let mut owned = pod("owned", json!({"x": "y"}));
+        owned["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap",
+            "name": "c", "uid": "00000000-0000-4000-8000-00000000000c", "controller": true}]);
+        let owned = s.create("a pod with an owner", Kind::Pod, owned).await?;
+        let release = |uid: &Value| {
+            json!([
+                {"op": "test", "path": "/metadata/uid", "value": uid},
+                {"op": "test", "path": "/metadata/ownerReferences/0/uid",
+                 "value": "00000000-0000-4000-8000-00000000000c"},
+                {"op": "remove", "path": "/metadata/ownerReferences/0"},
+            ])
+        };
+        let wrong = json!("00000000-0000-4000-8000-0000000000ff");
+        s.patch(
+            "JSON patch, a test failing",
+            Kind::Pod,
+            "owned",
+            release(&wrong),
+        )
+        .await?;
+        let uid = owned["metadata"]["uid"].clone();
+        s.patch("JSON patch", Kind::Pod, "owned", release(&uid))
+            .await?;
+        s.patch(
+            "JSON patch, the path gone",
+            Kind::Pod,
+            "owned",
+            release(&uid),
+        )
+        .await?;
         Ok(s)
     })
     .await
