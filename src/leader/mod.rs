@@ -251,10 +251,12 @@ impl LeaderElection {
                 // before that write's answer comes) is no news; another holder, or none, is
                 // confirmed by a read. A read here would hold up the renewal due meanwhile:
                 // behind a slow path, past its renew deadline (issue 45, fault 9).
-                Some(()) = changes.next(), if !self.observed_holder_is_me() => {
-                    match self.holder_now().await {
-                        Holder::Other | Holder::Nobody => return Err(LOST),
-                        Holder::Me | Holder::Unknown => {}
+                Some(()) = changes.next() => {
+                    if !self.observed_holder_is_me() {
+                        match self.holder_now().await {
+                            Holder::Other | Holder::Nobody => return Err(LOST),
+                            Holder::Me | Holder::Unknown => {}
+                        }
                     }
                 }
             }

@@ -481,7 +481,10 @@ mod tests {
         let now = Timestamp::from_second(1_800_000_000).unwrap();
         let (podset_paths, at_paths) = s.paths();
         assert!(podset_paths > 1000, "{podset_paths} PodSet paths");
-        assert_eq!(at_paths, 2);
+        assert_eq!(
+            at_paths, 4,
+            "schedule, command, image, startDeadlineSeconds"
+        );
         for seed in 0..200 {
             assert_eq!(s.generate(seed, now).body, s.generate(seed, now).body);
         }
