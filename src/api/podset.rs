@@ -85,12 +85,20 @@ pub struct PodSetStatus {
 /// `deletionTimestamp: []` unreadable (issue 31's input search).
 pub const TEMPLATE_METADATA: [&str; 2] = ["annotations", "labels"];
 
+/// The schema of `spec.template.<field>` in `schema`, a CRD's root, if it has one.
+fn template_field<'a>(
+    schema: &'a mut JSONSchemaProps,
+    field: &str,
+) -> Option<&'a mut JSONSchemaProps> {
+    ["spec", "template", field]
+        .iter()
+        .try_fold(schema, |s, field| s.properties.as_mut()?.get_mut(*field))
+}
+
 /// Keeps only [`TEMPLATE_METADATA`] in the schema of `spec.template.metadata`, if `schema` (a
 /// CRD's root) has one.
 pub(super) fn prune_template_metadata(schema: &mut JSONSchemaProps) {
-    let metadata = ["spec", "template", "metadata"]
-        .iter()
-        .try_fold(schema, |s, field| s.properties.as_mut()?.get_mut(*field));
+    let metadata = template_field(schema, "metadata");
     if let Some(fields) = metadata.and_then(|m| m.properties.as_mut()) {
         fields.retain(|name, _| TEMPLATE_METADATA.contains(&name.as_str()));
     }
@@ -114,10 +122,9 @@ const TEMPLATE_SPEC_RULES: [(&str, &str); 2] = [
 
 /// Puts [`TEMPLATE_SPEC_RULES`] on `spec.template.spec`, if `schema` (a CRD's root) has one.
 pub(super) fn refuse_self_ending_templates(schema: &mut JSONSchemaProps) {
-    let spec = ["spec", "template", "spec"]
-        .iter()
-        .try_fold(schema, |s, field| s.properties.as_mut()?.get_mut(*field));
-    let Some(spec) = spec else { return };
+    let Some(spec) = template_field(schema, "spec") else {
+        return;
+    };
     let rules = TEMPLATE_SPEC_RULES
         .iter()
         .map(|(rule, message)| ValidationRule {

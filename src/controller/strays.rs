@@ -123,8 +123,7 @@ async fn list_strays(
         let page = api.list_metadata(&params).await?;
         for pod in &page.items {
             let meta = &pod.metadata;
-            let refs = meta.owner_references.as_deref().unwrap_or_default();
-            let owner = refs.iter().find(|r| r.controller == Some(true));
+            let owner = crate::cache::controller_of(meta);
             if let (Some(owner), Some(name), Some(uid)) = (owner, &meta.name, &meta.uid)
                 && owner.kind == "PodSet"
                 && meta.deletion_timestamp.is_none()
