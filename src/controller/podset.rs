@@ -17,6 +17,7 @@ use crate::cache::CachedPod;
 use crate::error::{Error, Result};
 use crate::expectations::Readiness;
 use crate::plan::podset::{self as plan, Next, Outcome, Plan, Seen, Step};
+use crate::uid::Uid;
 
 const CONTROLLER: &str = "podset";
 
@@ -50,6 +51,9 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
         return Ok(Action::await_change());
     }
     if step != Step::AwaitChange {
+        for (name, pod) in ctx.expectations.take_lapsed(&uid) {
+            ctx.strays.suspect(&Uid::from(uid.as_str()), &name, &pod);
+        }
         strays::release(ps, ctx).await?;
     }
     let outcome = match step {

@@ -65,6 +65,18 @@ impl Pending {
         self.expires <= now
     }
 
+    /// The pods its creates made that the watch never showed.
+    fn unseen(&self) -> Vec<(String, Uid)> {
+        let mut unseen: Vec<_> = (self.creates.iter())
+            .filter_map(|(name, create)| match create {
+                Create::Made(uid) => Some((name.clone(), uid.clone())),
+                _ => None,
+            })
+            .collect();
+        unseen.sort();
+        unseen
+    }
+
     fn record_create(&mut self, name: &str, answer: Answer) {
         let Some(create) = self.creates.get_mut(name) else {
             return;
@@ -73,8 +85,7 @@ impl Pending {
             (Answer::Made(uid), Create::Resending(seen)) if seen.contains(&uid) => {
                 self.creates.remove(name);
             }
-            // Any pod of its name the watch shows is this one.
-            (Answer::Made(_), Create::Sent) => {}
+            // Sent once: any pod of its name the watch shows is this one.
             (Answer::Made(uid), _) => *create = Create::Made(uid),
             (Answer::Nothing, _) => {
                 self.creates.remove(name);
@@ -176,6 +187,19 @@ pub enum Readiness {
 #[derive(Default, Debug)]
 pub struct Expectations {
     owners: Mutex<HashMap<Uid, Pending>>,
+    /// Locked after `owners`, never before.
+    lapsed: Mutex<HashMap<Uid, Lapsed>>,
+}
+
+/// The pods an owner's expired record says were made, which the watch never showed: one may
+/// have left it before it was seen (its label edited while the watch was down; the relist
+/// selects on the label), still naming the owner. Its owner looks each up before it makes a
+/// replacement (issue 45, seed 7316507).
+#[derive(Debug)]
+struct Lapsed {
+    pods: Vec<(String, Uid)>,
+    /// Dropped unread after this: an owner deleted while the watch was away never reads it.
+    until: Instant,
 }
 
 impl Expectations {
@@ -187,12 +211,19 @@ impl Expectations {
         let mut owners = self.owners.lock();
         if !owners.contains_key(&owner_uid) {
             // An owner deleted while the watch was away leaves a record nothing reads again.
-            owners.retain(|_, p| !p.expired(now));
+            owners.retain(|uid, p| {
+                let expired = p.expired(now);
+                if expired {
+                    self.lapse(uid, p, now);
+                }
+                !expired
+            });
         }
         let pending = owners
             .entry(owner_uid.clone())
             .or_insert_with(|| Pending::new(now));
         if pending.expired(now) {
+            self.lapse(&owner_uid, pending, now);
             *pending = Pending::new(now);
         }
         let r = f(pending);
@@ -286,6 +317,9 @@ impl Expectations {
             }
             Change::Updated => {}
         }
+        if p.expired(now) {
+            self.lapse(uid, p, now);
+        }
         if p.met() || p.expired(now) {
             owners.remove(uid);
         }
@@ -307,6 +341,7 @@ impl Expectations {
         match owners.get(&owner_uid) {
             None => Readiness::Satisfied,
             Some(p) if p.expired(now) => {
+                self.lapse(&owner_uid, p, now);
                 owners.remove(&owner_uid);
                 Readiness::Satisfied
             }
@@ -317,6 +352,33 @@ impl Expectations {
     /// Drops an owner's expectations (the owner is gone).
     pub fn forget(&self, owner_uid: &str) {
         self.owners.lock().remove(&Uid::from(owner_uid));
+        self.lapsed.lock().remove(&Uid::from(owner_uid));
+    }
+
+    /// The pods (name, UID) that the owner's expired records said were made and the watch
+    /// never showed, each handed out once.
+    pub fn take_lapsed(&self, owner_uid: &str) -> Vec<(String, Uid)> {
+        let mut lapsed = self.lapsed.lock();
+        lapsed
+            .remove(&Uid::from(owner_uid))
+            .map(|l| l.pods)
+            .unwrap_or_default()
+    }
+
+    /// Keeps what `pending`, expired, made that the watch never showed.
+    fn lapse(&self, owner_uid: &Uid, pending: &Pending, now: Instant) {
+        let unseen = pending.unseen();
+        if unseen.is_empty() {
+            return;
+        }
+        let mut lapsed = self.lapsed.lock();
+        lapsed.retain(|_, l| l.until > now);
+        let entry = lapsed.entry(owner_uid.clone()).or_insert(Lapsed {
+            pods: Vec::new(),
+            until: now,
+        });
+        entry.pods.extend(unseen);
+        entry.until = now + EXPECTATIONS_TTL;
     }
 }
 

@@ -354,3 +354,34 @@ fn expectations_expire() {
     e.forget("o");
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
 }
+
+#[test]
+fn pods_made_that_the_watch_never_showed_are_handed_out_once_their_record_expires() {
+    let e = Expectations::default();
+    let t0 = Instant::now();
+    e.expect("o", "ns", &creates(["p1", "p2", "p3"]), t0);
+    e.record("o", &create("p1"), Answer::Made(uid("u1")), t0);
+    e.record("o", &create("p2"), Answer::Made(uid("p2")), t0);
+    e.observe(&touched("o", "p2", Change::Added), t0);
+    assert_eq!(
+        e.take_lapsed("o"),
+        vec![],
+        "handed out before the record expired"
+    );
+    let later = t0 + EXPECTATIONS_TTL;
+    assert_eq!(e.readiness("o", later), Readiness::Satisfied);
+    // p2 was seen; p3 was never answered, so no pod is known to be its.
+    assert_eq!(e.take_lapsed("o"), vec![("p1".to_string(), uid("u1"))]);
+    assert_eq!(e.take_lapsed("o"), vec![], "handed out twice");
+    // A lapsed pod nobody takes is dropped a TTL on, and with its owner.
+    e.expect("gone", "ns", &creates(["q"]), t0);
+    e.record("gone", &create("q"), Answer::Made(uid("uq")), t0);
+    e.expect("o", "ns", &creates(["p4"]), later);
+    assert_eq!(e.lapsed.lock().len(), 1);
+    e.expect("x", "ns", &creates(["p5"]), later);
+    e.record("x", &create("p5"), Answer::Made(uid("u5")), later);
+    e.readiness("x", later + EXPECTATIONS_TTL);
+    assert!(e.take_lapsed("gone").is_empty(), "kept past its TTL");
+    e.forget("x");
+    assert!(e.lapsed.lock().is_empty(), "kept past its owner");
+}

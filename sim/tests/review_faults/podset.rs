@@ -531,3 +531,62 @@ fn a_pod_admission_hides_is_deleted_and_reported_not_left_behind() {
     });
     assert_ok(&report);
 }
+
+/// Found by the search (seed 7316507): the pod watch was down while a pod was made and a
+/// person took the operator's label off it; the relist that followed selects on that label,
+/// so the watch never showed the pod. Its create, answered with the pod's UID, waited out
+/// the expectations' TTL, and a replacement was made while the unseen pod still named the
+/// PodSet as its controller: one pod over the spec.
+#[test]
+fn a_pod_made_and_unlabelled_while_the_watch_was_down_is_released_before_its_replacement() {
+    let setup = Setup {
+        replicas: 1,
+        ..Setup::default()
+    };
+    let report = play(24, setup, |scene| async move {
+        // The pod watch holds what it has from its start for 60 s, then hands over one event
+        // and ends.
+        let held = RequestPlan {
+            watch: Some(WatchPlan {
+                stall: Some((secs(0), secs(60))),
+                cut: Some(secs(30)),
+            }),
+            ..RequestPlan::default()
+        };
+        scene.rule(rule(None, Method::GET, "/api/v1/pods?&watch=true", held, 1));
+        leader(&scene).await?;
+        scene.user(create_web(2));
+        scene
+            .until("two pods", secs(10), |s| {
+                pods_of(s, Kind::PodSet, "ns-a", "web").len() == 2
+            })
+            .await?;
+        // The pod made last: the held event the watch hands over is the first's.
+        let pick = scene.sim.with(|w| {
+            let pods = pods_of(&w.store, Kind::PodSet, "ns-a", "web");
+            let rv = |name: &String| {
+                let key = Key {
+                    kind: Kind::Pod,
+                    namespace: "ns-a".into(),
+                    name: name.clone(),
+                };
+                let pod = w.store.get(&key).expect("a pod");
+                pod["metadata"]["resourceVersion"]
+                    .as_str()
+                    .and_then(|v| v.parse::<u64>().ok())
+            };
+            (0..pods.len()).max_by_key(|&i| rv(&pods[i]))
+        });
+        scene.user(Action::UnlabelPod {
+            ns: "ns-a",
+            podset: "web".into(),
+            pick: pick.unwrap_or(0),
+        });
+        // The watch's next start meets 410 Gone and relists, without the unlabelled pod.
+        scene.sim.with(|w| w.store.compact(0));
+        scene.sleep(secs(300)).await;
+        scene.converged(secs(60)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
