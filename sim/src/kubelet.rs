@@ -1,8 +1,7 @@
 //! The rest of the cluster, as the operator sees it through the API: the scheduler and the
 //! kubelet (a pod is bound once no scheduling gate holds it, starts, and an At's pod runs its
-//! command and ends; a deleted pod is stopped and removed after a while), and the garbage
-//! collector (an owner's pods go with
-//! it; a pod whose controller does not exist in its namespace is deleted).
+//! command and ends; a deleted pod is stopped and removed after a while). The garbage
+//! collector is [`crate::gc`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,9 +9,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::faults::Fault;
-use crate::model::objects::{self, command_container, command_of, controller};
+use crate::model::objects::{self, command_container, command_of};
 use crate::model::resource::Kind;
-use crate::model::store::{Change, Key, Preconditions, Store, seconds};
+use crate::model::store::{Change, Key, Store, seconds};
 use crate::oracle::Actor;
 use crate::world::{Sim, pick};
 
@@ -23,10 +22,6 @@ pub enum Reaction {
     Start(Key, String),
     /// Remove a terminating pod once it stopped.
     Remove(Key, String),
-    /// Delete the pods of a deleted owner.
-    Collect { namespace: String, owner: String },
-    /// Delete a pod whose controller is missing, if it still is.
-    Dangling(Key, String),
 }
 
 pub fn reactions(change: &Change) -> Vec<Reaction> {
@@ -34,14 +29,11 @@ pub fn reactions(change: &Change) -> Vec<Reaction> {
     match (key.kind, &change.old, &change.new) {
         (Kind::Pod, None, Some(new)) => {
             let uid = objects::uid(new).to_string();
-            let mut out = Vec::new();
-            if !objects::terminating(new) && !objects::gated(new) {
-                out.push(Reaction::Start(key.clone(), uid.clone()));
-            }
-            if controller(new).is_some() {
-                out.push(Reaction::Dangling(key.clone(), uid));
-            }
-            out
+            let starts = !objects::terminating(new) && !objects::gated(new);
+            starts
+                .then(|| Reaction::Start(key.clone(), uid))
+                .into_iter()
+                .collect()
         }
         (Kind::Pod, Some(old), Some(new))
             if !objects::terminating(old) && objects::terminating(new) =>
@@ -53,10 +45,6 @@ pub fn reactions(change: &Change) -> Vec<Reaction> {
         {
             vec![Reaction::Start(key.clone(), objects::uid(new).to_string())]
         }
-        (Kind::PodSet | Kind::At, Some(old), None) => vec![Reaction::Collect {
-            namespace: key.namespace.clone(),
-            owner: objects::uid(old).to_string(),
-        }],
         _ => Vec::new(),
     }
 }
@@ -98,21 +86,10 @@ pub async fn react(sim: Arc<Sim>, reaction: Reaction) {
                 }
             });
         }
-        Reaction::Collect { namespace, owner } => {
-            tokio::time::sleep(pick(&sim, ms(300), ms(2000))).await;
-            collect(&sim, &namespace, |_, pod| owned_by(pod, &owner));
-        }
-        Reaction::Dangling(key, uid) => {
-            tokio::time::sleep(pick(&sim, ms(1000), ms(5000))).await;
-            let namespace = key.namespace.clone();
-            collect(&sim, &namespace, |store, pod| {
-                objects::uid(pod) == uid && controller_missing(store, pod, &namespace)
-            });
-        }
     }
 }
 
-fn current(store: &Store, key: &Key, uid: &str) -> Option<Value> {
+pub(crate) fn current(store: &Store, key: &Key, uid: &str) -> Option<Value> {
     store
         .get(key)
         .filter(|p| objects::uid(p) == uid)
@@ -261,53 +238,6 @@ fn exit_code(command: &str) -> i64 {
                 .ok()
         })
         .unwrap_or(0)
-}
-
-fn owned_by(pod: &Value, owner: &str) -> bool {
-    pod["metadata"]["ownerReferences"]
-        .as_array()
-        .is_some_and(|refs| refs.iter().any(|r| r["uid"] == owner))
-}
-
-fn controller_missing(store: &Store, pod: &Value, namespace: &str) -> bool {
-    let Some((kind, _, uid)) = controller(pod) else {
-        return false;
-    };
-    let kind = match kind {
-        "PodSet" => Kind::PodSet,
-        "At" => Kind::At,
-        _ => return false,
-    };
-    !store
-        .objects(kind, Some(namespace))
-        .any(|o| objects::uid(o) == uid)
-}
-
-/// The garbage collector deletes the pods of `namespace` that `select` picks.
-fn collect(sim: &Arc<Sim>, namespace: &str, select: impl Fn(&Store, &Value) -> bool) {
-    let now = sim.now();
-    sim.act(Actor::Gc, |w| {
-        let doomed: Vec<(Key, String)> = w
-            .store
-            .objects(Kind::Pod, Some(namespace))
-            .filter(|p| select(&w.store, p))
-            .map(|p| {
-                let key = Key {
-                    kind: Kind::Pod,
-                    namespace: namespace.into(),
-                    name: objects::name(p).into(),
-                };
-                (key, objects::uid(p).to_string())
-            })
-            .collect();
-        for (key, uid) in doomed {
-            let pre = Preconditions {
-                uid: Some(uid),
-                resource_version: None,
-            };
-            let _ = w.store.delete(&key, &pre, None, now);
-        }
-    });
 }
 
 #[cfg(test)]

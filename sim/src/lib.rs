@@ -5,6 +5,7 @@
 
 pub mod determinism;
 pub mod faults;
+pub mod gc;
 pub mod kubelet;
 pub mod model;
 pub mod oracle;

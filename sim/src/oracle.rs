@@ -84,6 +84,12 @@ pub struct Oracle {
     terms: HashMap<String, Vec<(Instant, u64)>>,
     term: u64,
     holder: Option<String>,
+    /// When the Lease came to name `holder`, and when it was last written, with the lease
+    /// duration it gave.
+    holder_since: Option<Instant>,
+    held_until: Option<(Instant, Duration)>,
+    /// The replicas' lease duration, if they elect a leader.
+    pub lease: Option<Duration>,
     /// The newest term whose write landed.
     newest_written: u64,
     /// The identity each incarnation holds the Lease under.
@@ -146,6 +152,7 @@ impl Oracle {
             return;
         }
         self.writes_sent += 1;
+        self.outlived_its_lease(actor, what);
         let other = self
             .fences
             .iter()
@@ -199,6 +206,10 @@ impl Oracle {
             return;
         };
         let uid = objects::uid(new).to_string();
+        if deleting(new) {
+            // Being deleted counts as deleted: no pod is to be made for it.
+            self.deleted.entry(uid.clone()).or_insert(now);
+        }
         let replicas = new["spec"]["replicas"].as_i64().unwrap_or(1);
         let history = self.replicas.entry(uid.clone()).or_default();
         if history.last().is_none_or(|(_, r)| *r != replicas) {
@@ -272,7 +283,7 @@ impl Oracle {
             "PodSet" if created && matches!(actor, Actor::Replica { .. }) => {
                 let exists = store
                     .objects(Kind::PodSet, Some(ns))
-                    .any(|p| objects::uid(p) == owner);
+                    .any(|p| objects::uid(p) == owner && !deleting(p));
                 if !exists {
                     // One that reached the server before the deletion, held there, is not
                     // an act of a cache that missed it.
@@ -353,8 +364,56 @@ impl Oracle {
             self.term += 1;
             let h = holder.clone().unwrap_or_default();
             self.terms.entry(h).or_default().push((now, self.term));
+            self.taken_over(holder.as_deref().unwrap_or_default(), now);
         }
+        if holder != self.holder {
+            self.holder_since = Some(now);
+        }
+        let duration = change
+            .new
+            .as_ref()
+            .and_then(|l| l["spec"]["leaseDurationSeconds"].as_u64());
+        self.held_until = holder
+            .as_ref()
+            .zip(duration)
+            .map(|(_, d)| (now, Duration::from_secs(d)));
         self.holder = holder;
+    }
+
+    /// `holder`, a replica, took the Lease from the holder before it: only once that one's last write had
+    /// gone unrenewed for the lease duration it gave (client-go's promise: another holder is
+    /// never written over while its lease runs).
+    fn taken_over(&mut self, holder: &str, now: Instant) {
+        let (Some(old), Some((written, duration))) = (&self.holder, self.held_until) else {
+            return;
+        };
+        // A person (or another deployment) may take it whenever they like.
+        let replica = self.identities.values().any(|i| i == holder);
+        if replica && now - written < duration {
+            self.violate(format!(
+                "{holder} took the Lease from {old} {:?} after its last write, within the {duration:?} it gave",
+                now - written
+            ));
+        }
+    }
+
+    /// A replica's controller write leaves while the Lease has named someone no replica is
+    /// for longer than the renew deadline: the fence stays open until the renew deadline
+    /// after the last renewal that landed, and none lands once another holder wrote the
+    /// Lease.
+    fn outlived_its_lease(&mut self, actor: Actor, what: &str) {
+        let (Some(holder), Some(since), Some(lease)) =
+            (&self.holder, self.holder_since, self.lease)
+        else {
+            return;
+        };
+        let renew_deadline = lease * 2 / 3;
+        let lasted = Instant::now() - since;
+        if !self.identities.values().any(|i| i == holder) && lasted > renew_deadline {
+            self.violate(format!(
+                "{actor} sent {what} {lasted:?} after the Lease came to name {holder}, past its renew deadline ({renew_deadline:?}): two leaders at once"
+            ));
+        }
     }
 
     /// Writes of an older leadership term do not land after a newer term's, unless the server
@@ -381,6 +440,11 @@ impl Oracle {
         }
         self.newest_written = self.newest_written.max(term);
     }
+}
+
+/// Whether `object` is being deleted (waiting for its finalizers).
+pub fn deleting(object: &Value) -> bool {
+    !object["metadata"]["deletionTimestamp"].is_null()
 }
 
 mod at;

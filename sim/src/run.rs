@@ -172,6 +172,7 @@ pub fn cluster(
     sim.with(|w| {
         w.oracle.takeover_margin = margin;
         w.oracle.held_excused = excused;
+        w.oracle.lease = settings.lease;
     });
     tokio::spawn(bookmarks(sim.clone()).in_current_span());
     let replicas = (0..count)

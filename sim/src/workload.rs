@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::model::objects;
 use crate::model::resource::Kind;
+use crate::model::store::finalizers::Propagation;
 use crate::model::store::{Key, Preconditions, Store, seconds};
 use crate::oracle::Actor;
 use crate::replica::{LEASE_NAME, LEASE_NAMESPACE};
@@ -29,7 +30,26 @@ pub enum Action {
         name: String,
         replicas: i64,
     },
+    /// Deletes a PodSet, asking for `policy` (`kubectl delete --cascade=...`).
     DeletePodSet {
+        ns: &'static str,
+        name: String,
+        policy: Propagation,
+    },
+    DeleteAt {
+        ns: &'static str,
+        at: String,
+        policy: Propagation,
+    },
+    /// Another controller puts its finalizer on a PodSet or an At: deleted, it stays until
+    /// [`Action::Unhold`].
+    Hold {
+        kind: Kind,
+        ns: &'static str,
+        name: String,
+    },
+    Unhold {
+        kind: Kind,
         ns: &'static str,
         name: String,
     },
@@ -82,7 +102,16 @@ pub enum Action {
         podset: String,
     },
     DeleteLease,
+    /// Someone else takes the Lease (another deployment of the operator, a person with
+    /// `kubectl`): it names [`INTRUDER`] with a lease of `seconds` (none: the one it had),
+    /// renewed now, and is never renewed again.
+    WriteLease {
+        seconds: Option<i64>,
+    },
 }
+
+/// The holder `WriteLease` names: no replica's identity.
+pub const INTRUDER: &str = "someone-else";
 
 /// What the users do, and when, over a fault phase of `span`.
 pub fn plan(rng: &mut fastrand::Rng, span: Duration) -> Vec<(Duration, Action)> {
@@ -130,7 +159,12 @@ pub fn plan(rng: &mut fastrand::Rng, span: Duration) -> Vec<(Duration, Action)> 
     }
     if rng.f64() < 0.2 {
         let (ns, name) = podsets[rng.usize(..podsets.len())].clone();
-        plan.push((at(rng, 0.5, 0.95), Action::DeletePodSet { ns, name }));
+        let policy = policy(rng);
+        let delete = Action::DeletePodSet { ns, name, policy };
+        plan.push((at(rng, 0.5, 0.95), delete));
+    }
+    for (ns, name) in &podsets {
+        hold(rng, &mut plan, Kind::PodSet, ns, name, &at);
     }
     let limit = span.as_secs() as i64;
     for i in 0..rng.usize(1..=3) {
@@ -176,14 +210,62 @@ pub fn plan(rng: &mut fastrand::Rng, span: Duration) -> Vec<(Duration, Action)> 
         }
         if rng.f64() < 0.1 {
             let later = after_due + Duration::from_millis(rng.u64(500..2500));
-            plan.push((later, Action::UnlabelAtPod { ns, at: name }));
+            let at = name.clone();
+            plan.push((later, Action::UnlabelAtPod { ns, at }));
         }
+        if rng.f64() < 0.1 {
+            // Before it is due, or about when it runs.
+            let when = when + Duration::from_millis(rng.u64(0..(due_in.max(1) as u64 + 4) * 1000));
+            let (at, policy) = (name.clone(), policy(rng));
+            plan.push((when, Action::DeleteAt { ns, at, policy }));
+        }
+        hold(rng, &mut plan, Kind::At, ns, &name, &at);
     }
     if rng.f64() < 0.15 {
         plan.push((at(rng, 0.2, 0.9), Action::DeleteLease));
     }
+    if rng.f64() < 0.1 {
+        let seconds = [None, Some(2), Some(60)][rng.usize(..3)];
+        plan.push((at(rng, 0.2, 0.9), Action::WriteLease { seconds }));
+    }
     plan.sort_by_key(|(t, _)| *t);
     plan
+}
+
+/// How a user asks for a delete: mostly the default.
+fn policy(rng: &mut fastrand::Rng) -> Propagation {
+    match rng.f64() {
+        x if x < 0.5 => Propagation::Background,
+        x if x < 0.8 => Propagation::Foreground,
+        _ => Propagation::Orphan,
+    }
+}
+
+/// Now and then another controller holds the object with its finalizer for a while (or for
+/// good).
+fn hold(
+    rng: &mut fastrand::Rng,
+    plan: &mut Vec<(Duration, Action)>,
+    kind: Kind,
+    ns: &'static str,
+    name: &str,
+    at: &impl Fn(&mut fastrand::Rng, f64, f64) -> Duration,
+) {
+    if rng.f64() >= 0.1 {
+        return;
+    }
+    let name = name.to_string();
+    plan.push((
+        at(rng, 0.0, 0.5),
+        Action::Hold {
+            kind,
+            ns,
+            name: name.clone(),
+        },
+    ));
+    if rng.f64() < 0.7 {
+        plan.push((at(rng, 0.6, 1.0), Action::Unhold { kind, ns, name }));
+    }
 }
 
 /// Carries out `plan` on its schedule.
@@ -232,14 +314,12 @@ fn perform_on(w: &mut World, action: &Action, now: jiff::Timestamp) {
                 .merge_patch(&key(Kind::PodSet, ns, name), &patch, Some("status"))
                 .map(drop)
         }
-        Action::DeletePodSet { ns, name } => store
-            .delete(
-                &key(Kind::PodSet, ns, name),
-                &Preconditions::default(),
-                None,
-                now,
-            )
-            .map(drop),
+        Action::DeletePodSet { ns, name, policy } => {
+            delete(store, &key(Kind::PodSet, ns, name), *policy, now)
+        }
+        Action::DeleteAt { ns, at, policy } => delete(store, &key(Kind::At, ns, at), *policy, now),
+        Action::Hold { kind, ns, name } => hold_with(store, &key(*kind, ns, name), true),
+        Action::Unhold { kind, ns, name } => hold_with(store, &key(*kind, ns, name), false),
         Action::DeletePod { ns, podset, pick } => {
             let pods = pods_of(store, Kind::PodSet, ns, podset);
             match pods.get(pick % pods.len().max(1)) {
@@ -298,6 +378,7 @@ fn perform_on(w: &mut World, action: &Action, now: jiff::Timestamp) {
             .merge_patch(&key(Kind::Pod, ns, &format!("{at}-pod")), &unlabel(), None)
             .map(drop),
         Action::ForgePod { ns, podset } => forge(store, ns, podset, now),
+        Action::WriteLease { seconds } => take_lease(store, *seconds, now),
         Action::DeleteLease => store
             .delete(
                 &key(Kind::Lease, LEASE_NAMESPACE, LEASE_NAME),
@@ -307,6 +388,83 @@ fn perform_on(w: &mut World, action: &Action, now: jiff::Timestamp) {
             )
             .map(drop),
     };
+}
+
+/// Writes the Lease as [`INTRUDER`]'s, for `seconds` or the lease duration it had (15 s if it
+/// had none).
+fn take_lease(
+    store: &mut Store,
+    seconds: Option<i64>,
+    now: jiff::Timestamp,
+) -> Result<(), crate::model::error::ApiError> {
+    let key = Key {
+        kind: Kind::Lease,
+        namespace: LEASE_NAMESPACE.into(),
+        name: LEASE_NAME.into(),
+    };
+    let spec = |old: Option<&Value>| {
+        let spec = old.map(|l| &l["spec"]);
+        let had = spec.and_then(|s| s["leaseDurationSeconds"].as_i64());
+        let duration = seconds.or(had).unwrap_or(15);
+        let transitions = spec
+            .and_then(|s| s["leaseTransitions"].as_i64())
+            .unwrap_or(0);
+        json!({"holderIdentity": INTRUDER, "leaseDurationSeconds": duration,
+            "acquireTime": now.to_string(), "renewTime": now.to_string(),
+            "leaseTransitions": transitions + 1})
+    };
+    match store.get(&key) {
+        Some(old) => {
+            let patch = json!({"spec": spec(Some(old))});
+            store.merge_patch(&key, &patch, None).map(drop)
+        }
+        None => {
+            let lease = json!({"metadata": {"name": LEASE_NAME}, "spec": spec(None)});
+            store
+                .create(Kind::Lease, LEASE_NAMESPACE, lease, String::new, now)
+                .map(drop)
+        }
+    }
+}
+
+/// The finalizer of another controller's that [`Action::Hold`] puts on an object.
+pub const HOLD: &str = "example.com/hold";
+
+fn delete(
+    store: &mut Store,
+    key: &Key,
+    policy: Propagation,
+    now: jiff::Timestamp,
+) -> Result<(), crate::model::error::ApiError> {
+    let pre = Preconditions::default();
+    store
+        .delete_propagating(key, &pre, None, policy, now)
+        .map(drop)
+}
+
+/// Puts [`HOLD`] on the object (or takes it off), over the version read: the garbage
+/// collector writes the finalizers too.
+fn hold_with(
+    store: &mut Store,
+    key: &Key,
+    held: bool,
+) -> Result<(), crate::model::error::ApiError> {
+    let Some(object) = store.get(key) else {
+        return Ok(());
+    };
+    let mut names: Vec<&str> = crate::model::store::finalizers::finalizers(object)
+        .into_iter()
+        .filter(|f| *f != HOLD)
+        .collect();
+    if held {
+        if !object["metadata"]["deletionTimestamp"].is_null() {
+            return Ok(()); // no finalizer may be added to an object being deleted
+        }
+        names.push(HOLD);
+    }
+    let patch = json!({"metadata": {"finalizers": names,
+        "resourceVersion": object["metadata"]["resourceVersion"]}});
+    store.merge_patch(key, &patch, None).map(drop)
 }
 
 /// The merge patch that takes the operator's label off a pod.

@@ -12,11 +12,11 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::faults::Faults;
-use crate::kubelet;
 use crate::model::http::{self as api, Answer, Env};
 use crate::model::store::Store;
 use crate::oracle::{Actor, Oracle};
 use crate::trace;
+use crate::{gc, kubelet};
 
 /// The simulation's wall clock starts here: 2030-01-01T00:00:00Z.
 pub const EPOCH_SECONDS: i64 = 1_893_456_000;
@@ -101,11 +101,11 @@ impl Sim {
         f: impl FnOnce(&mut World) -> R,
     ) -> R {
         let now = Instant::now();
-        let (result, reactions) = {
+        let (result, reactions, collections) = {
             let mut world = self.world.lock();
             let result = f(&mut world);
             let World { store, oracle, .. } = &mut *world;
-            let mut reactions = Vec::new();
+            let (mut reactions, mut collections) = (Vec::new(), Vec::new());
             for change in store.take_committed() {
                 trace::record(|| {
                     let what = match (&change.old, &change.new) {
@@ -125,11 +125,15 @@ impl Sim {
                 });
                 oracle.observe(&change, actor, held, store, now);
                 reactions.extend(kubelet::reactions(&change));
+                collections.extend(gc::reactions(&change));
             }
-            (result, reactions)
+            (result, reactions, collections)
         };
         for reaction in reactions {
             tokio::spawn(kubelet::react(self.clone(), reaction));
+        }
+        for collection in collections {
+            tokio::spawn(gc::react(self.clone(), collection));
         }
         result
     }

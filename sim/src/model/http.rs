@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::error::ApiError;
 use super::resource::{self, Target};
 use super::selector::Selector;
+use super::store::finalizers::Propagation;
 use super::store::{Key, Preconditions, Store};
 use super::watch::WatchSpec;
 use bytes::Bytes;
@@ -110,8 +111,9 @@ fn route(
                     .map(String::from),
             };
             let grace = body["gracePeriodSeconds"].as_i64();
-            let gone = store.delete(&key, &pre, grace, env.now)?;
-            match key.kind.returns_deleted_object() {
+            let propagation = Propagation::of(&body);
+            let gone = store.delete_propagating(&key, &pre, grace, propagation, env.now)?;
+            match key.kind.returns_deleted_object() || !gone["metadata"]["finalizers"].is_null() {
                 true => ok(gone),
                 false => {
                     let uid = gone["metadata"]["uid"].as_str().unwrap_or_default();

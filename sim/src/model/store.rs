@@ -14,8 +14,10 @@ use super::error::ApiError;
 use super::resource::Kind;
 use super::watch::Watcher;
 
+pub mod finalizers;
 mod grace;
 mod watches;
+use finalizers::Propagation;
 use grace::{Grace, grace};
 
 pub type Object = Arc<Value>;
@@ -286,17 +288,36 @@ impl Store {
         if new == **old {
             return Ok(old.clone());
         }
+        if finalizers::finalized(&new) {
+            // Its last finalizer taken off: it goes, as it was stored.
+            self.remove(key);
+            return Ok(Arc::new(new));
+        }
         Ok(self.commit(key.clone(), Some(new)))
     }
 
-    /// A delete. A pod goes as the API server deletes it gracefully: marked (see `grace`),
-    /// then removed at once if its grace is none (two writes), or else later by its kubelet
-    /// (see [`Self::remove`]). Anything else goes at once.
+    /// A delete in the background (see [`Self::delete_propagating`]).
     pub fn delete(
         &mut self,
         key: &Key,
         pre: &Preconditions,
         grace_seconds: Option<i64>,
+        now: Timestamp,
+    ) -> Result<Object, ApiError> {
+        self.delete_propagating(key, pre, grace_seconds, Propagation::Background, now)
+    }
+
+    /// A delete. A pod goes as the API server deletes it gracefully: marked (see `grace`),
+    /// then removed at once if its grace is none (two writes), or else later by its kubelet
+    /// (see [`Self::remove`]). Anything else goes at once, unless it has finalizers or
+    /// `propagation` adds one: then it is marked, and goes once they are all taken off (see
+    /// [`finalizers`]).
+    pub fn delete_propagating(
+        &mut self,
+        key: &Key,
+        pre: &Preconditions,
+        grace_seconds: Option<i64>,
+        propagation: Propagation,
         now: Timestamp,
     ) -> Result<Object, ApiError> {
         let old = self.current(key)?;
@@ -318,7 +339,11 @@ impl Store {
             ));
         }
         if key.kind != Kind::Pod {
-            return Ok(self.remove(key).unwrap_or(old));
+            return Ok(match finalizers::mark(&old, propagation, now) {
+                Some(marked) if marked == *old => old,
+                Some(marked) => self.commit(key.clone(), Some(marked)),
+                None => self.remove(key).unwrap_or(old),
+            });
         }
         match grace(&old, grace_seconds, now) {
             Grace::Now => Ok(self.remove(key).unwrap_or(old)),

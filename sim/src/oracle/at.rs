@@ -18,6 +18,8 @@ pub(super) struct AtRecord {
     started_with: Option<String>,
     /// Its command was killed for its memory.
     oom_killed: bool,
+    /// The pod UID it last recorded: what it says once deleted, to a cache that still shows it.
+    pod_uid: Option<String>,
 }
 
 impl Oracle {
@@ -37,10 +39,13 @@ impl Oracle {
             .map(|a| objects::name(a).to_string());
         let released = change.old.as_deref().is_some_and(objects::gated)
             && change.new.as_deref().is_some_and(|p| !objects::gated(p));
-        let recorded = store
+        let at = store
             .objects(Kind::At, Some(&change.key.namespace))
-            .find(|a| objects::uid(a) == at_uid)
-            .and_then(|a| a["status"]["podUID"].as_str().map(String::from));
+            .find(|a| objects::uid(a) == at_uid);
+        let recorded = match at {
+            Some(a) => a["status"]["podUID"].as_str().map(String::from),
+            None => self.ats.get(at_uid).and_then(|r| r.pod_uid.clone()),
+        };
         let pod_uid = change.new.as_deref().map(objects::uid).unwrap_or_default();
         if released && recorded.as_deref() != Some(pod_uid) {
             self.violate(format!(
@@ -136,6 +141,7 @@ impl Oracle {
         }
         let _ = actor;
         let record = self.ats.entry(objects::uid(new).into()).or_default();
+        record.pod_uid = new["status"]["podUID"].as_str().map(String::from);
         if is == "RUNNING" && !matches!(was, "RUNNING" | "DONE") {
             record.started_with = Some(new["spec"]["command"].as_str().unwrap_or_default().into());
         }

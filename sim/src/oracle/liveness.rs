@@ -18,7 +18,11 @@ impl Oracle {
                 return Some(why);
             }
         }
-        for at in store.objects(Kind::At, None) {
+        // One being deleted waits for its finalizers: the operator does nothing more for it.
+        for at in store
+            .objects(Kind::At, None)
+            .filter(|a| !super::deleting(a))
+        {
             let schedule = at["spec"]["schedule"].as_str().unwrap_or_default();
             let due = schedule
                 .parse::<jiff::Timestamp>()
@@ -84,9 +88,15 @@ fn podset_unconverged(store: &Store, ps: &Value) -> Option<String> {
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let converged = pods.len() as i64 == want
-        && status["availableReplicas"].as_i64() == Some(want)
-        && named == pods
-        && status["observedGeneration"].as_i64() == Some(objects::generation(ps));
+    // One being deleted (waiting for its finalizers) keeps what pods it has, and says so.
+    let converged = match super::deleting(ps) {
+        true => named == pods,
+        false => {
+            pods.len() as i64 == want
+                && status["availableReplicas"].as_i64() == Some(want)
+                && named == pods
+                && status["observedGeneration"].as_i64() == Some(objects::generation(ps))
+        }
+    };
     (!converged).then(|| format!("PodSet {ns}/{name} wants {want}: pods {pods:?}, status {status}"))
 }

@@ -11,6 +11,7 @@
 //! and when bookmarks come.
 
 mod deletes;
+mod finalizers;
 mod garbage_collection;
 mod lists;
 mod normalize;
