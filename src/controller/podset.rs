@@ -58,7 +58,7 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
     }
     let outcome = match step {
         Step::AwaitChange => return Ok(Action::await_change()),
-        Step::Report => Outcome::NotActed,
+        Step::Report => Outcome::Stopped,
         Step::SendAgain { .. } => settle::settle(ps, ctx).await,
         Step::Act { plan, trim, .. } => {
             if let Plan::Create(_) = plan {

@@ -121,6 +121,9 @@ pub fn after(outcome: &Outcome, before: &Readiness, now: &Readiness) -> After {
     };
     let next = match (outcome, pending) {
         (Outcome::Failed(_), _) => Next::Retry,
+        // Its status says what it has now: creates still on their way are not sent again, and
+        // the watch events of any that landed bring the next report.
+        (Outcome::Stopped, _) => Next::Resync,
         (_, Some(left)) => Next::In(left),
         // Settled, and nothing left to wait for: the scale-up goes on at once. The pods that
         // settled it may all have been seen already, so no watch event would bring it back.
@@ -129,8 +132,9 @@ pub fn after(outcome: &Outcome, before: &Readiness, now: &Readiness) -> After {
         }
         _ => Next::Resync,
     };
+    let stopped = matches!(outcome, Outcome::Stopped);
     After {
-        write_status: pending.is_none() || failed,
+        write_status: pending.is_none() || failed || stopped,
         next,
     }
 }
@@ -368,6 +372,11 @@ mod tests {
         );
         assert_eq!(
             after_(&Outcome::NotActed, &waiting, &ready),
+            (true, Next::Resync)
+        );
+        // Being deleted: written now, though creates are still on their way (seed 1175).
+        assert_eq!(
+            after_(&Outcome::Stopped, &waiting, &waiting),
             (true, Next::Resync)
         );
     }

@@ -472,3 +472,34 @@ fn a_lone_replica_behind_a_slow_path_leads_and_keeps_leading() {
     });
     assert_ok(&report);
 }
+
+/// Someone else writes the Lease (another deployment of the operator, a person with
+/// `kubectl`): the leader must stop acting within its renew deadline, and no replica may take
+/// the Lease before that holder's lease runs out (40 s, longer than the replicas' 15 s), though
+/// it never renews. Here the leader's
+/// Lease watch is quiet and its Lease reads are slow, so only its next renewal tells it.
+#[test]
+fn a_lease_someone_else_took_is_neither_acted_under_nor_taken_back_early() {
+    let report = play(25, Setup::default(), |scene| async move {
+        let l = leader(&scene).await?;
+        scene.user(create_web(2));
+        scene.sleep(secs(5)).await;
+        scene.rule(rule(
+            Some(l),
+            Method::GET,
+            "/leases?&watch=true",
+            quiet(0, 60),
+            1,
+        ));
+        let slow = RequestPlan {
+            slow_reply: secs(3),
+            ..RequestPlan::default()
+        };
+        scene.rule(rule(Some(l), Method::GET, "/leases", slow, 100));
+        scene.user(Action::WriteLease { seconds: Some(40) });
+        keep_scaling_web(&scene, Duration::from_millis(900), &[4, 1, 3, 2, 5, 1]).await;
+        scene.converged(secs(120)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}

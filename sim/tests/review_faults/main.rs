@@ -8,6 +8,7 @@ use http::Method;
 use podset_sim::faults::{After, Before, Connect, RequestPlan, Rule, WatchPlan};
 use podset_sim::model::objects;
 use podset_sim::model::resource::Kind;
+use podset_sim::model::store::finalizers::Propagation;
 use podset_sim::model::store::{Key, Store};
 use podset_sim::replica::{LEASE_NAME, LEASE_NAMESPACE};
 use podset_sim::scenario::{Scene, Setup, assert_ok, play};
@@ -74,6 +75,7 @@ fn delete_web() -> Action {
     Action::DeletePodSet {
         ns: "ns-a",
         name: "web".into(),
+        policy: Default::default(),
     }
 }
 

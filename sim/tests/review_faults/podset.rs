@@ -231,6 +231,19 @@ fn a_podset_deleted_behind_a_quiet_watch_is_not_acted_on_in_a_loop() {
     deleted_behind_a_quiet_watch(21, QuietDeletion::default());
 }
 
+/// Found by the search (seed 83, once deletions could wait for finalizers): as above, but
+/// deleted in the foreground, so the PodSet stays, marked, until the garbage collector has
+/// removed its pods. The read that stands in for the quiet watch found it there, and each
+/// reconcile made pods the garbage collector then removed.
+#[test]
+fn a_podset_deleted_in_the_foreground_behind_a_quiet_watch_is_not_acted_on_in_a_loop() {
+    let deletion = QuietDeletion {
+        policy: Propagation::Foreground,
+        ..QuietDeletion::default()
+    };
+    deleted_behind_a_quiet_watch(26, deletion);
+}
+
 /// Found by the search (seeds 503849, 508526): as above, but the first status write after the
 /// deletion failed (its answer lost, or a 500) instead of answering 404, once the garbage
 /// collector had removed the pods just made. The failure brought a retry, which trusted the
@@ -330,6 +343,8 @@ struct QuietDeletion {
     status_write: Option<RequestPlan>,
     /// Seconds from the PodSet's creation to its deletion.
     deleted_after: u64,
+    /// How the user deletes it.
+    policy: Propagation,
 }
 
 impl Default for QuietDeletion {
@@ -341,6 +356,7 @@ impl Default for QuietDeletion {
             first_create: None,
             status_write: None,
             deleted_after: 35,
+            policy: Propagation::Background,
         }
     }
 }
@@ -370,7 +386,11 @@ fn deleted_behind_a_quiet_watch(seed: u64, d: QuietDeletion) {
             let status = "/namespaces/ns-a/podsets/web/status";
             scene.rule(rule(None, Method::PATCH, status, plan, 1));
         }
-        scene.user(delete_web());
+        scene.user(Action::DeletePodSet {
+            ns: "ns-a",
+            name: "web".into(),
+            policy: d.policy,
+        });
         scene.sleep(secs(60)).await;
         scene.converged(secs(60)).await;
         Ok(())

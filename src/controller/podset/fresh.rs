@@ -8,10 +8,14 @@ use crate::api::PodSet;
 use crate::controller::context::{Context, read_by_name};
 use crate::error::Result;
 
-/// Whether the PodSet is still there, read from the API server. If not, it is remembered
-/// gone.
+/// Whether the PodSet is still there and not being deleted, read from the API server. If it
+/// is not there, it is remembered gone. One being deleted may stay for a while (a foreground
+/// deletion waits for the garbage collector to remove its pods; another controller's
+/// finalizer holds it): pods made for it would only be removed again, each removal bringing
+/// the next round while the cache has not shown the deletion.
 pub(super) async fn exists(ps: &PodSet, ctx: &Context) -> Result<bool> {
-    Ok(read(ps, ctx).await?.is_some())
+    let now = read(ps, ctx).await?;
+    Ok(now.is_some_and(|ps| ps.metadata.deletion_timestamp.is_none()))
 }
 
 /// The PodSet as the API server has it now (a list of its one name, a consistent read the

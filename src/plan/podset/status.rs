@@ -43,6 +43,10 @@ pub struct Failure {
 pub enum Outcome {
     /// Nothing was attempted (waiting for the watch): keep the failure condition as it was.
     NotActed,
+    /// Nothing more is done for it: it is being deleted. As the ReplicaSet controller's
+    /// `calculateStatus` with no error from `manageReplicas` (which it skips for a ReplicaSet
+    /// being deleted), no failure is reported.
+    Stopped,
     Succeeded,
     Failed(Failure),
 }
@@ -83,7 +87,7 @@ pub fn status(
             reason: f.reason,
             message: f.message.clone(),
         }),
-        Outcome::Succeeded => Some(no_failure()),
+        Outcome::Succeeded | Outcome::Stopped => Some(no_failure()),
         Outcome::NotActed => None,
     };
     let mut conds = vec![conditions::condition(
@@ -204,12 +208,10 @@ mod tests {
             conditions::find(&waiting.conditions, CONDITION_REPLICA_FAILURE),
             Some(&cond)
         );
-        let recovered = status(&ps, ps.status.as_ref(), &[], &Outcome::Succeeded, t);
-        assert_eq!(
-            conditions::find(&recovered.conditions, CONDITION_REPLICA_FAILURE)
-                .unwrap()
-                .status,
-            "False"
-        );
+        for outcome in [Outcome::Succeeded, Outcome::Stopped] {
+            let recovered = status(&ps, ps.status.as_ref(), &[], &outcome, t);
+            let failure = conditions::find(&recovered.conditions, CONDITION_REPLICA_FAILURE);
+            assert_eq!(failure.unwrap().status, "False", "{outcome:?}");
+        }
     }
 }
