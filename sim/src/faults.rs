@@ -63,10 +63,13 @@ pub enum Fault {
     /// to the API server, a proxy): drawn once per run, up to a fifth of the renew deadline,
     /// at which client-go's margins still hold (`Faults::slow_path`).
     SlowPath,
+    /// The kubelet rejects a PodSet's pod as it is bound, before it starts (`OutOfpods`,
+    /// `NodeAffinity`): Failed, with its reason.
+    Rejected,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 24] = [
+    pub const ALL: [Fault; 25] = [
         Fault::Refused,
         Fault::SlowConnect,
         Fault::TooManyRequests,
@@ -91,6 +94,7 @@ impl Fault {
         Fault::Sidecar,
         Fault::OomKilled,
         Fault::SlowPath,
+        Fault::Rejected,
     ];
 
     /// The chance it fires each time it is reached, when on.
@@ -98,6 +102,7 @@ impl Fault {
         match self {
             Fault::Sidecar => 0.30,
             Fault::SlowReply | Fault::StuckTerminating | Fault::OomKilled => 0.10,
+            Fault::Rejected => 0.20,
             Fault::WatchStall | Fault::WatchCut => 0.15,
             Fault::Refused
             | Fault::TooManyRequests
@@ -214,6 +219,9 @@ pub struct Faults {
     pub counts: BTreeMap<Fault, u64>,
     /// The latency each way of every request drawn at random ([`Fault::SlowPath`]).
     path_latency: Duration,
+    /// PodSets (by name) whose every pod the kubelet rejects during the fault phase: a
+    /// template no node admits.
+    pub rejecting: BTreeSet<String>,
 }
 
 impl Faults {
@@ -230,7 +238,24 @@ impl Faults {
             active: true,
             counts: BTreeMap::new(),
             path_latency: Duration::ZERO,
+            rejecting: BTreeSet::new(),
         }
+    }
+
+    /// With [`Fault::Rejected`] on, one run in two has a PodSet whose every pod is rejected.
+    pub fn draw_rejecting(&mut self, podset: &str) {
+        if self.enabled.contains(&Fault::Rejected) && self.rng.bool() {
+            self.rejecting.insert(podset.to_string());
+        }
+    }
+
+    /// Whether the kubelet rejects a pod of PodSet `podset` now.
+    pub fn rejects(&mut self, podset: &str) -> bool {
+        let always = self.active && self.rejecting.contains(podset);
+        if always {
+            *self.counts.entry(Fault::Rejected).or_default() += 1;
+        }
+        always || self.fire(Fault::Rejected)
     }
 
     pub fn enabled(&self) -> &BTreeSet<Fault> {

@@ -57,6 +57,9 @@ pub async fn react(sim: Arc<Sim>, reaction: Reaction) {
             if !bind(&sim, &key, &uid) {
                 return;
             }
+            if reject(&sim, &key, &uid) {
+                return;
+            }
             tokio::time::sleep(pick(&sim, ms(100), ms(1000))).await;
             let Some(command) = start(&sim, &key, &uid) else {
                 return;
@@ -106,6 +109,22 @@ fn bind(sim: &Arc<Sim>, key: &Key, uid: &str) -> bool {
         }
         let patch = json!({"spec": {"nodeName": "node-1"}});
         w.store.merge_patch(key, &patch, None).is_ok()
+    })
+}
+
+/// The kubelet rejects a PodSet's pod at admission, if that fault fires: `true` if it did.
+fn reject(sim: &Arc<Sim>, key: &Key, uid: &str) -> bool {
+    sim.act(Actor::Kubelet, |w| {
+        let Some(pod) = current(&w.store, key, uid) else {
+            return false;
+        };
+        let podset = objects::controller(&pod).filter(|(kind, _, _)| *kind == "PodSet");
+        if !podset.is_some_and(|(_, name, _)| w.faults.rejects(name)) {
+            return false;
+        }
+        let status = json!({"status": {"phase": "Failed", "reason": "OutOfpods",
+            "message": "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: 110, capacity: 110"}});
+        w.store.merge_patch(key, &status, Some("status")).is_ok()
     })
 }
 

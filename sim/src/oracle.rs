@@ -29,7 +29,7 @@
 //! Liveness, once the faults stop: [`Oracle::unconverged`] names what is not yet as it should
 //! be; the run fails if anything still is after the bound.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -45,6 +45,9 @@ use at::AtRecord;
 /// How stale a view of a PodSet the operator may act on: a watch stalled or dead until its
 /// read timeout (75 s), and a reconcile under way meanwhile.
 pub const STALE: Duration = Duration::from_secs(150);
+
+/// The window in which a PodSet's pods made are counted for churn.
+const CHURN_WINDOW: Duration = Duration::from_secs(60);
 
 /// Who made a write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -113,6 +116,9 @@ pub struct Oracle {
     deleted: HashMap<String, Instant>,
     /// Who last wrote each PodSet and At.
     last_writer: HashMap<Key, Actor>,
+    /// Per PodSet UID: when the operator made its pods in the last [`CHURN_WINDOW`], and
+    /// whether it was found churning.
+    made: HashMap<String, (VecDeque<Instant>, bool)>,
     pub checks: u64,
 }
 
@@ -281,6 +287,7 @@ impl Oracle {
         }
         match kind.as_str() {
             "PodSet" if created && matches!(actor, Actor::Replica { .. }) => {
+                self.churn(&owner, change, now);
                 let exists = store
                     .objects(Kind::PodSet, Some(ns))
                     .any(|p| objects::uid(p) == owner && !deleting(p));
@@ -299,6 +306,28 @@ impl Oracle {
             }
             "At" => self.at_pod_changed(change, &owner, actor, store),
             _ => {}
+        }
+    }
+
+    /// The operator makes a PodSet's pods at a bounded pace: all its replicas, and again
+    /// after each scale-up or pod lost, make at most three times the largest `spec.replicas`
+    /// it had, and ten more, a minute. Pods that fail as they start (a template no kubelet
+    /// admits) are replaced with a backoff, not churned.
+    fn churn(&mut self, owner: &str, change: &Change, now: Instant) {
+        let most = 3 * self.allowance(owner, now).max(1) as usize + 10;
+        let (times, reported) = self.made.entry(owner.to_string()).or_default();
+        times.push_back(now);
+        while times.front().is_some_and(|t| now - *t > CHURN_WINDOW) {
+            times.pop_front();
+        }
+        if times.len() > most && !*reported {
+            *reported = true;
+            let n = times.len();
+            self.violate(format!(
+                "PodSet {}/{} churns: {n} of its pods made in {CHURN_WINDOW:?}, over {most}",
+                change.key.namespace,
+                change.key.name.split("-pod").next().unwrap_or_default()
+            ));
         }
     }
 

@@ -14,6 +14,8 @@ use podset_operator::leader::record::timing;
 
 use crate::determinism;
 use crate::faults::{Fault, Faults, MAX_HOLD, STALLS_OVER, secs};
+use crate::model::objects;
+use crate::model::resource::Kind;
 use crate::model::store::Store;
 use crate::oracle::Oracle;
 use crate::replica::{LEASE_NAMESPACE, Replica, ReplicaSettings};
@@ -211,12 +213,14 @@ async fn simulate(seed: u64, options: &Options) -> Report {
     let span = Duration::from_secs(setup.u64(60..=180));
     let (count, settings) = replica_settings(&mut setup);
     faults.slow_path(settings.lease.map(|l| timing(l).renew_deadline));
+    faults.draw_rejecting("web-0");
     let namespaces: Vec<&str> = NAMESPACES.into_iter().chain([LEASE_NAMESPACE]).collect();
     let (sim, replicas) = cluster(seed, faults, &namespaces, count, settings);
     let plan = workload::plan(&mut stream(seed, 4), span);
     sim.trace(|| {
         let enabled = sim.with(|w| w.faults.enabled().clone());
-        format!("seed {seed}: {count} replicas, faults for {span:?}: {enabled:?}")
+        let rejecting = sim.with(|w| w.faults.rejecting.clone());
+        format!("seed {seed}: {count} replicas, faults for {span:?}: {enabled:?}, every pod rejected of {rejecting:?}")
     });
     for replica in &replicas {
         replica.start(&sim, false);
@@ -232,10 +236,31 @@ async fn simulate(seed: u64, options: &Options) -> Report {
         report.converged_after = converge(&sim, LIVENESS_BOUND).await;
         if report.converged_after.is_some() {
             stays_quiet(&sim).await;
+            metrics_agree(&sim, &replicas);
         }
     }
     finish(&sim, &replicas, &mut report);
     report
+}
+
+/// Once everything converged and stayed quiet, the leader's gauges say so, as the README's
+/// alerts read them: no PodSet unconverged, and every pod of the operator's counted (with its
+/// label and a controller: one orphaned by its owner's deletion is no one's to manage).
+fn metrics_agree(sim: &Sim, replicas: &[Arc<Replica>]) {
+    let Some(leader) = replicas.iter().find(|r| r.leads()) else {
+        return;
+    };
+    let managed = sim.with(|w| {
+        let pods = w.store.objects(Kind::Pod, None);
+        pods.filter(|p| objects::managed(p) && objects::controller(p).is_some())
+            .count()
+    });
+    let (counted, unconverged) = (leader.managed_pods(), leader.scrape("podsets_unconverged"));
+    if counted != managed || unconverged != 0.0 {
+        sim.violate(format!(
+            "converged, yet the leader's metrics say managed_pods {counted} (the store has {managed}) and podsets_unconverged {unconverged}"
+        ));
+    }
 }
 
 /// One replica alone without leader election, or one to three electing a leader, on a

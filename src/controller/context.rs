@@ -13,6 +13,7 @@ use tracing::{Instrument, warn};
 
 use super::backoff::Backoff;
 use super::gone::Gone;
+use super::replacing::Replacements;
 use super::rounds::CreateRounds;
 use super::strays::Strays;
 use crate::api::{AtStatus, PodSetStatus};
@@ -41,6 +42,8 @@ pub struct Context {
     pub rounds: CreateRounds,
     /// Pods that vanished from the watch while active, for their owners to look up.
     pub strays: Strays,
+    /// Each PodSet's pod failures in a row, which hold its creates back.
+    pub replacements: Replacements,
     pub clock: Clock,
 }
 
@@ -68,6 +71,7 @@ impl Context {
             gone: Gone::default(),
             rounds: CreateRounds::default(),
             strays: Strays::default(),
+            replacements: Replacements::default(),
             clock,
         }
     }
@@ -81,7 +85,7 @@ impl Context {
 
     /// Drops everything kept for an object that was deleted.
     pub(super) fn forget(&self, uid: &str) {
-        self.metrics.unconverged.forget(uid);
+        self.metrics.unconverged.forget(uid, Instant::now());
         self.expectations.forget(uid);
         self.backoff.reset(uid);
         self.podset_statuses.forget(uid);
@@ -89,6 +93,7 @@ impl Context {
         self.gone.forget(uid);
         self.rounds.forget(uid);
         self.strays.forget(uid);
+        self.replacements.forget(uid);
     }
 }
 

@@ -13,6 +13,7 @@ pub(crate) mod fixtures;
 mod gone;
 mod kept;
 pub mod podset;
+mod replacing;
 mod resync;
 mod rounds;
 mod routing;

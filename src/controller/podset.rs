@@ -5,12 +5,14 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
 use act::act;
 use fresh::exists;
 
-use super::context::{Context, reconcile_within_deadline, retry_after};
+use super::context::{Context, publish, reconcile_within_deadline, retry_after};
+use super::replacing::{Failing, REASON_POD_FAILED};
 use super::strays;
 use crate::api::PodSet;
 use crate::cache::CachedPod;
@@ -39,6 +41,7 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
         || ctx.expectations.readiness(&uid, Instant::now()),
         || ctx.pods.owned_by(&namespace, &uid),
     );
+    let failing = ctx.replacements.saw(&uid, &pods, Instant::now());
     let step = plan::decide(&Seen {
         replicas: ps.spec.replicas,
         deleting: ps.meta().deletion_timestamp.is_some(),
@@ -46,11 +49,13 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
         in_doubt: doubtful(ps, ctx),
         readiness: &readiness,
         pods: &pods,
+        held: failing.held.as_ref().map(|(left, _)| *left),
     });
     if step.reads_first() && !exists(ps, ctx).await? {
         return Ok(Action::await_change());
     }
     if step != Step::AwaitChange {
+        report_failures(ps, &failing, ctx).await;
         for (name, pod) in ctx.expectations.take_lapsed(&uid) {
             ctx.strays.suspect(&Uid::from(uid.as_str()), &name, &pod);
         }
@@ -60,6 +65,10 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
         Step::AwaitChange => return Ok(Action::await_change()),
         Step::Report => Outcome::Stopped,
         Step::SendAgain { .. } => settle::settle(ps, ctx).await,
+        Step::Hold { trim, .. } => match (act(ps, Plan::Steady, &trim, ctx).await, failing.held) {
+            (Outcome::Succeeded, Some((left, why))) => Outcome::Held(why, left),
+            (outcome, _) => outcome,
+        },
         Step::Act { plan, trim, .. } => {
             if let Plan::Create(_) = plan {
                 ctx.rounds.made(&uid, generation(ps), Instant::now());
@@ -82,6 +91,23 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
             Action::await_change()
         }
     })
+}
+
+/// A Warning for the pods counted failed now, naming the last: the PodSet's creates wait.
+async fn report_failures(ps: &PodSet, failing: &Failing, ctx: &Context) {
+    let Some((_, why)) = failing.held.as_ref().filter(|_| !failing.new.is_empty()) else {
+        return;
+    };
+    let note = why.message.clone();
+    publish(
+        ps,
+        ctx,
+        EventType::Warning,
+        REASON_POD_FAILED,
+        "Replace",
+        note,
+    )
+    .await;
 }
 
 /// The expectations and the pods a reconcile acts on, read in that order as the ReplicaSet

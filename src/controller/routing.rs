@@ -48,7 +48,10 @@ where
                     None
                 }
                 Ok(watcher::Event::InitDone) => {
-                    wakes.relist_done();
+                    // Deleted while the watch was away: no Delete event says so.
+                    for uid in wakes.relist_done() {
+                        ctx.forget(&uid.to_string());
+                    }
                     synced.send_replace(true);
                     None
                 }

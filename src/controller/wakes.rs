@@ -38,10 +38,20 @@ impl Wakes {
         self.relisted = Some(HashSet::new());
     }
 
-    pub fn relist_done(&mut self) {
-        if let Some(relisted) = self.relisted.take() {
-            self.seen.retain(|uid, _| relisted.contains(uid));
+    /// A relist ended: the objects it did not show, deleted unseen, are forgotten and
+    /// returned.
+    pub fn relist_done(&mut self) -> Vec<Uid> {
+        let Some(relisted) = self.relisted.take() else {
+            return Vec::new();
+        };
+        let gone: Vec<Uid> = (self.seen.keys())
+            .filter(|uid| !relisted.contains(*uid))
+            .cloned()
+            .collect();
+        for uid in &gone {
+            self.seen.remove(uid);
         }
+        gone
     }
 
     pub fn forget(&mut self, uid: &str) {
@@ -90,7 +100,11 @@ mod tests {
         w.wakes("kept", Some(1), podset(0), false);
         w.relist_begins();
         assert!(!w.wakes("kept", Some(1), podset(0), false));
-        w.relist_done();
+        assert_eq!(
+            w.relist_done(),
+            [Uid::from("gone")],
+            "to be forgotten everywhere"
+        );
         assert_eq!(w.seen.len(), 1);
         assert!(w.wakes("gone", Some(1), podset(0), false), "seen anew");
     }

@@ -61,8 +61,20 @@ pub const STUCK_AFTER: Duration = Duration::from_secs(5 * 60);
 /// bytes a PodSet while 10,000 converge at once, not its UID's 60.
 #[derive(Debug, Default)]
 pub struct Unconverged {
-    since: Mutex<HashMap<u64, Instant>>,
+    since: Mutex<HashMap<u64, Seen>>,
 }
+
+#[derive(Debug, Clone, Copy)]
+enum Seen {
+    Unconverged(Instant),
+    /// The PodSet is gone, since then (a tombstone, kept for [`TOMBSTONE`]): a reconcile still
+    /// under way when the watch showed its deletion must not bring it back, where it would
+    /// count as stuck for good (a false `PodSetStuck` alert; found by seed 100062).
+    Gone(Instant),
+}
+
+/// How long a deleted PodSet's tombstone is kept: longer than any reconcile runs.
+const TOMBSTONE: Duration = Duration::from_secs(10 * 60);
 
 fn key(uid: &str) -> u64 {
     object_key(None, uid)
@@ -72,18 +84,18 @@ impl Unconverged {
     /// What a reconcile saw of PodSet `uid`.
     pub fn saw(&self, uid: &str, converged: bool, now: Instant) {
         let mut since = self.since.lock();
-        match converged {
-            true => {
-                since.remove(&key(uid));
-            }
-            false => {
-                since.entry(key(uid)).or_insert(now);
-            }
+        match (since.get(&key(uid)), converged) {
+            (Some(Seen::Gone(_)), _) => {}
+            (_, true) => drop(since.remove(&key(uid))),
+            (_, false) => drop(since.entry(key(uid)).or_insert(Seen::Unconverged(now))),
         }
     }
 
-    pub fn forget(&self, uid: &str) {
-        self.since.lock().remove(&key(uid));
+    /// PodSet `uid` is gone: it is not counted, now or by a reconcile still under way.
+    pub fn forget(&self, uid: &str, now: Instant) {
+        let mut since = self.since.lock();
+        since.retain(|_, seen| !matches!(seen, Seen::Gone(t) if now - *t >= TOMBSTONE));
+        since.insert(key(uid), Seen::Gone(now));
     }
 
     pub fn clear(&self) {
@@ -93,7 +105,8 @@ impl Unconverged {
     /// PodSets not converged for over `STUCK_AFTER` at `now`.
     pub fn stuck(&self, now: Instant) -> usize {
         let since = self.since.lock();
-        since.values().filter(|t| now - **t > STUCK_AFTER).count()
+        let stuck = |seen: &&Seen| matches!(seen, Seen::Unconverged(t) if now - *t > STUCK_AFTER);
+        since.values().filter(stuck).count()
     }
 }
 
@@ -136,7 +149,20 @@ mod tests {
         assert_eq!(u.stuck(t0 + STUCK_AFTER + Duration::from_secs(1)), 1);
         u.saw("a", true, t0 + STUCK_AFTER);
         assert_eq!(u.stuck(t0 + STUCK_AFTER * 2), 1, "b only");
-        u.forget("b");
+        u.forget("b", t0 + STUCK_AFTER * 2);
         assert_eq!(u.stuck(t0 + STUCK_AFTER * 2), 0);
+    }
+
+    #[test]
+    fn a_reconcile_under_way_when_its_podset_went_does_not_bring_it_back() {
+        let u = Unconverged::default();
+        let t0 = Instant::now();
+        u.saw("a", false, t0);
+        u.forget("a", t0);
+        u.saw("a", false, t0 + Duration::from_secs(1));
+        assert_eq!(u.stuck(t0 + STUCK_AFTER * 2), 0, "counted after it went");
+        // Tombstones are dropped once no reconcile can still be under way.
+        u.forget("b", t0 + TOMBSTONE);
+        assert_eq!(u.since.lock().len(), 1, "a's tombstone kept");
     }
 }

@@ -4,6 +4,7 @@
 //! and the pod it creates are decided in [`status`] and [`pod`].
 
 mod pod;
+pub mod replacing;
 mod status;
 pub use pod::{POD_VERSION, pod_for, selector};
 pub use status::{CONDITION_AVAILABLE, CONDITION_REPLICA_FAILURE, Failure, Outcome, status};
@@ -33,6 +34,8 @@ pub struct Seen<'a> {
     pub readiness: &'a Readiness,
     /// Its pods, read after `readiness`.
     pub pods: &'a [Arc<CachedPod>],
+    /// How long creates still wait after its pods failed ([`replacing`]).
+    pub held: Option<Duration>,
 }
 
 /// What one reconcile of a PodSet does.
@@ -54,6 +57,12 @@ pub enum Step {
         read_first: bool,
         trim: Vec<Arc<CachedPod>>,
     },
+    /// Pods are missing, but its pods failed lately: make none for `left` more, and report
+    /// why; delete the finished pods in `trim`.
+    Hold {
+        left: Duration,
+        trim: Vec<Arc<CachedPod>>,
+    },
 }
 
 /// The one step for the PodSet seen.
@@ -72,6 +81,12 @@ pub fn decide(seen: &Seen) -> Step {
         };
     }
     let plan = plan(seen.replicas, seen.pods);
+    if let (Plan::Create(_), Some(left)) = (&plan, seen.held) {
+        return Step::Hold {
+            left,
+            trim: finished_excess(seen.pods),
+        };
+    }
     Step::Act {
         read_first: seen.in_doubt && matches!(plan, Plan::Create(_)),
         plan,
@@ -84,7 +99,7 @@ impl Step {
     pub fn reads_first(&self) -> bool {
         match self {
             Step::SendAgain { read_first } | Step::Act { read_first, .. } => *read_first,
-            Step::AwaitChange | Step::Report => false,
+            Step::AwaitChange | Step::Report | Step::Hold { .. } => false,
         }
     }
 }
@@ -124,6 +139,7 @@ pub fn after(outcome: &Outcome, before: &Readiness, now: &Readiness) -> After {
         // Its status says what it has now: creates still on their way are not sent again, and
         // the watch events of any that landed bring the next report.
         (Outcome::Stopped, _) => Next::Resync,
+        (Outcome::Held(_, left), _) => Next::In(*left),
         (_, Some(left)) => Next::In(left),
         // Settled, and nothing left to wait for: the scale-up goes on at once. The pods that
         // settled it may all have been seen already, so no watch event would bring it back.
@@ -132,7 +148,7 @@ pub fn after(outcome: &Outcome, before: &Readiness, now: &Readiness) -> After {
         }
         _ => Next::Resync,
     };
-    let stopped = matches!(outcome, Outcome::Stopped);
+    let stopped = matches!(outcome, Outcome::Stopped | Outcome::Held(..));
     After {
         write_status: pending.is_none() || failed || stopped,
         next,
@@ -260,6 +276,7 @@ mod tests {
             in_doubt: false,
             readiness,
             pods,
+            held: None,
         }
     }
 
@@ -311,6 +328,30 @@ mod tests {
         };
         assert_eq!((plan, read_first), (Plan::Create(1), false));
         assert_eq!(names(&trim), ["f0"], "the oldest finished pod beyond three");
+        // Its pods failed lately: no create yet, the finished pods trimmed all the same.
+        let left = Duration::from_secs(4);
+        let held = Seen {
+            held: Some(left),
+            ..seen(&ready, &pods)
+        };
+        let Step::Hold { left: l, trim } = decide(&held) else {
+            panic!("not held");
+        };
+        assert_eq!((l, names(&trim)), (left, vec!["f0"]));
+        let held_but_whole = Seen {
+            replicas: 1,
+            ..held
+        };
+        assert!(
+            matches!(
+                decide(&held_but_whole),
+                Step::Act {
+                    plan: Plan::Steady,
+                    ..
+                }
+            ),
+            "a hold stops creates only"
+        );
         let in_doubt = Seen {
             in_doubt: true,
             ..seen(&ready, &pods)

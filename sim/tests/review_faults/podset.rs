@@ -610,3 +610,46 @@ fn a_pod_made_and_unlabelled_while_the_watch_was_down_is_released_before_its_rep
     });
     assert_ok(&report);
 }
+
+/// Issue 45, fault 1's last case: a template the API server admits but no kubelet does (every
+/// pod rejected as it is bound: `OutOfpods`, `NodeAffinity`). Each failed pod was replaced at
+/// once, without end, as the ReplicaSet controller replaces it; now each failure doubles the
+/// wait before the next create, as the DaemonSet controller's `failedPodsBackoff` does, and
+/// the PodSet says why in `ReplicaFailure`.
+#[test]
+fn pods_no_kubelet_admits_are_replaced_with_a_backoff_and_reported() {
+    let report = play(27, Setup::default(), |scene| async move {
+        leader(&scene).await?;
+        scene.sim.with(|w| w.faults.rejecting.insert("web".into()));
+        scene.user(create_web(2));
+        scene
+            .until("the failure reported", secs(30), |s| {
+                condition_reason(s, "ReplicaFailure") == Some("PodFailed".into())
+            })
+            .await?;
+        scene.sleep(secs(120)).await;
+        scene.sim.with(|w| w.faults.rejecting.clear());
+        scene.converged(secs(300)).await;
+        let reason = scene
+            .sim
+            .with(|w| condition_reason(&w.store, "ReplicaFailure"));
+        if reason.is_some_and(|r| r == "PodFailed") {
+            return Err("the failure is still reported once pods run".into());
+        }
+        Ok(())
+    });
+    assert_ok(&report);
+}
+
+/// The reason of PodSet `ns-a/web`'s condition `type_`.
+fn condition_reason(store: &Store, type_: &str) -> Option<String> {
+    let key = Key {
+        kind: Kind::PodSet,
+        namespace: "ns-a".into(),
+        name: "web".into(),
+    };
+    let ps = store.get(&key)?;
+    let conditions = ps["status"]["conditions"].as_array()?;
+    let c = conditions.iter().find(|c| c["type"] == type_)?;
+    c["reason"].as_str().map(String::from)
+}

@@ -60,6 +60,7 @@ fn a_pod_seen_between_the_reads_is_not_created_again() {
             in_doubt: false,
             readiness: &readiness,
             pods: &pods,
+            held: None,
         });
         if land_first {
             assert_eq!(readiness, Readiness::Satisfied);

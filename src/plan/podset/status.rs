@@ -47,6 +47,8 @@ pub enum Outcome {
     /// `calculateStatus` with no error from `manageReplicas` (which it skips for a ReplicaSet
     /// being deleted), no failure is reported.
     Stopped,
+    /// Creates wait this long more, after its pods failed: the failure is reported.
+    Held(Failure, std::time::Duration),
     Succeeded,
     Failed(Failure),
 }
@@ -81,7 +83,7 @@ pub fn status(
         message: format!("{available} of {replicas} pods available"),
     };
     let failure_condition = match outcome {
-        Outcome::Failed(f) => Some(Desired {
+        Outcome::Failed(f) | Outcome::Held(f, _) => Some(Desired {
             type_: CONDITION_REPLICA_FAILURE,
             status: true,
             reason: f.reason,
