@@ -296,7 +296,9 @@ impl Oracle {
                     // an act of a cache that missed it.
                     let deleted = self.deleted.get(&owner);
                     if deleted.is_none_or(|d| now - held >= *d) {
-                        self.made_for_a_deleted_podset(&owner, actor);
+                        let most = self.replicas.get(&owner).into_iter().flatten();
+                        let most = most.map(|(_, r)| *r).max().unwrap_or(1);
+                        self.made_for_a_deleted(&owner, "PodSet", most, actor);
                     }
                 } else if held < self.held_excused {
                     self.podset_create_landed(change, &owner, store, now)
@@ -304,7 +306,15 @@ impl Oracle {
                     self.excused.insert(change.key.clone());
                 }
             }
-            "At" => self.at_pod_changed(change, &owner, actor, store),
+            "At" => {
+                let gone = !store
+                    .objects(Kind::At, Some(ns))
+                    .any(|a| objects::uid(a) == owner && !deleting(a));
+                if created && gone && matches!(actor, Actor::Replica { .. }) {
+                    self.made_for_a_deleted(&owner, "At", 1, actor);
+                }
+                self.at_pod_changed(change, &owner, actor, store)
+            }
             _ => {}
         }
     }
@@ -331,21 +341,19 @@ impl Oracle {
         }
     }
 
-    /// A cache that has not shown a PodSet's deletion yet may act on it once, as a
-    /// ReplicaSet controller's informer may: at most its spec's pods. More is a loop: each pod
-    /// the garbage collector removes brings the next reconcile.
-    fn made_for_a_deleted_podset(&mut self, owner: &str, actor: Actor) {
+    /// A cache that has not shown an owner's deletion yet may act on it once, as a
+    /// ReplicaSet controller's informer may: at most `most` pods (a PodSet's spec, an At's
+    /// one). More is a loop: each pod the garbage collector removes brings the next reconcile.
+    fn made_for_a_deleted(&mut self, owner: &str, kind: &str, most: i64, actor: Actor) {
         let made = self
             .made_after_delete
             .entry((owner.to_string(), actor))
             .or_default();
         *made += 1;
         let made = *made;
-        let most = self.replicas.get(owner).into_iter().flatten();
-        let most = most.map(|(_, r)| *r).max().unwrap_or(1);
         if made == most as u64 + 1 {
             self.violate(format!(
-                "{actor} made {made} pods for PodSet {owner} after it was deleted, over its {most} replicas: a loop on a stale cache"
+                "{actor} made {made} pods for {kind} {owner} after it was deleted, over its {most}: a loop on a stale cache"
             ));
         }
     }

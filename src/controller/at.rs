@@ -74,6 +74,12 @@ impl Outcome {
 const UNWATCHED_POD_POLL: Duration = Duration::from_secs(15);
 
 async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
+    // A write found it deleted, though the watch has not said so yet: each pod made for it
+    // would be removed by the garbage collector, and that removal would bring the next round
+    // (found by the Sieve walkthrough of an At deleted before it is due).
+    if ctx.gone.is_gone(&at.uid().unwrap_or_default()) {
+        return Ok(Action::await_change());
+    }
     let fresher = fresher(at, ctx);
     let at = fresher.as_ref().unwrap_or(at);
     let pod_name = plan::pod_name(at);
@@ -344,6 +350,15 @@ async fn write_quietly(at: &At, status: &AtStatus, ctx: &Context) -> Result<Opti
                 return Ok(None);
             }
         },
+        // Over our version, so this At is gone, not one made since under its name (a 409).
+        Err(kube::Error::Api(s))
+            if s.code == 404 && s.details.as_ref().is_some_and(|d| d.name == at.name_any()) =>
+        {
+            debug!("the At is gone");
+            ctx.gone
+                .found(&at.uid().unwrap_or_default(), Instant::now());
+            return Ok(None);
+        }
         Err(e) => return Err(Error::StatusWrite(e)),
     };
     if let (Some(uid), Some(over), Some(version)) =

@@ -51,7 +51,10 @@ pub(super) async fn write(
         None => (ps.status.as_ref(), seen.as_str()),
     };
     let status = plan::status(ps, current, pods, outcome, ctx.clock.now());
-    let converged = status.available_replicas == ps.spec.replicas;
+    // One being deleted has no spec left to meet (its deletion may wait for good on a pod
+    // stuck Terminating): it never counts as stuck (found by seed 200009).
+    let converged =
+        ps.metadata.deletion_timestamp.is_some() || status.available_replicas == ps.spec.replicas;
     ctx.metrics.unconverged.saw(&uid, converged, Instant::now());
     // Compared, and remembered for its watch event, as the store keeps it.
     let stored = kept(&status);
