@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 use testenv::harness::Kind;
 
 /// One generated object: what it is, and how it was made (for the report).
+#[derive(Clone)]
 pub struct Generated {
     pub seed: u64,
     pub kind: Kind,
