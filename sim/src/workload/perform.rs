@@ -1,0 +1,255 @@
+//! The users' actions carried out on the store, as `kubectl` would send them.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::{Action, INTRUDER, NAMESPACES};
+use crate::model::objects;
+use crate::model::resource::Kind;
+use crate::model::store::finalizers::Propagation;
+use crate::model::store::{Key, Preconditions, Store, seconds};
+use crate::oracle::Actor;
+use crate::replica::{LEASE_NAME, LEASE_NAMESPACE};
+use crate::world::{Sim, World};
+
+/// A user carries out `action` now.
+pub fn perform(sim: &Arc<Sim>, action: &Action) {
+    let now = sim.now();
+    sim.act(Actor::User, |w| perform_on(w, action, now));
+}
+
+fn perform_on(w: &mut World, action: &Action, now: jiff::Timestamp) {
+    let store = &mut w.store;
+    let key = |kind, ns: &str, name: &str| Key {
+        kind,
+        namespace: ns.into(),
+        name: name.into(),
+    };
+    let none = || String::new();
+    let _ = match action {
+        Action::CreatePodSet { ns, name, replicas } => store
+            .create(
+                Kind::PodSet,
+                ns,
+                json!({"metadata": {"name": name}, "spec": {"replicas": replicas}}),
+                none,
+                now,
+            )
+            .map(drop),
+        Action::Scale { ns, name, replicas } => {
+            let patch = json!({"spec": {"replicas": replicas}});
+            store
+                .merge_patch(&key(Kind::PodSet, ns, name), &patch, None)
+                .map(drop)
+        }
+        Action::WriteStatus { ns, name } => {
+            let patch = json!({"status": {"podNames": ["not-a-pod"], "availableReplicas": 1}});
+            store
+                .merge_patch(&key(Kind::PodSet, ns, name), &patch, Some("status"))
+                .map(drop)
+        }
+        Action::DeletePodSet { ns, name, policy } => {
+            delete(store, &key(Kind::PodSet, ns, name), *policy, now)
+        }
+        Action::DeleteAt { ns, at, policy } => delete(store, &key(Kind::At, ns, at), *policy, now),
+        Action::Hold { kind, ns, name } => hold_with(store, &key(*kind, ns, name), true),
+        Action::Unhold { kind, ns, name } => hold_with(store, &key(*kind, ns, name), false),
+        Action::DeletePod { ns, podset, pick } => {
+            let pods = pods_of(store, Kind::PodSet, ns, podset);
+            match pods.get(pick % pods.len().max(1)) {
+                Some(pod) => store
+                    .delete(
+                        &key(Kind::Pod, ns, pod),
+                        &Preconditions::default(),
+                        None,
+                        now,
+                    )
+                    .map(drop),
+                None => Ok(()),
+            }
+        }
+        Action::UnlabelPod { ns, podset, pick } => {
+            let pods = pods_of(store, Kind::PodSet, ns, podset);
+            match pods.get(pick % pods.len().max(1)) {
+                Some(pod) => store
+                    .merge_patch(&key(Kind::Pod, ns, pod), &unlabel(), None)
+                    .map(drop),
+                None => Ok(()),
+            }
+        }
+        Action::CreateAt {
+            ns,
+            name,
+            due_in,
+            command,
+        } => {
+            let due = now + jiff::SignedDuration::from_secs(*due_in);
+            let at = json!({"metadata": {"name": name},
+                "spec": {"schedule": seconds(due), "command": command}});
+            store.create(Kind::At, ns, at, none, now).map(drop)
+        }
+        Action::EditAt {
+            ns,
+            at,
+            due_in,
+            command,
+        } => {
+            let due = now + jiff::SignedDuration::from_secs(*due_in);
+            let patch = json!({"spec": {"schedule": seconds(due), "command": command}});
+            store
+                .merge_patch(&key(Kind::At, ns, at), &patch, None)
+                .map(drop)
+        }
+        Action::DeleteAtPod { ns, at } => store
+            .delete(
+                &key(Kind::Pod, ns, &format!("{at}-pod")),
+                &Preconditions::default(),
+                None,
+                now,
+            )
+            .map(drop),
+        Action::UnlabelAtPod { ns, at } => store
+            .merge_patch(&key(Kind::Pod, ns, &format!("{at}-pod")), &unlabel(), None)
+            .map(drop),
+        Action::ForgePod { ns, podset } => forge(store, ns, podset, now),
+        Action::WriteLease { seconds } => take_lease(store, *seconds, now),
+        Action::DeleteLease => store
+            .delete(
+                &key(Kind::Lease, LEASE_NAMESPACE, LEASE_NAME),
+                &Preconditions::default(),
+                None,
+                now,
+            )
+            .map(drop),
+    };
+}
+
+/// Writes the Lease as [`INTRUDER`]'s, for `seconds` or the lease duration it had (15 s if it
+/// had none).
+fn take_lease(
+    store: &mut Store,
+    seconds: Option<i64>,
+    now: jiff::Timestamp,
+) -> Result<(), crate::model::error::ApiError> {
+    let key = Key {
+        kind: Kind::Lease,
+        namespace: LEASE_NAMESPACE.into(),
+        name: LEASE_NAME.into(),
+    };
+    let spec = |old: Option<&Value>| {
+        let spec = old.map(|l| &l["spec"]);
+        let had = spec.and_then(|s| s["leaseDurationSeconds"].as_i64());
+        let duration = seconds.or(had).unwrap_or(15);
+        let transitions = spec
+            .and_then(|s| s["leaseTransitions"].as_i64())
+            .unwrap_or(0);
+        json!({"holderIdentity": INTRUDER, "leaseDurationSeconds": duration,
+            "acquireTime": now.to_string(), "renewTime": now.to_string(),
+            "leaseTransitions": transitions + 1})
+    };
+    match store.get(&key) {
+        Some(old) => {
+            let patch = json!({"spec": spec(Some(old))});
+            store.merge_patch(&key, &patch, None).map(drop)
+        }
+        None => {
+            let lease = json!({"metadata": {"name": LEASE_NAME}, "spec": spec(None)});
+            store
+                .create(Kind::Lease, LEASE_NAMESPACE, lease, String::new, now)
+                .map(drop)
+        }
+    }
+}
+
+/// The finalizer of another controller's that [`Action::Hold`] puts on an object.
+pub const HOLD: &str = "example.com/hold";
+
+fn delete(
+    store: &mut Store,
+    key: &Key,
+    policy: Propagation,
+    now: jiff::Timestamp,
+) -> Result<(), crate::model::error::ApiError> {
+    let pre = Preconditions::default();
+    store
+        .delete_propagating(key, &pre, None, policy, now)
+        .map(drop)
+}
+
+/// Puts [`HOLD`] on the object (or takes it off), over the version read: the garbage
+/// collector writes the finalizers too.
+fn hold_with(
+    store: &mut Store,
+    key: &Key,
+    held: bool,
+) -> Result<(), crate::model::error::ApiError> {
+    let Some(object) = store.get(key) else {
+        return Ok(());
+    };
+    let mut names: Vec<&str> = crate::model::store::finalizers::finalizers(object)
+        .into_iter()
+        .filter(|f| *f != HOLD)
+        .collect();
+    if held {
+        if !object["metadata"]["deletionTimestamp"].is_null() {
+            return Ok(()); // no finalizer may be added to an object being deleted
+        }
+        names.push(HOLD);
+    }
+    let patch = json!({"metadata": {"finalizers": names,
+        "resourceVersion": object["metadata"]["resourceVersion"]}});
+    store.merge_patch(key, &patch, None).map(drop)
+}
+
+/// The merge patch that takes the operator's label off a pod.
+fn unlabel() -> Value {
+    json!({"metadata": {"labels": {podset_operator::api::MANAGED_BY_LABEL: null}}})
+}
+
+/// The names of the pods whose controller is the `kind` object `name`, in the order
+/// `DeletePod` picks from.
+pub fn pods_of(store: &Store, kind: Kind, ns: &str, name: &str) -> Vec<String> {
+    let Some(owner) = store.get(&Key {
+        kind,
+        namespace: ns.into(),
+        name: name.into(),
+    }) else {
+        return Vec::new();
+    };
+    let uid = objects::uid(owner).to_string();
+    store
+        .objects(Kind::Pod, Some(ns))
+        .filter(|p| objects::controller(p).is_some_and(|(_, _, u)| u == uid))
+        .map(|p| objects::name(p).to_string())
+        .collect()
+}
+
+/// A pod in the other namespace, with the operator's label and the PodSet as its controller.
+fn forge(
+    store: &mut Store,
+    ns: &str,
+    podset: &str,
+    now: jiff::Timestamp,
+) -> Result<(), crate::model::error::ApiError> {
+    let Some(ps) = store.get(&Key {
+        kind: Kind::PodSet,
+        namespace: ns.into(),
+        name: podset.into(),
+    }) else {
+        return Ok(());
+    };
+    let other = NAMESPACES
+        .iter()
+        .find(|n| **n != ns)
+        .expect("two namespaces");
+    let owner: Value = json!([{"apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+        "name": podset, "uid": objects::uid(ps), "controller": true}]);
+    let pod = json!({"metadata": {"name": format!("{podset}-forged"),
+            "labels": {podset_operator::api::MANAGED_BY_LABEL: podset_operator::api::MANAGED_BY_VALUE},
+            "ownerReferences": owner},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    store
+        .create(Kind::Pod, other, pod, String::new, now)
+        .map(drop)
+}
