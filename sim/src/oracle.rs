@@ -116,9 +116,9 @@ pub struct Oracle {
     deleted: HashMap<String, Instant>,
     /// Who last wrote each PodSet and At.
     last_writer: HashMap<Key, Actor>,
-    /// Per PodSet UID: when the operator made its pods in the last [`CHURN_WINDOW`], and
-    /// whether it was found churning.
-    made: HashMap<String, (VecDeque<Instant>, bool)>,
+    /// Per PodSet UID and incarnation: when it made the PodSet's pods in the last
+    /// [`CHURN_WINDOW`], and whether it was found churning.
+    made: HashMap<(String, Actor), (VecDeque<Instant>, bool)>,
     pub checks: u64,
 }
 
@@ -287,7 +287,7 @@ impl Oracle {
         }
         match kind.as_str() {
             "PodSet" if created && matches!(actor, Actor::Replica { .. }) => {
-                self.churn(&owner, change, now);
+                self.churn(&owner, actor, change, now);
                 let exists = store
                     .objects(Kind::PodSet, Some(ns))
                     .any(|p| objects::uid(p) == owner && !deleting(p));
@@ -319,13 +319,15 @@ impl Oracle {
         }
     }
 
-    /// The operator makes a PodSet's pods at a bounded pace: all its replicas, and again
-    /// after each scale-up or pod lost, make at most three times the largest `spec.replicas`
-    /// it had, and ten more, a minute. Pods that fail as they start (a template no kubelet
-    /// admits) are replaced with a backoff, not churned.
-    fn churn(&mut self, owner: &str, change: &Change, now: Instant) {
+    /// Each incarnation makes a PodSet's pods at a bounded pace: all its replicas, and again
+    /// after each scale-up or pod lost, at most three times the largest `spec.replicas` it
+    /// had, and ten more, a minute. Pods that fail as they start (a template no kubelet
+    /// admits) are replaced with a backoff, not churned. The backoff lives in the leader's
+    /// memory, as the DaemonSet controller's does: a new leader starts it again from the
+    /// failed pods it finds.
+    fn churn(&mut self, owner: &str, actor: Actor, change: &Change, now: Instant) {
         let most = 3 * self.allowance(owner, now).max(1) as usize + 10;
-        let (times, reported) = self.made.entry(owner.to_string()).or_default();
+        let (times, reported) = self.made.entry((owner.to_string(), actor)).or_default();
         times.push_back(now);
         while times.front().is_some_and(|t| now - *t > CHURN_WINDOW) {
             times.pop_front();
