@@ -38,10 +38,15 @@ impl Observed {
         self.spec.holder_identity.as_deref().unwrap_or_default()
     }
 
-    /// When the record expires for an instance that observed it at `self.at`.
-    fn expiry(&self, default: Duration) -> Instant {
+    /// When the record expires for an instance that observed it at `self.at`, whose own
+    /// lease is `own`: after the duration the record gives, as client-go times it, and never
+    /// before `own`. A record someone else wrote with a shorter lease (another deployment, a
+    /// person) does not end this deployment's holder sooner: that holder acts until its own
+    /// renew deadline after its last renewal, which came before that write (found by seed
+    /// 318721: two leaders at once, after a Lease written for 2 s over a 15 s one).
+    fn expiry(&self, own: Duration) -> Instant {
         let seconds = self.spec.lease_duration_seconds.map(|s| s.max(0) as u64);
-        self.at + seconds.map_or(default, Duration::from_secs)
+        self.at + seconds.map_or(own, Duration::from_secs).max(own)
     }
 }
 
@@ -191,6 +196,24 @@ mod tests {
 
     fn observed(spec: LeaseSpec, at: Instant) -> Observed {
         Observed::seen(None, spec, "7".into(), at)
+    }
+
+    /// Another holder's record is waited out for the lease it gives, and never for less
+    /// than this instance's own: a shorter one does not end this deployment's leader sooner.
+    #[test]
+    fn another_holders_lease_is_waited_out_for_its_duration_and_at_least_ours() {
+        let now = Instant::now();
+        for (given, waited) in [(60, 60), (2, 15)] {
+            let mut other = spec("someone-else", Timestamp::now());
+            other.lease_duration_seconds = Some(given);
+            let seen = observed(other, now);
+            let wait = Decision::WaitUntil(now + Duration::from_secs(waited));
+            assert_eq!(
+                decide(Some(&seen), "me", None, LEASE, now),
+                wait,
+                "{given} s given"
+            );
+        }
     }
 
     /// The holder's renewTime says an hour ago (its clock, or a record written long ago and
