@@ -84,7 +84,7 @@ pub async fn react(sim: Arc<Sim>, collection: Collection) {
 
 /// Whether `owner` is being deleted and waits for the garbage collector.
 fn propagating(owner: &Value) -> bool {
-    !owner["metadata"]["deletionTimestamp"].is_null()
+    objects::terminating(owner)
         && finalizers(owner)
             .iter()
             .any(|f| *f == FOREGROUND || *f == ORPHAN)

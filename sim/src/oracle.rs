@@ -212,7 +212,7 @@ impl Oracle {
             return;
         };
         let uid = objects::uid(new).to_string();
-        if deleting(new) {
+        if objects::terminating(new) {
             // Being deleted counts as deleted: no pod is to be made for it.
             self.deleted.entry(uid.clone()).or_insert(now);
         }
@@ -290,7 +290,7 @@ impl Oracle {
                 self.churn(&owner, actor, change, now);
                 let exists = store
                     .objects(Kind::PodSet, Some(ns))
-                    .any(|p| objects::uid(p) == owner && !deleting(p));
+                    .any(|p| objects::uid(p) == owner && !objects::terminating(p));
                 if !exists {
                     // One that reached the server before the deletion, held there, is not
                     // an act of a cache that missed it.
@@ -309,7 +309,7 @@ impl Oracle {
             "At" => {
                 let gone = !store
                     .objects(Kind::At, Some(ns))
-                    .any(|a| objects::uid(a) == owner && !deleting(a));
+                    .any(|a| objects::uid(a) == owner && !objects::terminating(a));
                 if created && gone && matches!(actor, Actor::Replica { .. }) {
                     self.made_for_a_deleted(&owner, "At", 1, actor);
                 }
@@ -479,11 +479,6 @@ impl Oracle {
         }
         self.newest_written = self.newest_written.max(term);
     }
-}
-
-/// Whether `object` is being deleted (waiting for its finalizers).
-pub fn deleting(object: &Value) -> bool {
-    !object["metadata"]["deletionTimestamp"].is_null()
 }
 
 mod at;

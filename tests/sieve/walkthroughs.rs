@@ -22,7 +22,12 @@ use testenv::harness::{self, TestNs, at, podset, poll_some, set_pod_phase};
 use super::{CONVERGE, Facts};
 
 pub(crate) async fn podset_scenario(ns: &TestNs, pods: &MaxPods) -> Result<Facts> {
-    match select(pin!(podset_steps(ns, pods)), pin!(run_pods(ns))).await {
+    with_kubelet(ns, podset_steps(ns, pods)).await
+}
+
+/// Runs `steps` while the test plays the kubelet ([`run_pods`]).
+async fn with_kubelet(ns: &TestNs, steps: impl Future<Output = Result<Facts>>) -> Result<Facts> {
+    match select(pin!(steps), pin!(run_pods(ns))).await {
         Either::Left((facts, _)) => facts,
         Either::Right(((), _)) => anyhow::bail!("the kubelet's pod watch ended"),
     }
@@ -213,10 +218,7 @@ pub(crate) fn at_expected() -> Facts {
 /// controller reference) and replaced. Then the PodSet is deleted in the foreground: its pods
 /// go before it, the released one stays.
 pub(crate) async fn released_scenario(ns: &TestNs, pods: &MaxPods) -> Result<Facts> {
-    match select(pin!(released_steps(ns, pods)), pin!(run_pods(ns))).await {
-        Either::Left((facts, _)) => facts,
-        Either::Right(((), _)) => anyhow::bail!("the kubelet's pod watch ended"),
-    }
+    with_kubelet(ns, released_steps(ns, pods)).await
 }
 
 async fn released_steps(ns: &TestNs, pods: &MaxPods) -> Result<Facts> {

@@ -21,7 +21,7 @@ impl Oracle {
         // One being deleted waits for its finalizers: the operator does nothing more for it.
         for at in store
             .objects(Kind::At, None)
-            .filter(|a| !super::deleting(a))
+            .filter(|a| !objects::terminating(a))
         {
             let schedule = at["spec"]["schedule"].as_str().unwrap_or_default();
             let due = schedule
@@ -89,7 +89,7 @@ fn podset_unconverged(store: &Store, ps: &Value) -> Option<String> {
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     // One being deleted (waiting for its finalizers) keeps what pods it has, and says so.
-    let converged = match super::deleting(ps) {
+    let converged = match objects::terminating(ps) {
         true => named == pods,
         false => {
             pods.len() as i64 == want

@@ -192,7 +192,7 @@ fn hold_with(
         .filter(|f| *f != HOLD)
         .collect();
     if held {
-        if !object["metadata"]["deletionTimestamp"].is_null() {
+        if objects::terminating(object) {
             return Ok(()); // no finalizer may be added to an object being deleted
         }
         names.push(HOLD);

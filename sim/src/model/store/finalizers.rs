@@ -8,6 +8,7 @@ use jiff::Timestamp;
 use serde_json::Value;
 
 use super::seconds;
+use crate::model::objects::terminating;
 
 /// The garbage collector's finalizer for a foreground deletion: the object goes once its
 /// blocking dependents have.
@@ -57,7 +58,7 @@ pub fn finalizers(object: &Value) -> Vec<&str> {
 
 /// Whether `object` is marked for deletion and waits for no finalizer: it goes now.
 pub fn finalized(object: &Value) -> bool {
-    !object["metadata"]["deletionTimestamp"].is_null() && finalizers(object).is_empty()
+    terminating(object) && finalizers(object).is_empty()
 }
 
 /// `object` as a delete with `propagation` leaves it, if it must wait for finalizers (else
