@@ -145,7 +145,7 @@ async fn concurrency() -> Result<()> {
         .await?;
         s.events("each change once, and nothing else", &mut watch, 3)
             .await?;
-        s.create("a PodSet", Kind::PodSet, podset("web", 1)).await?;
+        let web = s.create("a PodSet", Kind::PodSet, podset("web", 1)).await?;
         s.put(
             "PUT of a PodSet without a resourceVersion",
             Kind::PodSet,
@@ -163,16 +163,17 @@ async fn concurrency() -> Result<()> {
         s.put("PUT of a pod without a resourceVersion", Kind::Pod, "p", p)
             .await?;
         // A pod released from its owner (issue 45, fault 6): a JSON patch whose tests pass,
-        // one whose test fails, one that removes what is not there.
+        // one whose test fails, one that removes what is not there. The owner exists: a
+        // dangling one would race the real garbage collector.
+        let web_uid = web["metadata"]["uid"].clone();
         let mut owned = pod("owned", json!({"x": "y"}));
-        owned["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap",
-            "name": "c", "uid": "00000000-0000-4000-8000-00000000000c", "controller": true}]);
+        owned["metadata"]["ownerReferences"] = json!([{"apiVersion": "app.example.com/v1alpha1",
+            "kind": "PodSet", "name": "web", "uid": web_uid, "controller": true}]);
         let owned = s.create("a pod with an owner", Kind::Pod, owned).await?;
         let release = |uid: &Value| {
             json!([
                 {"op": "test", "path": "/metadata/uid", "value": uid},
-                {"op": "test", "path": "/metadata/ownerReferences/0/uid",
-                 "value": "00000000-0000-4000-8000-00000000000c"},
+                {"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": web_uid},
                 {"op": "remove", "path": "/metadata/ownerReferences/0"},
             ])
         };
