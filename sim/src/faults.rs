@@ -63,8 +63,8 @@ pub enum Fault {
     /// to the API server, a proxy): drawn once per run, up to a fifth of the renew deadline,
     /// at which client-go's margins still hold (`Faults::slow_path`).
     SlowPath,
-    /// The kubelet rejects a PodSet's pod as it is bound, before it starts (`OutOfpods`,
-    /// `NodeAffinity`): Failed, with its reason.
+    /// The kubelet rejects a PodSet's or an At's pod as it is bound, before it starts
+    /// (`OutOfpods`, `NodeAffinity`): Failed, with its reason.
     Rejected,
 }
 

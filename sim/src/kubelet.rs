@@ -112,14 +112,14 @@ fn bind(sim: &Arc<Sim>, key: &Key, uid: &str) -> bool {
     })
 }
 
-/// The kubelet rejects a PodSet's pod at admission, if that fault fires: `true` if it did.
+/// The kubelet rejects a PodSet's or an At's pod at admission, if that fault fires: `true`
+/// if it did.
 fn reject(sim: &Arc<Sim>, key: &Key, uid: &str) -> bool {
     sim.act(Actor::Kubelet, |w| {
         let Some(pod) = current(&w.store, key, uid) else {
             return false;
         };
-        let podset = objects::controller(&pod).filter(|(kind, _, _)| *kind == "PodSet");
-        if !podset.is_some_and(|(_, name, _)| w.faults.rejects(name)) {
+        if !objects::controller(&pod).is_some_and(|(_, name, _)| w.faults.rejects(name)) {
             return false;
         }
         let status = json!({"status": {"phase": "Failed", "reason": "OutOfpods",

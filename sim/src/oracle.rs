@@ -12,6 +12,8 @@
 //!   Once it is deleted, an incarnation makes at most its spec's pods for it (a cache that
 //!   missed the deletion acts once; more is a loop); a create that reached the server before
 //!   the deletion and was held there is not one of them.
+//!   A pod it does not control (someone else's, disowned, handed to another PodSet, or
+//!   released) is never changed or deleted by it, but by a write decided before it knew.
 //! - **At**: its command starts at most once; a pod is released from its scheduling gate only
 //!   once its At recorded its UID, and only to run the command the At had when it was
 //!   recorded RUNNING (a pod made from a stale copy of an edited spec never runs); the
@@ -119,6 +121,10 @@ pub struct Oracle {
     /// Per PodSet UID and incarnation: when it made the PodSet's pods in the last
     /// [`CHURN_WINDOW`], and whether it was found churning.
     made: HashMap<(String, Actor), (VecDeque<Instant>, bool)>,
+    /// Per pod UID: since when no PodSet or At of its namespace controls it.
+    foreign: HashMap<String, Instant>,
+    /// Per pod UID: when someone else handed it to a PodSet.
+    handed: HashMap<String, Instant>,
     pub checks: u64,
 }
 
@@ -183,7 +189,10 @@ impl Oracle {
         self.checks += 1;
         match change.key.kind {
             Kind::PodSet => self.podset_changed(change, actor, now),
-            Kind::Pod => self.pod_changed(change, actor, held, store, now),
+            Kind::Pod => {
+                self.control_changed(change, actor, held, store, now);
+                self.pod_changed(change, actor, held, store, now)
+            }
             Kind::At => self.at_changed(change, actor, store),
             Kind::Lease => self.lease_changed(change, now),
             Kind::Event => self.event_changed(change),
@@ -276,7 +285,12 @@ impl Oracle {
         let (kind, owner) = (kind.to_string(), owner.to_string());
         let created = change.old.is_none() && change.new.is_some();
         let ns = &change.key.namespace;
-        if created
+        // Its own: made under its control, or handed to it afterwards (`Disown`).
+        let handed = match (&change.old, &change.new) {
+            (Some(old), Some(new)) => controller(old) != controller(new),
+            _ => false,
+        };
+        if (created || handed)
             && kind == "PodSet"
             && store
                 .objects(Kind::PodSet, Some(ns))
@@ -380,6 +394,10 @@ impl Oracle {
                         namespace: ns.clone(),
                         name: objects::name(p).into(),
                     })
+                    && self
+                        .handed
+                        .get(objects::uid(p))
+                        .is_none_or(|at| now - *at >= STALE)
             })
             .count() as i64;
         let allowed = self.allowance(owner, now);
@@ -482,4 +500,5 @@ impl Oracle {
 }
 
 mod at;
+mod foreign;
 mod liveness;

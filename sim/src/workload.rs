@@ -1,7 +1,8 @@
 //! The users of the cluster, drawn from the seed: they create, scale and delete PodSets
 //! (in the background, the foreground, or orphaning their pods), create, edit and delete Ats
 //! due before, during and after the faults, hold either with another controller's finalizer,
-//! delete pods under the operator, take the operator's label off its pods, forge a pod in
+//! delete, evict, annotate, disown or hand over pods under the operator, ungate an At's
+//! pod, take the operator's label off its pods, forge a pod in
 //! another namespace that names a PodSet as its controller, and delete the leader Lease or
 //! write it as someone else's. What they do is carried out in [`perform`].
 
@@ -92,6 +93,38 @@ pub enum Action {
         podset: String,
         pick: usize,
     },
+    /// Someone else changes the controller of one pod of the PodSet, the `pick`-th: takes
+    /// its ownerReferences off (`to` none: `kubectl patch`, an orphaning delete's garbage
+    /// collector) or hands it to another PodSet of the namespace. The operator must neither
+    /// count nor touch a pod it no longer controls, as a ReplicaSet's controller does not.
+    Disown {
+        ns: &'static str,
+        podset: String,
+        pick: usize,
+        to: Option<String>,
+    },
+    /// A person sets `controller.kubernetes.io/pod-deletion-cost` on one pod of the PodSet:
+    /// it ranks the pod for a scale-down, and is nothing for the operator to write.
+    AnnotatePod {
+        ns: &'static str,
+        podset: String,
+        pick: usize,
+        cost: i64,
+    },
+    /// One pod of the PodSet is evicted (the eviction API, a node drain) or preempted (the
+    /// scheduler): a `DisruptionTarget` condition, then a graceful delete.
+    EvictPod {
+        ns: &'static str,
+        podset: String,
+        pick: usize,
+        preempted: bool,
+    },
+    /// Someone else removes the scheduling gate of an At's pod, perhaps before the At
+    /// recorded it: the pod runs, and the command must still run only once.
+    UngateAtPod {
+        ns: &'static str,
+        at: String,
+    },
     /// A pod in another namespace that names the PodSet as its controller.
     ForgePod {
         ns: &'static str,
@@ -143,6 +176,7 @@ pub fn plan(rng: &mut fastrand::Rng, span: Duration) -> Vec<(Duration, Action)> 
             let (ns, podset, pick) = (*ns, name.clone(), rng.usize(..8));
             plan.push((at(rng, 0.2, 0.9), Action::UnlabelPod { ns, podset, pick }));
         }
+        pod_edits(rng, &mut plan, ns, name, &podsets, &at);
         if rng.f64() < 0.1 {
             plan.push((
                 at(rng, 0.3, 0.9),
@@ -209,6 +243,13 @@ pub fn plan(rng: &mut fastrand::Rng, span: Duration) -> Vec<(Duration, Action)> 
             let at = name.clone();
             plan.push((later, Action::UnlabelAtPod { ns, at }));
         }
+        if rng.f64() < 0.05 {
+            // About when the operator makes its pod, before or after it records it.
+            let near = (when + Duration::from_secs(due_in.max(0) as u64))
+                + Duration::from_millis(rng.u64(0..1500));
+            let at = name.clone();
+            plan.push((near, Action::UngateAtPod { ns, at }));
+        }
         if rng.f64() < 0.1 {
             // Before it is due, or about when it runs.
             let when = when + Duration::from_millis(rng.u64(0..(due_in.max(1) as u64 + 4) * 1000));
@@ -226,6 +267,49 @@ pub fn plan(rng: &mut fastrand::Rng, span: Duration) -> Vec<(Duration, Action)> 
     }
     plan.sort_by_key(|(t, _)| *t);
     plan
+}
+
+/// What others do to a PodSet's pods now and then: take or hand over their control, rank
+/// them for a scale-down, evict or preempt them.
+fn pod_edits(
+    rng: &mut fastrand::Rng,
+    plan: &mut Vec<(Duration, Action)>,
+    ns: &'static str,
+    podset: &str,
+    podsets: &[(&'static str, String)],
+    at: &impl Fn(&mut fastrand::Rng, f64, f64) -> Duration,
+) {
+    let mut now_and_then =
+        |rng: &mut fastrand::Rng, chance, action: &dyn Fn(&mut fastrand::Rng) -> Action| {
+            if rng.f64() < chance {
+                let action = action(rng);
+                plan.push((at(rng, 0.2, 0.9), action));
+            }
+        };
+    let podset = podset.to_string();
+    now_and_then(rng, 0.08, &|rng: &mut fastrand::Rng| {
+        let mut others = podsets.iter().filter(|(n, p)| *n == ns && *p != podset);
+        let to = others.next().map(|(_, p)| p.clone()).filter(|_| rng.bool());
+        let (pick, podset) = (rng.usize(..8), podset.clone());
+        Action::Disown {
+            ns,
+            podset,
+            pick,
+            to,
+        }
+    });
+    now_and_then(rng, 0.08, &|rng: &mut fastrand::Rng| Action::AnnotatePod {
+        ns,
+        podset: podset.clone(),
+        pick: rng.usize(..8),
+        cost: rng.i64(-10..=10),
+    });
+    now_and_then(rng, 0.1, &|rng: &mut fastrand::Rng| Action::EvictPod {
+        ns,
+        podset: podset.clone(),
+        pick: rng.usize(..8),
+        preempted: rng.bool(),
+    });
 }
 
 /// How a user asks for a delete: mostly the default.

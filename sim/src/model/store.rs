@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::error::ApiError;
 use super::resource::Kind;
@@ -16,6 +16,7 @@ use super::watch::Watcher;
 
 pub mod finalizers;
 mod grace;
+mod pods;
 mod watches;
 use finalizers::Propagation;
 use grace::{Grace, grace};
@@ -169,7 +170,7 @@ impl Store {
         body["apiVersion"] = kind.api_version().into();
         body["kind"] = kind.name().into();
         match kind {
-            Kind::Pod => body["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"}),
+            Kind::Pod => body["status"] = pods::created_status(&body, now),
             k if k.has_status() => drop(body.as_object_mut().map(|o| o.remove("status"))),
             _ => {}
         }
@@ -280,6 +281,10 @@ impl Store {
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
         if let Some(meta) = new["metadata"].as_object_mut() {
             omit_empty(meta);
+        }
+        if key.kind == Kind::Pod {
+            pods::check_update(key, old, &new)?;
+            pods::default_status(&mut new);
         }
         if key.kind.has_generation() && new.get("spec") != old.get("spec") {
             let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;

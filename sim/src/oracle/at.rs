@@ -20,6 +20,8 @@ pub(super) struct AtRecord {
     oom_killed: bool,
     /// The pod UID it last recorded: what it says once deleted, to a cache that still shows it.
     pod_uid: Option<String>,
+    /// The kubelet's reason for a pod it rejected before the command started.
+    rejected: Option<String>,
 }
 
 impl Oracle {
@@ -47,6 +49,9 @@ impl Oracle {
             None => self.ats.get(at_uid).and_then(|r| r.pod_uid.clone()),
         };
         let pod_uid = change.new.as_deref().map(objects::uid).unwrap_or_default();
+        // Someone else may take the gate off (`UngateAtPod`): only the operator's release
+        // answers to these two rules.
+        let released = released && matches!(actor, Actor::Replica { .. });
         if released && recorded.as_deref() != Some(pod_uid) {
             self.violate(format!(
                 "pod {}/{} was released from its gate, yet its At records {recorded:?}",
@@ -98,6 +103,12 @@ impl Oracle {
                 let (code, reason) = is.unwrap_or_default();
                 record.oom_killed |= reason == "OOMKilled";
                 Some(code == 0)
+            }
+            (Some("Pending" | ""), Some("Failed")) if is.is_none() => {
+                let pod = change.new.as_deref().unwrap_or(&Value::Null);
+                let why = pod["status"]["reason"].as_str().unwrap_or("Failed");
+                record.rejected = Some(why.to_string());
+                None
             }
             (old, Some(new)) if is.is_none() && !ended(old) && ended(Some(new)) => {
                 Some(new == "Succeeded")
@@ -155,7 +166,13 @@ impl Oracle {
             "Failed" if record.oom_killed && !message(new).contains("OOMKilled") => {
                 Some("its command was OOMKilled and it does not say so")
             }
-            "Failed" => (!ended.contains(&false)).then_some("no run of its command failed"),
+            "Failed" => match &record.rejected {
+                Some(why) if ended.is_empty() && !message(new).contains(why.as_str()) => {
+                    Some("the kubelet rejected its pod and it does not say why")
+                }
+                Some(_) => None,
+                None => (!ended.contains(&false)).then_some("no run of its command failed"),
+            },
             "PodVanished" => {
                 record.vanished = true;
                 let recorded = new["status"]["podUID"].as_str();

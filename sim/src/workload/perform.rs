@@ -55,27 +55,51 @@ fn perform_on(w: &mut World, action: &Action, now: jiff::Timestamp) {
         Action::DeleteAt { ns, at, policy } => delete(store, &key(Kind::At, ns, at), *policy, now),
         Action::Hold { kind, ns, name } => hold_with(store, &key(*kind, ns, name), true),
         Action::Unhold { kind, ns, name } => hold_with(store, &key(*kind, ns, name), false),
-        Action::DeletePod { ns, podset, pick } => {
-            let pods = pods_of(store, Kind::PodSet, ns, podset);
-            match pods.get(pick % pods.len().max(1)) {
-                Some(pod) => store
-                    .delete(
-                        &key(Kind::Pod, ns, pod),
-                        &Preconditions::default(),
-                        None,
-                        now,
-                    )
-                    .map(drop),
-                None => Ok(()),
+        Action::DeletePod { ns, podset, pick } => match picked(store, ns, podset, *pick) {
+            Some(pod) => store
+                .delete(&pod, &Preconditions::default(), None, now)
+                .map(drop),
+            None => Ok(()),
+        },
+        Action::UnlabelPod { ns, podset, pick } => match picked(store, ns, podset, *pick) {
+            Some(pod) => store.merge_patch(&pod, &unlabel(), None).map(drop),
+            None => Ok(()),
+        },
+        Action::Disown {
+            ns,
+            podset,
+            pick,
+            to,
+        } => disown(store, ns, podset, *pick, to.as_deref()),
+        Action::AnnotatePod {
+            ns,
+            podset,
+            pick,
+            cost,
+        } => match picked(store, ns, podset, *pick) {
+            Some(pod) => {
+                let cost = cost.to_string();
+                let patch = json!({"metadata": {"annotations":
+                    {"controller.kubernetes.io/pod-deletion-cost": cost}}});
+                store.merge_patch(&pod, &patch, None).map(drop)
             }
-        }
-        Action::UnlabelPod { ns, podset, pick } => {
-            let pods = pods_of(store, Kind::PodSet, ns, podset);
-            match pods.get(pick % pods.len().max(1)) {
-                Some(pod) => store
-                    .merge_patch(&key(Kind::Pod, ns, pod), &unlabel(), None)
-                    .map(drop),
-                None => Ok(()),
+            None => Ok(()),
+        },
+        Action::EvictPod {
+            ns,
+            podset,
+            pick,
+            preempted,
+        } => match picked(store, ns, podset, *pick) {
+            Some(pod) => evict(store, &pod, *preempted, now),
+            None => Ok(()),
+        },
+        Action::UngateAtPod { ns, at } => {
+            let patch = json!({"spec": {"schedulingGates": null}});
+            let pod = key(Kind::Pod, ns, &format!("{at}-pod"));
+            match store.get(&pod).is_some_and(|p| objects::gated(p)) {
+                true => store.merge_patch(&pod, &patch, None).map(drop),
+                false => Ok(()),
             }
         }
         Action::CreateAt {
@@ -205,6 +229,79 @@ fn hold_with(
 /// The merge patch that takes the operator's label off a pod.
 fn unlabel() -> Value {
     json!({"metadata": {"labels": {podset_operator::api::MANAGED_BY_LABEL: null}}})
+}
+
+/// The `pick`-th pod of the PodSet, counting round.
+fn picked(store: &Store, ns: &str, podset: &str, pick: usize) -> Option<Key> {
+    let pods = pods_of(store, Kind::PodSet, ns, podset);
+    let name = pods.get(pick % pods.len().max(1))?;
+    Some(Key {
+        kind: Kind::Pod,
+        namespace: ns.into(),
+        name: name.clone(),
+    })
+}
+
+/// Takes the controller of the PodSet's `pick`-th pod off, or makes PodSet `to` its
+/// controller (if it exists).
+fn disown(
+    store: &mut Store,
+    ns: &str,
+    podset: &str,
+    pick: usize,
+    to: Option<&str>,
+) -> Result<(), crate::model::error::ApiError> {
+    let Some(pod) = picked(store, ns, podset, pick) else {
+        return Ok(());
+    };
+    let owner = to.and_then(|name| {
+        store.get(&Key {
+            kind: Kind::PodSet,
+            namespace: ns.into(),
+            name: name.into(),
+        })
+    });
+    let owners = match owner {
+        Some(o) => json!([{"apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+            "name": objects::name(o), "uid": objects::uid(o), "controller": true,
+            "blockOwnerDeletion": true}]),
+        None => Value::Null,
+    };
+    let patch = json!({"metadata": {"ownerReferences": owners}});
+    store.merge_patch(&pod, &patch, None).map(drop)
+}
+
+/// As the eviction API (or the scheduler, preempting) does: the `DisruptionTarget` condition
+/// beside the pod's others, then a graceful delete.
+fn evict(
+    store: &mut Store,
+    pod: &Key,
+    preempted: bool,
+    now: jiff::Timestamp,
+) -> Result<(), crate::model::error::ApiError> {
+    let Some(old) = store.get(pod) else {
+        return Ok(());
+    };
+    let (reason, message) = match preempted {
+        true => (
+            "PreemptionByScheduler",
+            "node-1: Preempted by a pod of higher priority",
+        ),
+        false => ("EvictionByEvictionAPI", "Eviction API: evicting"),
+    };
+    let mut conditions: Vec<Value> = old["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    conditions.push(
+        json!({"type": "DisruptionTarget", "status": "True", "reason": reason,
+        "message": message, "lastTransitionTime": seconds(now)}),
+    );
+    let patch = json!({"status": {"conditions": conditions}});
+    store.merge_patch(pod, &patch, Some("status"))?;
+    store
+        .delete(pod, &Preconditions::default(), None, now)
+        .map(drop)
 }
 
 /// The names of the pods whose controller is the `kind` object `name`, in the order

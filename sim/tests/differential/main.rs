@@ -16,6 +16,7 @@ mod garbage_collection;
 mod lists;
 mod normalize;
 mod objects;
+mod pod_edits;
 mod side;
 mod status;
 mod watches;
