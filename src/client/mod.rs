@@ -211,10 +211,24 @@ pub async fn delete_exact<K>(api: &kube::Api<K>, name: &str, uid: &str) -> kube:
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
+    delete_unchanged(api, name, uid, None).await
+}
+
+/// As [`delete_exact`], and only if it is still at `resource_version` (if given): one
+/// changed since it was read is never the one deleted (409).
+pub async fn delete_unchanged<K>(
+    api: &kube::Api<K>,
+    name: &str,
+    uid: &str,
+    resource_version: Option<String>,
+) -> kube::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let params = kube::api::DeleteParams {
         preconditions: Some(kube::api::Preconditions {
             uid: Some(uid.to_string()),
-            resource_version: None,
+            resource_version,
         }),
         ..Default::default()
     };

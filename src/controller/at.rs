@@ -19,6 +19,7 @@ use super::context::{
     Context, api_message, publish, read_by_name, reconcile_within_deadline, retry_after,
     status_patch_params,
 };
+use super::fresh;
 use crate::api::{At, AtPhase, AtStatus};
 use crate::cache::CachedPod;
 use crate::client;
@@ -154,10 +155,10 @@ async fn carry_out(at: &At, step: Step, ctx: &Context, now: Timestamp) -> Result
                 .map(|p| CachedPod::from_pod(&p));
             settle(at, plan::confirmed(at, live.as_ref(), now), ctx).await?
         }
-        Step::Discard(uid, then) => {
-            discard(at, &uid.to_string(), ctx).await?;
-            Box::pin(carry_out(at, *then, ctx, now)).await?
-        }
+        Step::Discard(uid, then) => match discard(at, &uid.to_string(), ctx).await? {
+            true => Box::pin(carry_out(at, *then, ctx, now)).await?,
+            false => Outcome::Then(retry_after(at, ctx)),
+        },
     })
 }
 
@@ -168,29 +169,44 @@ async fn settle(at: &At, step: Step, ctx: &Context) -> Result<Outcome> {
         Step::Release(status) => release(at, status, ctx).await?,
         Step::Record(status) => Outcome::record(status, Next::Then(Action::await_change())),
         Step::Wait(status, wake) => Outcome::record(status, Next::Until(wake)),
-        Step::Discard(uid, then) => {
-            discard(at, &uid.to_string(), ctx).await?;
-            match *then {
-                Step::Record(status) => Outcome::record(status, Next::Then(Action::await_change())),
-                _ => Outcome::Then(retry_after(at, ctx)),
+        Step::Discard(uid, then) => match (discard(at, &uid.to_string(), ctx).await?, *then) {
+            (true, Step::Record(status)) => {
+                Outcome::record(status, Next::Then(Action::await_change()))
             }
-        }
+            _ => Outcome::Then(retry_after(at, ctx)),
+        },
         other => unreachable!("a pod seen settles a record, a release or a discard, not {other:?}"),
     })
 }
 
-/// Deletes the At's gated pod `uid`, which never ran. Already gone, or another pod now has
-/// the name (the precondition fails): nothing of this pod is left either way.
-async fn discard(at: &At, uid: &str, ctx: &Context) -> Result<()> {
+/// Deletes the At's gated pod `uid`, which never ran, as a live read shows it: `true` once
+/// nothing of it is left (already gone, or another pod has the name). Someone else may have
+/// taken its gate off since a cache showed it (it may have run), so it is deleted only
+/// still gated and unchanged since the read; `false` otherwise (the next round sees it as
+/// it is): deleted, it would let the command run again.
+async fn discard(at: &At, uid: &str, ctx: &Context) -> Result<bool> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
     let name = plan::pod_name(at);
+    let live = read_pod(at, ctx).await?;
+    let Some(pod) = live.filter(|p| p.uid().as_deref() == Some(uid)) else {
+        return Ok(true);
+    };
+    if !CachedPod::from_pod(&pod).gated {
+        warn!(
+            pod = name,
+            "a pod this At was to delete unreleased was released by someone else; it is not deleted"
+        );
+        return Ok(false);
+    }
     info!(
         pod = name,
         "deleting a pod that never ran and is not to run"
     );
-    match client::delete_exact(&api, &name, uid).await {
-        Ok(()) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+    let version = pod.resource_version();
+    match client::delete_unchanged(&api, &name, uid, version).await {
+        Ok(()) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
         Err(e) => Err(Error::PodApi(e)),
     }
 }
@@ -202,6 +218,13 @@ async fn discard(at: &At, uid: &str, ctx: &Context) -> Result<()> {
 /// create whose outcome is unknown is an error: the next reconcile creates again, or finds
 /// the pod.
 async fn create(at: &At, ctx: &Context, now: Timestamp) -> Result<Outcome> {
+    // After a failed round, the status write that would have answered 404 may have gone
+    // unanswered: on a cache whose At watch is quiet, the pod would be made again each
+    // round (found by the search, seed 953).
+    if ctx.backoff.is_failing(&at.uid().unwrap_or_default()) && !fresh::exists(at, ctx).await? {
+        debug!("the At is gone or being deleted");
+        return Ok(Outcome::Then(Action::await_change()));
+    }
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
     let pod_name = plan::pod_name(at);
     info!(command = %at.spec.command, "schedule due: creating pod");

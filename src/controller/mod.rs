@@ -10,6 +10,7 @@ mod backoff;
 pub(crate) mod context;
 #[cfg(test)]
 pub(crate) mod fixtures;
+mod fresh;
 mod gone;
 mod kept;
 pub mod podset;

@@ -9,11 +9,10 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 
 use act::act;
-use fresh::exists;
 
 use super::context::{Context, publish, reconcile_within_deadline, retry_after};
 use super::replacing::{Failing, REASON_POD_FAILED};
-use super::strays;
+use super::{fresh, strays};
 use crate::api::PodSet;
 use crate::cache::CachedPod;
 use crate::error::{Error, Result};
@@ -51,7 +50,7 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
         pods: &pods,
         held: failing.held.as_ref().map(|(left, _)| *left),
     });
-    if step.reads_first() && !exists(ps, ctx).await? {
+    if step.reads_first() && !fresh::exists(ps, ctx).await? {
         return Ok(Action::await_change());
     }
     if step != Step::AwaitChange {
@@ -139,7 +138,6 @@ fn generation(ps: &PodSet) -> i64 {
 
 mod act;
 mod calls;
-mod fresh;
 mod settle;
 mod status;
 #[cfg(test)]

@@ -6,7 +6,7 @@ use crate::controller::fixtures::{Answer, Sent, scripted_context};
 use crate::plan::at::REASON_STARTED;
 use http::Method;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// Every field of a full status is in the patch of an empty one, as a null.
 #[test]
@@ -190,13 +190,27 @@ async fn a_refused_create_leaves_the_at_pending() {
     );
 }
 
-/// A gated pod of this At that the reconcile did not make is deleted, by its UID, before
-/// the At's pod is made again.
-#[tokio::test]
-async fn a_gated_pod_found_is_deleted_before_the_pod_is_made_again() {
-    let (ctx, log) = scripted_context(|sent, _| match () {
+/// The pod of the At's name as a live read shows it: `stray-uid`, at version 41.
+fn live_stray(gated: bool) -> Value {
+    let gates = if gated {
+        json!([{"name": plan::GATE}])
+    } else {
+        Value::Null
+    };
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "job-pod", "namespace": "ns", "uid": "stray-uid",
+            "resourceVersion": "41"},
+        "spec": {"containers": [{"name": "command", "image": "busybox"}],
+            "schedulingGates": gates}})
+}
+
+/// Carries out the decision about a gated pod of this At that the reconcile did not make,
+/// with the live read showing it `gated` or not: what was sent.
+async fn discard_stray(gated: bool) -> Vec<Sent> {
+    let (ctx, log) = scripted_context(move |sent, _| match () {
         _ if sent.is(&Method::PATCH, STATUS) => patched(sent),
         _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, created(sent)),
+        _ if sent.is(&Method::GET, POD) => Answer::Reply(200, live_stray(gated)),
         _ if sent.is(&Method::DELETE, POD) => Answer::Reply(200, sent.body.clone()),
         _ if sent.is(&Method::PATCH, POD) => Answer::Reply(200, sent.body.clone()),
         _ => Answer::status(404, "NotFound"),
@@ -210,12 +224,32 @@ async fn a_gated_pod_found_is_deleted_before_the_pod_is_made_again() {
     let at = due_at();
     let step = plan::decide(&at, Some(&stray), Timestamp::now());
     carry_out(&at, step, &ctx, Timestamp::now()).await.unwrap();
-    let log = log.lock();
+    log.lock().clone()
+}
+
+/// A gated pod of this At that the reconcile did not make is deleted, by its UID and the
+/// version read live, before the At's pod is made again.
+#[tokio::test]
+async fn a_gated_pod_found_is_deleted_before_the_pod_is_made_again() {
+    let log = discard_stray(true).await;
     let delete = log.iter().position(|s| s.is(&Method::DELETE, POD));
     let create = log.iter().position(|s| s.is(&Method::POST, PODS));
     assert!(delete.is_some() && delete < create, "{log:#?}");
     let delete = &log[delete.unwrap()];
     assert_eq!(delete.body["preconditions"]["uid"], "stray-uid");
+    assert_eq!(delete.body["preconditions"]["resourceVersion"], "41");
+}
+
+/// One that someone else released since the cache showed it may have run: neither deleted
+/// nor made again.
+#[tokio::test]
+async fn a_pod_released_by_someone_else_is_not_deleted() {
+    let log = discard_stray(false).await;
+    let written = |m: &Method, p: &str| log.iter().any(|s| s.is(m, p));
+    assert!(
+        !written(&Method::DELETE, POD) && !written(&Method::POST, PODS),
+        "{log:#?}"
+    );
 }
 
 const ATS: &str = "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/ns/ats";

@@ -8,10 +8,10 @@ use tokio::time::Instant;
 use kube::ResourceExt;
 use kube::api::Patch;
 
-use super::fresh::{podsets_api, read};
 use crate::api::{PodSet, PodSetStatus};
 use crate::cache::CachedPod;
 use crate::controller::context::{Context, publish, status_patch_params};
+use crate::controller::fresh::{api_of, read};
 use crate::controller::kept::kept;
 use crate::error::{Error, Result};
 use crate::plan::health;
@@ -113,7 +113,7 @@ async fn patch(ps: &PodSet, over: &str, status: &PodSetStatus, ctx: &Context) ->
     });
     let name = ps.name_any();
     let params = status_patch_params();
-    match podsets_api(ps, ctx)
+    match api_of(ps, ctx)
         .patch_status(&name, &params, &Patch::Merge(&body))
         .await
     {
