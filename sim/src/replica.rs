@@ -183,7 +183,7 @@ impl Replica {
 
     /// How many pods the current incarnation's `managed_pods` metric counts, as scraped.
     pub fn managed_pods(&self) -> usize {
-        self.scrape("managed_pods") as usize
+        self.scrape("podset_operator_managed_pods") as usize
     }
 
     /// The sum of the current incarnation's metric `name` (every label set), as scraped.
@@ -192,10 +192,9 @@ impl Replica {
         let registry = exported.metrics.registry(exported.pods.clone());
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("metrics encode");
-        let name = format!("podset_operator_{name}");
         text.lines()
             .filter(|l| {
-                l.strip_prefix(&name)
+                l.strip_prefix(name)
                     .is_some_and(|r| r.starts_with(['{', ' ']))
             })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

@@ -244,8 +244,9 @@ async fn simulate(seed: u64, options: &Options) -> Report {
 }
 
 /// Once everything converged and stayed quiet, the leader's gauges say so, as the README's
-/// alerts read them: no PodSet unconverged, and every pod of the operator's counted (with its
-/// label and a controller: one orphaned by its owner's deletion is no one's to manage).
+/// alerts read them: no PodSet unconverged, every pod of the operator's counted (with its
+/// label and a controller: one orphaned by its owner's deletion is no one's to manage), and
+/// no object waiting in a work queue.
 fn metrics_agree(sim: &Sim, replicas: &[Arc<Replica>]) {
     let Some(leader) = replicas.iter().find(|r| r.leads()) else {
         return;
@@ -255,10 +256,13 @@ fn metrics_agree(sim: &Sim, replicas: &[Arc<Replica>]) {
         pods.filter(|p| objects::managed(p) && objects::controller(p).is_some())
             .count()
     });
-    let (counted, unconverged) = (leader.managed_pods(), leader.scrape("podsets_unconverged"));
-    if counted != managed || unconverged != 0.0 {
+    let counted = leader.managed_pods();
+    let unconverged = leader.scrape("podset_operator_podsets_unconverged");
+    // Quiet for minutes: nothing waits for a reconcile (a key left queued would never leave).
+    let queued = leader.scrape("workqueue_depth");
+    if counted != managed || unconverged != 0.0 || queued != 0.0 {
         sim.violate(format!(
-            "converged, yet the leader's metrics say managed_pods {counted} (the store has {managed}) and podsets_unconverged {unconverged}"
+            "converged, yet the leader's metrics say managed_pods {counted} (the store has {managed}), podsets_unconverged {unconverged} and workqueue_depth {queued}"
         ));
     }
 }
