@@ -12,6 +12,7 @@
 //!   Once it is deleted, an incarnation makes at most its spec's pods for it (a cache that
 //!   missed the deletion acts once; more is a loop); a create that reached the server before
 //!   the deletion and was held there is not one of them.
+//!   Its pods are made from its template as it is or was within [`STALE`].
 //!   A pod it does not control (someone else's, disowned, handed to another PodSet, or
 //!   released) is never changed or deleted by it, but by a write decided before it knew.
 //! - **At**: its command starts at most once; a pod is released from its scheduling gate only
@@ -125,6 +126,8 @@ pub struct Oracle {
     foreign: HashMap<String, Instant>,
     /// Per pod UID: when someone else handed it to a PodSet.
     handed: HashMap<String, Instant>,
+    /// Per PodSet UID: when its template took each command.
+    templates: HashMap<String, Vec<(Instant, Value)>>,
     pub checks: u64,
 }
 
@@ -225,6 +228,7 @@ impl Oracle {
             // Being deleted counts as deleted: no pod is to be made for it.
             self.deleted.entry(uid.clone()).or_insert(now);
         }
+        self.template_seen(&uid, new, now);
         let replicas = new["spec"]["replicas"].as_i64().unwrap_or(1);
         let history = self.replicas.entry(uid.clone()).or_default();
         if history.last().is_none_or(|(_, r)| *r != replicas) {
@@ -302,6 +306,9 @@ impl Oracle {
         match kind.as_str() {
             "PodSet" if created && matches!(actor, Actor::Replica { .. }) => {
                 self.churn(&owner, actor, change, now);
+                if let Some(pod) = &change.new {
+                    self.made_from_template(pod, &owner, held, now);
+                }
                 let exists = store
                     .objects(Kind::PodSet, Some(ns))
                     .any(|p| objects::uid(p) == owner && !objects::terminating(p));
@@ -502,3 +509,4 @@ impl Oracle {
 mod at;
 mod foreign;
 mod liveness;
+mod template;

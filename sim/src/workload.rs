@@ -1,4 +1,5 @@
-//! The users of the cluster, drawn from the seed: they create, scale and delete PodSets
+//! The users of the cluster, drawn from the seed: they create, scale, edit the template of
+//! and delete PodSets
 //! (in the background, the foreground, or orphaning their pods), create, edit and delete Ats
 //! due before, during and after the faults, hold either with another controller's finalizer,
 //! delete, evict, annotate, disown or hand over pods under the operator, ungate an At's
@@ -26,6 +27,13 @@ pub enum Action {
         ns: &'static str,
         name: String,
         replicas: i64,
+    },
+    /// A person edits the PodSet's template: its pods run `sleep <sleep>` (pods made
+    /// afterwards only, as with a ReplicaSet).
+    EditTemplate {
+        ns: &'static str,
+        name: String,
+        sleep: u32,
     },
     /// Deletes a PodSet, asking for `policy` (`kubectl delete --cascade=...`).
     DeletePodSet {
@@ -163,6 +171,10 @@ pub fn plan(rng: &mut fastrand::Rng, span: Duration) -> Vec<(Duration, Action)> 
         for _ in 0..rng.usize(0..=3) {
             let (ns, name, replicas) = (*ns, name.clone(), rng.i64(1..=6));
             plan.push((at(rng, 0.2, 0.9), Action::Scale { ns, name, replicas }));
+        }
+        for _ in 0..rng.usize(0..=1) {
+            let (ns, name, sleep) = (*ns, name.clone(), rng.u32(1000..1010));
+            plan.push((at(rng, 0.1, 0.9), Action::EditTemplate { ns, name, sleep }));
         }
         for _ in 0..rng.usize(0..=2) {
             let (ns, podset, pick) = (*ns, name.clone(), rng.usize(..8));

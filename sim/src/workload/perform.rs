@@ -43,6 +43,14 @@ fn perform_on(w: &mut World, action: &Action, now: jiff::Timestamp) {
                 .merge_patch(&key(Kind::PodSet, ns, name), &patch, None)
                 .map(drop)
         }
+        Action::EditTemplate { ns, name, sleep } => {
+            let container = json!({"name": "busybox", "image": "busybox:1.37.0",
+                "command": ["sleep", sleep.to_string()]});
+            let patch = json!({"spec": {"template": {"spec": {"containers": [container]}}}});
+            store
+                .merge_patch(&key(Kind::PodSet, ns, name), &patch, None)
+                .map(drop)
+        }
         Action::WriteStatus { ns, name } => {
             let patch = json!({"status": {"podNames": ["not-a-pod"], "availableReplicas": 1}});
             store
