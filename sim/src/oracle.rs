@@ -22,6 +22,7 @@
 //!   failure only from a run that ended so; `PodVanished` only for a recorded pod that is gone
 //!   (a command that never ran is never given up on); and no run starts or ends after a
 //!   `PodVanished` verdict.
+//! - **Events**: each of the operator's is true of its object when written (`notes`).
 //! - **Leadership**: no operator write leaves a replica whose fence is closed, or while
 //!   another live replica's fence is open (two leaders at once); and the writes of an older leadership term land after a
 //!   newer term's only if the server held them longer than leader election separates two
@@ -126,6 +127,8 @@ pub struct Oracle {
     foreign: HashMap<String, Instant>,
     /// Per pod UID: when someone else handed it to a PodSet.
     handed: HashMap<String, Instant>,
+    /// What the operator's objects said and did, for its events (`notes`).
+    said: notes::Said,
     /// Per PodSet UID: when its template took each command.
     templates: HashMap<String, Vec<(Instant, Value)>>,
     pub checks: u64,
@@ -193,12 +196,21 @@ impl Oracle {
         match change.key.kind {
             Kind::PodSet => self.podset_changed(change, actor, now),
             Kind::Pod => {
+                self.pod_done(change, actor, now);
                 self.control_changed(change, actor, held, store, now);
                 self.pod_changed(change, actor, held, store, now)
             }
-            Kind::At => self.at_changed(change, actor, store),
+            Kind::At => {
+                if let Some(at) = &change.new {
+                    self.object_says(at, now);
+                }
+                self.at_changed(change, actor, store)
+            }
             Kind::Lease => self.lease_changed(change, now),
-            Kind::Event => self.event_changed(change),
+            Kind::Event => {
+                self.note_written(change, actor, held, now);
+                self.event_changed(change)
+            }
         }
         if matches!(actor, Actor::Replica { .. })
             && matches!(change.key.kind, Kind::Pod | Kind::PodSet | Kind::At)
@@ -229,6 +241,7 @@ impl Oracle {
             self.deleted.entry(uid.clone()).or_insert(now);
         }
         self.template_seen(&uid, new, now);
+        self.object_says(new, now);
         let replicas = new["spec"]["replicas"].as_i64().unwrap_or(1);
         let history = self.replicas.entry(uid.clone()).or_default();
         if history.last().is_none_or(|(_, r)| *r != replicas) {
@@ -509,4 +522,5 @@ impl Oracle {
 mod at;
 mod foreign;
 mod liveness;
+mod notes;
 mod template;
