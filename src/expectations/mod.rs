@@ -325,14 +325,6 @@ impl Expectations {
         }
     }
 
-    /// Whether a delete of this pod by `owner_uid`'s controller awaits its watch event.
-    pub fn expects_delete(&self, owner_uid: &Uid, pod_uid: &Uid) -> bool {
-        let owners = self.owners.lock();
-        owners.get(owner_uid).is_some_and(|p| {
-            p.deletes.contains(pod_uid) || p.unsettled_deletes.contains_key(pod_uid)
-        })
-    }
-
     /// Satisfied once the watch showed everything expected, or the record expired (it is then
     /// dropped).
     pub fn readiness(&self, owner_uid: &str, now: Instant) -> Readiness {

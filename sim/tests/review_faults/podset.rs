@@ -435,6 +435,41 @@ fn a_pod_made_and_unlabelled_while_the_watch_was_down_is_released_before_its_rep
     assert_ok(&report);
 }
 
+/// Found by the search (seed 4752 of `make test`'s, with templates edited): a scale-down's
+/// delete hung at the server, and meanwhile a person took the operator's label off the pod
+/// it was deleting. Its vanishing was taken for that delete, which never landed: the pod ran
+/// on, controlled by the PodSet, unseen. A pod that vanishes is looked up even while a delete
+/// of it is under way.
+#[test]
+fn a_pod_unlabelled_while_its_delete_hangs_is_released() {
+    let report = play(31, Setup::default(), |scene| async move {
+        let l = leader(&scene).await?;
+        scene.user(create_web(2));
+        scene
+            .until("two pods", secs(30), |s| {
+                pods_of(s, Kind::PodSet, "ns-a", "web").len() == 2
+            })
+            .await?;
+        scene.converged(secs(60)).await;
+        let hang = plan(Before::Hang, After::Reply);
+        scene.rule(rule(Some(l), Method::DELETE, "/pods/web-pod", hang, 1));
+        scene.user(Action::Scale {
+            ns: "ns-a",
+            name: "web".into(),
+            replicas: 1,
+        });
+        scene.sleep(secs(2)).await;
+        for pick in [0, 1] {
+            let (podset, ns) = ("web".into(), "ns-a");
+            scene.user(Action::UnlabelPod { ns, podset, pick });
+        }
+        scene.sleep(secs(60)).await;
+        scene.converged(secs(120)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
+
 /// Issue 45, fault 1's last case: a template the API server admits but no kubelet does (every
 /// pod rejected as it is bound: `OutOfpods`, `NodeAffinity`). Each failed pod was replaced at
 /// once, without end, as the ReplicaSet controller replaces it; now each failure doubles the
