@@ -182,7 +182,7 @@ async fn settle(at: &At, step: Step, ctx: &Context) -> Result<Outcome> {
 /// Deletes the At's gated pod `uid`, which never ran, as a live read shows it: `true` once
 /// nothing of it is left (already gone, or another pod has the name). Someone else may have
 /// taken its gate off since a cache showed it (it may have run), so it is deleted only
-/// still gated and unchanged since the read; `false` otherwise (the next round sees it as
+/// still gated or Pending (never started), and unchanged since the read; `false` otherwise (the next round sees it as
 /// it is): deleted, it would let the command run again.
 async fn discard(at: &At, uid: &str, ctx: &Context) -> Result<bool> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
@@ -191,7 +191,9 @@ async fn discard(at: &At, uid: &str, ctx: &Context) -> Result<bool> {
     let Some(pod) = live.filter(|p| p.uid().as_deref() == Some(uid)) else {
         return Ok(true);
     };
-    if !CachedPod::from_pod(&pod).gated {
+    // Pending and ungated: released by the At past its start deadline, never started.
+    let seen = CachedPod::from_pod(&pod);
+    if !seen.gated && seen.phase != crate::cache::Phase::Pending {
         warn!(
             pod = name,
             "a pod this At was to delete unreleased was released by someone else; it is not deleted"

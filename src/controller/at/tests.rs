@@ -201,7 +201,8 @@ fn live_stray(gated: bool) -> Value {
         "metadata": {"name": "job-pod", "namespace": "ns", "uid": "stray-uid",
             "resourceVersion": "41"},
         "spec": {"containers": [{"name": "command", "image": "busybox"}],
-            "schedulingGates": gates}})
+            "schedulingGates": gates},
+        "status": {"phase": if gated { "Pending" } else { "Running" }}})
 }
 
 /// Carries out the decision about a gated pod of this At that the reconcile did not make,
@@ -240,7 +241,7 @@ async fn a_gated_pod_found_is_deleted_before_the_pod_is_made_again() {
     assert_eq!(delete.body["preconditions"]["resourceVersion"], "41");
 }
 
-/// One that someone else released since the cache showed it may have run: neither deleted
+/// One that someone else released since the cache showed it, and runs: neither deleted
 /// nor made again.
 #[tokio::test]
 async fn a_pod_released_by_someone_else_is_not_deleted() {
