@@ -271,18 +271,10 @@ impl Oracle {
         let Some(history) = self.replicas.get(uid) else {
             return 0;
         };
-        let recent = history
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| {
-                // In force at some moment of the window: it is the last, or its successor came
-                // within the window.
-                history
-                    .get(i + 1)
-                    .is_none_or(|(next, _)| now.duration_since(*next) < STALE)
-            })
-            .map(|(_, (_, r))| *r);
-        recent.max().unwrap_or(0)
+        in_force_since(history, now.checked_sub(STALE))
+            .copied()
+            .max()
+            .unwrap_or(0)
     }
 
     fn pod_changed(
@@ -517,6 +509,18 @@ impl Oracle {
         }
         self.newest_written = self.newest_written.max(term);
     }
+}
+
+/// The values of `history` in force at some moment since `since` (all, with no start): the
+/// last, and each whose successor came after it.
+fn in_force_since<T>(history: &[(Instant, T)], since: Option<Instant>) -> impl Iterator<Item = &T> {
+    history
+        .iter()
+        .enumerate()
+        .filter_map(move |(i, (_, value))| {
+            let next = history.get(i + 1).map(|(next, _)| *next);
+            (next.is_none_or(|next| since.is_none_or(|since| next > since))).then_some(value)
+        })
 }
 
 mod at;

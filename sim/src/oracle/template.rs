@@ -37,16 +37,8 @@ impl Oracle {
         let Some(history) = self.templates.get(owner) else {
             return;
         };
-        let since = now.checked_sub(held + STALE).unwrap_or(now);
-        // The templates current at some time since then: the last one before it, and all after.
-        let recent: Vec<&Value> = history
-            .iter()
-            .enumerate()
-            .filter(|(i, (at, _))| {
-                *at >= since || history.get(i + 1).is_none_or(|(next, _)| *next > since)
-            })
-            .map(|(_, (_, c))| c)
-            .collect();
+        let recent: Vec<&Value> =
+            super::in_force_since(history, now.checked_sub(held + STALE)).collect();
         let made = command(&pod["spec"]);
         if !recent.contains(&&made) {
             let name = pod["metadata"]["name"].as_str().unwrap_or_default();
