@@ -128,7 +128,8 @@ pub enum Action {
         preempted: bool,
     },
     /// Someone else removes the scheduling gate of an At's pod, perhaps before the At
-    /// recorded it: the pod runs, and the command must still run only once.
+    /// recorded it: the pod runs, and the command must still run only once, unless that
+    /// pod is deleted before the At records it (then nothing says it ran: README, "At").
     UngateAtPod {
         ns: &'static str,
         at: String,

@@ -22,6 +22,11 @@ pub(super) struct AtRecord {
     pod_uid: Option<String>,
     /// The kubelet's reason for a pod it rejected before the command started.
     rejected: Option<String>,
+    /// A pod someone else released from its gate before the At recorded it.
+    taken_over: Option<String>,
+    /// That pod was deleted before the At recorded it: nothing is left that says it ran,
+    /// so a second run is the one who took it over's doing, not the operator's.
+    lost: bool,
 }
 
 impl Oracle {
@@ -51,7 +56,8 @@ impl Oracle {
         let pod_uid = change.new.as_deref().map(objects::uid).unwrap_or_default();
         // Someone else may take the gate off (`UngateAtPod`): only the operator's release
         // answers to these two rules.
-        let released = released && matches!(actor, Actor::Replica { .. });
+        let released_by_other = released && !matches!(actor, Actor::Replica { .. });
+        let released = released && !released_by_other;
         if released && recorded.as_deref() != Some(pod_uid) {
             self.violate(format!(
                 "pod {}/{} was released from its gate, yet its At records {recorded:?}",
@@ -83,6 +89,13 @@ impl Oracle {
             ));
         }
         let record = self.ats.entry(at_uid.to_string()).or_default();
+        if released_by_other && recorded.as_deref() != Some(pod_uid) {
+            record.taken_over = Some(pod_uid.to_string());
+        }
+        record.lost |= deleted
+            && !matches!(actor, Actor::Replica { .. })
+            && record.taken_over.as_deref() == Some(pod_uid)
+            && recorded.as_deref() != Some(pod_uid);
         let started = matches!(
             (old_phase, new_phase),
             (Some("Pending" | ""), Some("Running"))
@@ -121,7 +134,7 @@ impl Oracle {
         {
             *last = Some(succeeded);
         }
-        if runs > 1 {
+        if runs > 1 && !record.lost {
             self.violate(format!(
                 "the command of At {}/{} started {runs} times",
                 change.key.namespace,
