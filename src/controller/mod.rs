@@ -209,14 +209,17 @@ impl Launch<'_> {
             .inspect(queues.clone().adding_woken());
         let swept = resync.map(|period| resync::sweep(reader.clone(), period));
         let triggers = futures::stream::select(owned, futures::stream::iter(swept).flatten())
-            .inspect(queues.adding_triggered(reader.clone()));
+            .inspect(queues.clone().adding_triggered(reader.clone()));
         self.ctx.metrics.concurrency(name, concurrency);
         let controller = Controller::for_stream(primary, reader)
             .with_config(ControllerConfig::default().concurrency(concurrency))
             .reconcile_on(triggers)
             .graceful_shutdown_on(self.shutdown.clone().cancelled_owned())
             .run(reconcile, error_policy, self.ctx.clone())
-            .for_each(|res| async move { log_result(res) })
+            .for_each(move |res| {
+                queues.settled(&res);
+                async move { log_result(res) }
+            })
             .instrument(tracing::info_span!("controller", controller = name));
         // In the current span (the leadership term's): a spawned task starts in none.
         set.spawn(controller.map(move |()| name).in_current_span());
@@ -256,6 +259,18 @@ impl Queued {
             if store.get(triggered).is_some() {
                 self.add(object_key(triggered.namespace.as_deref(), &triggered.name));
             }
+        }
+    }
+
+    /// An object the controller found gone when its turn came leaves the queue: a trigger
+    /// can queue it after its delete event dropped it but before the store lost it.
+    fn settled<K: Resource, E>(
+        &self,
+        res: &Result<(ObjectRef<K>, Action), kube::runtime::controller::Error<Error, E>>,
+    ) {
+        if let Err(kube::runtime::controller::Error::ObjectNotFound(obj)) = res {
+            let key = object_key(obj.namespace.as_deref(), &obj.name);
+            self.metrics.queues.drop_object(self.controller, key);
         }
     }
 
@@ -363,5 +378,27 @@ mod tests {
         });
         let failed = lines.iter().filter(|l| l["message"] == "reconcile failed");
         assert_eq!(failed.count(), 1, "{lines:?}");
+    }
+
+    /// Sim seed 1046712: a pod's trigger queued a PodSet after its delete event had dropped
+    /// it, before the store lost it; the controller found it gone and the gauge kept it.
+    #[tokio::test]
+    async fn an_object_found_gone_when_its_turn_comes_leaves_the_queue() {
+        let ctx = context();
+        let queues = Queued {
+            controller: "podset",
+            metrics: ctx.metrics.clone(),
+        };
+        let ps = podset();
+        queues.add(key_of(ps.meta()));
+        assert_eq!(ctx.metrics.queues.depth("podset"), 1);
+        let res: Result<
+            (ObjectRef<crate::api::PodSet>, Action),
+            kube::runtime::controller::Error<Error, std::convert::Infallible>,
+        > = Err(kube::runtime::controller::Error::ObjectNotFound(Box::new(
+            ObjectRef::from_obj(&ps).erase(),
+        )));
+        queues.settled(&res);
+        assert_eq!(ctx.metrics.queues.depth("podset"), 0);
     }
 }

@@ -147,7 +147,7 @@ impl WorkQueues {
     }
 
     #[cfg(test)]
-    fn depth(&self, controller: &'static str) -> i64 {
+    pub(crate) fn depth(&self, controller: &'static str) -> i64 {
         self.depth.get_or_create(&QueueLabels::of(controller)).get()
     }
 
