@@ -15,6 +15,7 @@ use super::backoff::Backoff;
 use super::gone::Gone;
 use super::replacing::Replacements;
 use super::rounds::CreateRounds;
+use super::routing::Router;
 use super::strays::Strays;
 use crate::api::{AtStatus, PodSetStatus};
 use crate::cache::PodCache;
@@ -42,6 +43,8 @@ pub struct Context {
     pub rounds: CreateRounds,
     /// Pods that vanished from the watch while active, for their owners to look up.
     pub strays: Strays,
+    /// Hands pod changes (and pods handed on out of the watch) to the controllers.
+    pub(super) router: Router,
     /// Each PodSet's pod failures in a row, which hold its creates back.
     pub replacements: Replacements,
     pub clock: Clock,
@@ -71,6 +74,7 @@ impl Context {
             gone: Gone::default(),
             rounds: CreateRounds::default(),
             strays: Strays::default(),
+            router: Router::default(),
             replacements: Replacements::default(),
             clock,
         }

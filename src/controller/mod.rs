@@ -92,14 +92,13 @@ pub async fn act(mut watching: Watching, shutdown: CancellationToken) -> anyhow:
         settings,
         ctx,
         health,
-        router,
         ..
     } = &watching;
     if settings.podset {
         // Before the controllers start: each of their first reconciles releases its strays.
         strays::sweep(client, settings.namespace.as_deref(), ctx, &shutdown).await;
     }
-    let queues = router.connect(settings.podset, settings.at);
+    let queues = ctx.router.connect(settings.podset, settings.at);
     let mut controllers = JoinSet::new();
     let mut stores = Vec::new();
     let launch = Launch {

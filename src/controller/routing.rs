@@ -107,9 +107,14 @@ impl Router {
     }
 
     fn route(&self, t: &PodChange) {
-        match &*t.owner.kind {
-            "PodSet" => enqueue(self.podset.read().as_ref(), t),
-            "At" => enqueue(self.at.read().as_ref(), t),
+        self.wake(&t.owner.kind, &t.namespace, &t.owner.name);
+    }
+
+    /// Asks for a reconcile of the `kind` object `namespace/name`.
+    pub(super) fn wake(&self, kind: &str, namespace: &str, name: &str) {
+        match kind {
+            "PodSet" => enqueue(self.podset.read().as_ref(), namespace, name),
+            "At" => enqueue(self.at.read().as_ref(), namespace, name),
             _ => {}
         }
     }
@@ -117,11 +122,12 @@ impl Router {
 
 fn enqueue<K: Resource<DynamicType = ()>>(
     queue: Option<&UnboundedSender<ObjectRef<K>>>,
-    t: &PodChange,
+    namespace: &str,
+    name: &str,
 ) {
     // A send fails only once the controller stopped; nothing to route then.
     if let Some(tx) = queue {
-        drop(tx.unbounded_send(ObjectRef::new(&t.owner.name).within(&t.namespace)));
+        drop(tx.unbounded_send(ObjectRef::new(name).within(namespace)));
     }
 }
 
@@ -130,7 +136,7 @@ pub(super) fn managed_pods() -> String {
     format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
 }
 
-pub(super) async fn watch_pods(ctx: Arc<Context>, namespace: Option<String>, router: Arc<Router>) {
+pub(super) async fn watch_pods(ctx: Arc<Context>, namespace: Option<String>) {
     let api = api_in::<Pod>(ctx.client.clone(), namespace.as_deref());
     let config = watcher::Config::default().labels(&managed_pods());
     let mut events = std::pin::pin!(watcher(api, config).default_backoff());
@@ -145,7 +151,7 @@ pub(super) async fn watch_pods(ctx: Arc<Context>, namespace: Option<String>, rou
                         ctx.strays.vanished(&touched);
                     }
                     ctx.expectations.observe(&touched, Instant::now());
-                    router.route(&touched);
+                    ctx.router.route(&touched);
                 }
             }
             Err(e) => warn!(error = %e, "pod watch failed; retrying with backoff"),

@@ -140,6 +140,22 @@ async fn list_strays(
     }
 }
 
+/// `pod`, out of the watch, was handed to another PodSet since it vanished (its controller
+/// reference changed): the suspicion goes on to that PodSet, whose reconcile it asks for, as
+/// no watch event of the pod ever will (sim seeds 1031835, 1080717: counted by neither).
+fn hand_on(pod: &Pod, vanished: &Vanished, owner_uid: &str, ctx: &Context) {
+    let Some(now) = crate::cache::controller_of(&pod.metadata) else {
+        return;
+    };
+    if now.kind != "PodSet" || now.uid == owner_uid || !plan::release::out_of_watch(pod) {
+        return;
+    }
+    ctx.strays
+        .suspect(&Uid::from(now.uid.as_str()), &vanished.name, &vanished.uid);
+    let namespace = pod.namespace().unwrap_or_default();
+    ctx.router.wake("PodSet", &namespace, &now.name);
+}
+
 /// Looks up the pods of `owner` that vanished from the watch, and releases each that left it
 /// still naming `owner` as its controller. Those not looked up for a failure are kept for the
 /// next reconcile, which the error brings.
@@ -171,7 +187,11 @@ async fn release_one<K: Resource<DynamicType = ()>>(
     };
     let owner_uid = owner.uid().unwrap_or_default();
     let same = pod.uid().is_some_and(|u| vanished.uid == *u.as_str());
-    let Some(stray) = plan::release::stray(&pod, &owner_uid).filter(|_| same) else {
+    if !same {
+        return Ok(());
+    }
+    let Some(stray) = plan::release::stray(&pod, &owner_uid) else {
+        hand_on(&pod, vanished, &owner_uid, ctx);
         return Ok(());
     };
     let name = &vanished.name;

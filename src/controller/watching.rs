@@ -18,7 +18,7 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::{Instrument, info, warn};
 
 use super::context::{Context, api_in};
-use super::routing::{Router, managed_pods, watch_pods};
+use super::routing::{managed_pods, watch_pods};
 use super::{Exported, STARTUP_GRACE, Settings};
 use crate::cache::controller_of;
 use crate::health::Health;
@@ -39,7 +39,6 @@ pub struct Watching {
     pub(super) settings: Settings,
     pub(super) ctx: Arc<Context>,
     pub(super) health: Arc<Health>,
-    pub(super) router: Arc<Router>,
     /// Started before this instance was to act: check the cache before acting.
     warm: bool,
     pod_watch: AbortOnDropHandle<()>,
@@ -66,13 +65,12 @@ pub fn watch(client: kube::Client, settings: Settings, exported: Exported, warm:
         settings.clock.clone(),
     ));
     ctx.pods.unready();
-    let router = Arc::new(Router::default());
     // A predecessor killed mid-scale-up may still have creates in flight at the API server;
     // acting on a list made before they landed would create those pods again. So the first
     // pod list (a consistent read) is made once they had the grace to land: made at once,
     // it would count on the watch to show them in time, and a watch slow to connect does
     // not. A new leader gets the same separation from the lease's expiry.
-    let pod_watch = spawn_pod_watch(&ctx, &health, &router, &settings, STARTUP_GRACE);
+    let pod_watch = spawn_pod_watch(&ctx, &health, &settings, STARTUP_GRACE);
     Watching {
         _emptied: Emptied(ctx.pods.clone()),
         pod_watch,
@@ -80,7 +78,6 @@ pub fn watch(client: kube::Client, settings: Settings, exported: Exported, warm:
         settings,
         ctx,
         health,
-        router,
         warm,
     }
 }
@@ -90,15 +87,14 @@ pub fn watch(client: kube::Client, settings: Settings, exported: Exported, warm:
 fn spawn_pod_watch(
     ctx: &Arc<Context>,
     health: &Arc<Health>,
-    router: &Arc<Router>,
     settings: &Settings,
     after: Duration,
 ) -> AbortOnDropHandle<()> {
-    let (ctx, health, router) = (ctx.clone(), health.clone(), router.clone());
+    let (ctx, health) = (ctx.clone(), health.clone());
     let namespace = settings.namespace.clone();
     let watch = async move {
         tokio::time::sleep(after).await;
-        watch_pods(ctx, namespace, router).await;
+        watch_pods(ctx, namespace).await;
         health.set_dead();
     };
     AbortOnDropHandle::new(tokio::spawn(watch.in_current_span()))
@@ -117,13 +113,7 @@ impl Watching {
                 info!(within = ?CATCH_UP, "the pod watch did not show what a list of the pods shows; watching anew");
                 self.ctx.pods.unready();
                 let settings = &self.settings;
-                self.pod_watch = spawn_pod_watch(
-                    &self.ctx,
-                    &self.health,
-                    &self.router,
-                    settings,
-                    Duration::ZERO,
-                );
+                self.pod_watch = spawn_pod_watch(&self.ctx, &self.health, settings, Duration::ZERO);
                 self.ctx.pods.wait_ready().await;
             }
         };

@@ -53,13 +53,17 @@ fn claims_the_label(entry: &ManagedFieldsEntry) -> bool {
         && !fields.0["f:metadata"]["f:labels"][format!("f:{MANAGED_BY_LABEL}")].is_null()
 }
 
+/// Whether `pod` is out of the operator's watch (its label edited) and not being deleted.
+pub fn out_of_watch(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod.labels().get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY_VALUE)
+}
+
 /// The JSON patch that takes `owner_uid`'s controller reference off `pod`, if `pod` left the
 /// operator's watch and still names it: tested against the pod's UID and the reference's, so
 /// that it never touches a pod made since under the name, or a reference someone changed.
 fn release(pod: &Pod, owner_uid: &str) -> Option<Patch> {
-    if pod.metadata.deletion_timestamp.is_some()
-        || pod.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
-    {
+    if !out_of_watch(pod) {
         return None;
     }
     let refs = pod.metadata.owner_references.as_deref().unwrap_or_default();

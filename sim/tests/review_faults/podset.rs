@@ -512,3 +512,43 @@ fn condition_reason(store: &Store, type_: &str) -> Option<String> {
     let c = conditions.iter().find(|c| c["type"] == type_)?;
     c["reason"].as_str().map(String::from)
 }
+
+/// Sim seeds 1031835 and 1080717: a pod unlabelled out of the watch, then handed to another
+/// PodSet before its first owner looked it up. The first owner found it no longer its own
+/// and left it; the new owner never heard of it, so it ran on under that owner, counted by
+/// neither. Now the look-up hands the suspicion on to the new owner, which releases it.
+#[test]
+fn a_pod_handed_on_after_it_left_the_watch_is_released_by_its_new_owner() {
+    let report = play(33, Setup::default(), |scene| async move {
+        let l = leader(&scene).await?;
+        scene.user(create_web(2));
+        scene.user(Action::CreatePodSet {
+            ns: "ns-a",
+            name: "db".into(),
+            replicas: 1,
+        });
+        scene
+            .until("three pods", secs(30), |s| {
+                pods_of(s, Kind::PodSet, "ns-a", "web").len() == 2
+                    && pods_of(s, Kind::PodSet, "ns-a", "db").len() == 1
+            })
+            .await?;
+        scene.converged(secs(60)).await;
+        // The look-up reads the pod once it was handed on.
+        let held = plan(Before::Hold(secs(5)), After::Reply);
+        scene.rule(rule(Some(l), Method::GET, "/pods/web-pod", held, 1));
+        let (ns, podset, pick) = ("ns-a", "web".to_string(), 0);
+        scene.user(Action::UnlabelPod { ns, podset, pick });
+        scene.sleep(secs(1)).await;
+        let (podset, to) = ("web".to_string(), Some("db".to_string()));
+        scene.user(Action::Disown {
+            ns,
+            podset,
+            pick,
+            to,
+        });
+        scene.converged(secs(120)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
