@@ -3,6 +3,8 @@
 //! - A lease is timed from when **this** instance observed its record change (its own clock,
 //!   monotonic), never from the holder's `renewTime`: clocks differ between machines, and a
 //!   record that reads the same twice (a relist, a repeated GET) is the same observation.
+//!   Unlike client-go, a record also changed when its `resourceVersion` did: a holder whose
+//!   clock stepped back can write the very record it wrote before, a renewal all the same.
 //! - Whoever writes the Lease writes it over the `resourceVersion` it read, so of two writers
 //!   one wins and the other learns it lost (409), whatever the order their writes arrive in.
 
@@ -25,10 +27,10 @@ pub struct Observed {
 
 impl Observed {
     /// What this instance knows after reading `spec` at `version` at `now`: the time of the
-    /// observation moves only when the record changed.
+    /// observation moves only when the record changed, or was written again.
     pub fn seen(before: Option<&Observed>, spec: LeaseSpec, version: String, now: Instant) -> Self {
         let at = match before {
-            Some(b) if b.spec == spec => b.at,
+            Some(b) if b.spec == spec && b.version == version => b.at,
             _ => now,
         };
         Self { spec, version, at }
@@ -245,12 +247,17 @@ mod tests {
         let t0 = Instant::now();
         let record = spec("other", Timestamp::now());
         let first = observed(record.clone(), t0);
-        let again = Observed::seen(Some(&first), record.clone(), "8".into(), t0 + LEASE);
+        let again = Observed::seen(Some(&first), record.clone(), "7".into(), t0 + LEASE);
         assert_eq!(again.at, t0);
         assert_eq!(
             decide(Some(&again), "me", None, LEASE, t0 + LEASE),
             Decision::Take
         );
+        // Sim seed 1007716: the holder's clock stepped back 6 s, so its renewal wrote the
+        // renewTime it wrote 6 s before; client-go, comparing records only, takes that for
+        // no renewal and takes the lease from a live holder. A new resourceVersion is a write.
+        let rewritten = Observed::seen(Some(&first), record.clone(), "8".into(), t0 + LEASE);
+        assert_eq!(rewritten.at, t0 + LEASE);
         let renewed = LeaseSpec {
             renew_time: Some(MicroTime(
                 Timestamp::now() - jiff::SignedDuration::from_hours(5),
