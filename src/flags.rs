@@ -47,19 +47,61 @@ pub fn instance(value: &str) -> Result<String, String> {
     }
 }
 
-/// A log filter, as `RUST_LOG` takes it.
+/// A log filter: a level as people write it (`info`, `WARN`, `warning`), or `RUST_LOG`'s
+/// directives (`warn,podset_operator=debug`) with levels so written; as `RUST_LOG` takes it.
+/// A bare word that is no level is refused: `RUST_LOG` would read `warning` as a target and
+/// drop every line.
 pub fn log_filter(value: &str) -> Result<String, String> {
-    EnvFilter::try_new(value).map_err(|e| {
+    let directives = value
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(directive)
+        .collect::<Result<Vec<_>, _>>()?;
+    let filter = directives.join(",");
+    EnvFilter::try_new(&filter).map_err(|e| {
         format!("not a log filter ({e}); for example `info` or `podset_operator=debug,kube=warn`")
     })?;
-    Ok(value.to_string())
+    Ok(filter)
 }
 
-/// An address to listen on: `IP:PORT`, or `:PORT` for every interface (as controller-runtime's
-/// flags take it).
+/// One directive of a log filter, its level spelled as `EnvFilter` takes it.
+fn directive(d: &str) -> Result<String, String> {
+    const LEVELS: &str = "trace, debug, info, warn (or warning), error or off";
+    if d.contains('[') {
+        // A span filter (`target[span{field=value}]=level`): as written.
+        return Ok(d.to_string());
+    }
+    match d.rsplit_once('=') {
+        Some((target, level)) => match level_of(level) {
+            Some(level) => Ok(format!("{target}={level}")),
+            None => Err(format!(
+                "{level:?} (for {target}) is not a log level: {LEVELS}"
+            )),
+        },
+        None => level_of(d).map(String::from).ok_or_else(|| {
+            format!("{d:?} is not a log level: {LEVELS}; or TARGET=LEVEL, as `kube=debug`")
+        }),
+    }
+}
+
+fn level_of(word: &str) -> Option<&'static str> {
+    Some(match word.trim().to_ascii_lowercase().as_str() {
+        "trace" => "trace",
+        "debug" => "debug",
+        "info" => "info",
+        "warn" | "warning" => "warn",
+        "error" => "error",
+        "off" => "off",
+        _ => return None,
+    })
+}
+
+/// An address to listen on: `IP:PORT`, or `:PORT` for every interface of both families (as
+/// controller-runtime's flags take it; `[::]`, which the listener makes dual-stack).
 pub fn bind_address(value: &str) -> Result<SocketAddr, String> {
     let spelled = match value.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
+        Some(port) => format!("[::]:{port}"),
         None => value.to_string(),
     };
     spelled
@@ -121,7 +163,7 @@ mod tests {
     fn an_address_is_ip_and_port_or_a_port_alone() {
         assert_eq!(
             bind_address(":8443"),
-            Ok(SocketAddr::from(([0, 0, 0, 0], 8443)))
+            Ok(SocketAddr::from(([0u16; 8], 8443)))
         );
         assert_eq!(
             bind_address("127.0.0.1:1"),
@@ -135,8 +177,36 @@ mod tests {
 
     #[test]
     fn a_log_filter_must_parse() {
-        assert!(log_filter("info").is_ok());
-        assert!(log_filter("podset_operator=debug,kube=warn").is_ok());
         assert!(log_filter("info,[").is_err());
+    }
+
+    /// Issue 46: `--log-level=warning` was read as a log target, and every line dropped.
+    #[test]
+    fn log_levels_are_read_as_people_write_them() {
+        for (written, read) in [
+            ("info", "info"),
+            ("warning", "warn"),
+            ("WARN", "warn"),
+            (" Error ", "error"),
+            (
+                "warning,podset_operator=DEBUG",
+                "warn,podset_operator=debug",
+            ),
+            ("podset_operator::start=info", "podset_operator::start=info"),
+            (
+                "info,kube[list{name=x}]=debug",
+                "info,kube[list{name=x}]=debug",
+            ),
+        ] {
+            assert_eq!(log_filter(written).as_deref(), Ok(read), "{written}");
+        }
+        for (bad, says) in [
+            ("warnings", "\"warnings\" is not a log level"),
+            ("kube", "TARGET=LEVEL"),
+            ("kube=loud", "\"loud\" (for kube) is not a log level"),
+        ] {
+            let error = log_filter(bad).unwrap_err();
+            assert!(error.contains(says), "{bad}: {error}");
+        }
     }
 }

@@ -88,8 +88,8 @@ struct RunArgs {
         value_parser = clap::value_parser!(u64).range(1..=10_000))]
     max_mutating_requests: u64,
 
-    /// Address of the /metrics endpoint: IP:PORT, or :PORT for every interface.
-    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8443", value_parser = flags::bind_address)]
+    /// Address of the /metrics endpoint: IP:PORT, or :PORT for every interface, IPv4 and IPv6.
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = ":8443", value_parser = flags::bind_address)]
     metrics_bind_address: SocketAddr,
 
     /// Serve /metrics over HTTPS to callers whose bearer token the API server authenticates
@@ -107,7 +107,7 @@ struct RunArgs {
     #[arg(
         long,
         env = "HEALTH_PROBE_BIND_ADDRESS",
-        default_value = "0.0.0.0:8081",
+        default_value = ":8081",
         value_parser = flags::bind_address
     )]
     health_probe_bind_address: SocketAddr,
@@ -151,7 +151,8 @@ struct RunArgs {
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
     log_format: LogFormat,
 
-    /// Log filter, as RUST_LOG: `info`, `debug`, `podset_operator=debug,kube=warn`.
+    /// Log level (`info`, `warning`, `WARN`, ...) or filter, as RUST_LOG:
+    /// `warn,podset_operator=debug`; anything else is refused.
     #[arg(long, env = "LOG_LEVEL", default_value = "info", value_parser = flags::log_filter)]
     log_level: String,
 

@@ -16,6 +16,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
+use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -78,10 +79,37 @@ async fn serve_on(
     app: Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr).await?;
+    let listener = bind(addr)?;
     let bound = listener.local_addr()?;
     tokio::spawn(serve::serve(listener, tls, app, shutdown));
     Ok(bound)
+}
+
+/// Listens on `addr`. IPv6's unspecified address (`:PORT` on the command line) listens on
+/// both families, as Go's `:8443` does, so that a pod on an IPv6-only or dual-stack cluster
+/// is probed and scraped on its IPv6 address too; a host without IPv6 gets IPv4's.
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let any = addr.is_ipv6() && addr.ip().is_unspecified();
+    let socket = match Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)) {
+        Err(e) if any && e.raw_os_error() == Some(libc_eafnosupport()) => {
+            return bind(SocketAddr::from(([0, 0, 0, 0], addr.port())));
+        }
+        socket => socket?,
+    };
+    if any {
+        socket.set_only_v6(false)?;
+    }
+    // As `TcpListener::bind` does: a restarted operator rebinds a port in TIME_WAIT.
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    TcpListener::from_std(socket.into())
+}
+
+/// `EAFNOSUPPORT`: the kernel has no IPv6 (booted with `ipv6.disable=1`).
+const fn libc_eafnosupport() -> i32 {
+    97
 }
 
 fn probe(ok: bool) -> (StatusCode, &'static str) {
@@ -113,5 +141,26 @@ async fn metrics(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
         )
             .into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `:PORT`, the default, answers probes on IPv4 and IPv6 loopback alike (issue 46: the
+    /// listeners bound IPv4 only, so an IPv6-only pod was never probed).
+    #[tokio::test]
+    async fn a_port_alone_answers_on_both_families() {
+        let health = Arc::new(Health::default());
+        let addr = crate::flags::bind_address(":0").unwrap();
+        let shutdown = CancellationToken::new();
+        let bound = serve_probes(addr, health, shutdown.clone()).await.unwrap();
+        for host in ["127.0.0.1", "[::1]"] {
+            let url = format!("http://{host}:{}/livez", bound.port());
+            let answer = reqwest::get(&url).await.unwrap();
+            assert_eq!(answer.status(), 200, "{url}");
+        }
+        shutdown.cancel();
     }
 }
