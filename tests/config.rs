@@ -69,6 +69,9 @@ const TABLE: &[(&str, &str, &str, Expect)] = &[
     ("log-format", "LOG_FORMAT", "yaml", Refused("possible values")),
     ("log-level", "LOG_LEVEL", "podset_operator=debug,kube=warn", Taken),
     ("log-level", "LOG_LEVEL", "info,[", Refused("not a log filter")),
+    ("log-level", "LOG_LEVEL", "warning", Taken),
+    ("log-level", "LOG_LEVEL", "WARN", Taken),
+    ("log-level", "LOG_LEVEL", "warnings", Refused("is not a log level")),
     ("instance", "POD_NAME", "", Refused("needs a name")),
     ("instance", "POD_NAME", " pod", Refused("no surrounding spaces")),
 ];

@@ -6,6 +6,7 @@
 //! PodSets not converged, managed pods by state, and build info. No label names an object.
 
 mod pods;
+mod process;
 mod queue;
 
 use std::sync::Arc;
@@ -133,6 +134,7 @@ impl Metrics {
         let mut registry = Registry::default();
         self.register_controller_runtime(&mut registry);
         self.queues.register(&mut registry);
+        registry.register_collector(Box::new(process::Process));
         registry.register(
             "rest_client_requests",
             "Requests sent to the Kubernetes API, by response code (<error> for none), HTTP method and resource",
@@ -378,6 +380,19 @@ mod tests {
             r#"podset_operator_podsets_unconverged 0"#,
         ] {
             assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
+        }
+        // client_golang's names, which kubebuilder's runtime dashboard queries (issue 46).
+        for name in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "process_max_fds ",
+            "process_start_time_seconds ",
+        ] {
+            assert!(
+                text.lines().any(|l| l.starts_with(name)),
+                "no {name} in\n{text}"
+            );
         }
     }
 }
