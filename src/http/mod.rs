@@ -61,7 +61,7 @@ pub async fn serve_metrics(
     match security {
         MetricsSecurity::Plain => Ok(serve_on(addr, None, app, shutdown).await?),
         MetricsSecurity::Secure { cert_dir, client } => {
-            let config = tls::server_config(cert_dir.as_deref())?;
+            let config = tls::server_config(cert_dir.as_deref(), tls::RELOAD_EVERY, &shutdown)?;
             let app = app.layer(axum::middleware::from_fn_with_state(
                 auth::MetricsAuth::new(client),
                 auth::require,
@@ -160,6 +160,60 @@ mod tests {
             let url = format!("http://{host}:{}/livez", bound.port());
             let answer = reqwest::get(&url).await.unwrap();
             assert_eq!(answer.status(), 200, "{url}");
+        }
+        shutdown.cancel();
+    }
+
+    /// Writes a fresh self-signed certificate for `name` into `dir`; its DER.
+    fn rotate(dir: &std::path::Path, name: &str) -> Vec<u8> {
+        let made = rcgen::generate_simple_self_signed(vec![name.into()]).unwrap();
+        std::fs::write(dir.join("tls.key"), made.signing_key.serialize_pem()).unwrap();
+        std::fs::write(dir.join("tls.crt"), made.cert.pem()).unwrap();
+        made.cert.der().to_vec()
+    }
+
+    /// The certificate an HTTPS request to `port` is shown.
+    async fn presented(port: u16) -> Vec<u8> {
+        let client = reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .tls_info(true)
+            .build()
+            .unwrap();
+        let answer = client
+            .get(format!("https://127.0.0.1:{port}/"))
+            .send()
+            .await
+            .unwrap();
+        let info = answer.extensions().get::<reqwest::tls::TlsInfo>().unwrap();
+        info.peer_certificate().unwrap().to_vec()
+    }
+
+    /// Issue 46: the metrics certificate was read once; cert-manager's renewal was never
+    /// served until a restart. A rotation is served by the next handshakes.
+    #[tokio::test]
+    async fn a_rotated_certificate_is_served_without_a_restart() {
+        let tmp = tempfile::tempdir().unwrap();
+        let first = rotate(tmp.path(), "first");
+        let shutdown = CancellationToken::new();
+        let every = std::time::Duration::from_millis(20);
+        let config = tls::server_config(Some(tmp.path()), every, &shutdown).unwrap();
+        let tls = Some(tokio_rustls::TlsAcceptor::from(config));
+        let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        let app = Router::new().route("/", get(|| async { "ok" }));
+        let port = serve_on(addr, tls, app, shutdown.clone())
+            .await
+            .unwrap()
+            .port();
+        assert_eq!(presented(port).await, first);
+
+        let second = rotate(tmp.path(), "second");
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while presented(port).await != second {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "never served the rotated one"
+            );
+            tokio::time::sleep(every).await;
         }
         shutdown.cancel();
     }

@@ -22,7 +22,9 @@ const TIMEOUT: Duration = Duration::from_millis(300);
 /// An API server whose every answer is a watch that never says anything, over TLS offering
 /// only HTTP/2.
 async fn quiet_watch_server() -> std::net::SocketAddr {
-    let mut tls = (*crate::http::tls::server_config(None).unwrap()).clone();
+    let never = tokio_util::sync::CancellationToken::new();
+    let tls = crate::http::tls::server_config(None, crate::http::tls::RELOAD_EVERY, &never);
+    let mut tls = (*tls.unwrap()).clone();
     tls.alpn_protocols = vec![b"h2".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
