@@ -26,6 +26,9 @@ BIN := target/debug/podset-operator
 # Each test control plane leaves there the requests of the operator's ServiceAccount (testenv::audit).
 AUDIT_DIR := $(CURDIR)/target/audit
 IMG ?= podset-operator:0.1.0
+# The chart's version as `make helm-package` packages it, and where it pushes it (oci://).
+CHART_VERSION ?= $(shell sed -n 's/^version: //p' charts/podset-operator/Chart.yaml)
+CHART_REGISTRY ?=
 CARGO ?= cargo
 # `make test` runs these seeds of the simulation: the same on every run, so a red one replays.
 SIM_SEEDS ?= 10000
@@ -114,7 +117,9 @@ soak: kubernetes ## Soak test: 20 minutes of random scaling and pod deletions, R
 	target/release/podset-bench soak --minutes $${SOAK_MINUTES:-20} --operator target/release/podset-operator
 
 .PHONY: run
-run: kubernetes build ## Run the operator: against the kubeconfig's cluster, else a local control plane
+run: deps ## Run the operator: against the kubeconfig's cluster (builds the operator alone), else a local control plane (built once)
+	$(call say,cargo build --bin podset-operator (the operator alone))
+	$(CARGO) build --bin podset-operator
 	@bash hack/run-operator.sh
 
 .PHONY: cluster-up
@@ -134,16 +139,26 @@ crds: ## Print the CRDs generated from the Rust types
 	@$(CARGO) run -q --bin podset-operator -- crds
 
 .PHONY: install
-install: build ## Install the CRDs into the kubeconfig's cluster (server-side apply)
-	$(BIN) crds | kubectl apply --server-side --force-conflicts -f -
+install: ## Install the CRDs (committed in config/crd; nothing built) into the kubeconfig's cluster (server-side apply)
+	kubectl apply --server-side --force-conflicts -k config/crd
 
 .PHONY: uninstall
-uninstall: build ## Remove the CRDs (and with them every PodSet and At)
-	$(BIN) crds | kubectl delete --ignore-not-found -f -
+uninstall: ## Remove the CRDs (and with them every PodSet and At)
+	kubectl delete --ignore-not-found -k config/crd
 
 .PHONY: deploy
-deploy: ## Install CRDs, namespace, RBAC and the Deployment into the kubeconfig's cluster (kustomize)
-	kubectl apply --server-side -k config/default
+deploy: ## Install CRDs, namespace, RBAC and the Deployment running IMG into the kubeconfig's cluster (kustomize)
+	@bash hack/release.sh installer $(IMG) .local/deploy/install.yaml
+	kubectl apply --server-side --force-conflicts -f .local/deploy/install.yaml
+
+.PHONY: build-installer
+build-installer: ## Write dist/install.yaml: everything `make deploy` installs, running IMG, in one file
+	@bash hack/release.sh installer $(IMG) dist/install.yaml
+
+.PHONY: helm-package
+helm-package: ## Package the chart running IMG as dist/podset-operator-CHART_VERSION.tgz; CHART_REGISTRY=host/path pushes it (helm push, oci://)
+	@bash hack/release.sh chart $(IMG) $(CHART_VERSION) dist
+	@if [ -n "$(CHART_REGISTRY)" ]; then bash hack/release.sh push-chart dist/podset-operator-$(CHART_VERSION).tgz $(CHART_REGISTRY); fi
 
 .PHONY: undeploy
 undeploy: ## Remove what `make deploy` (or `make deploy-local`) installed, CRDs (so every PodSet and At) included
@@ -168,6 +183,14 @@ static: ## Build the static release binary the image ships (target/static/podset
 .PHONY: docker-build
 docker-build: ## Build the container image $(IMG) with Docker (for real registries; `make image` needs no Docker)
 	docker build -t $(IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push the image $(IMG) that `make docker-build` built
+	docker push $(IMG)
+
+.PHONY: image-push
+image-push: image ## Push the image `make image` built to IMG without Docker (skopeo; log in with `skopeo login`)
+	skopeo copy --quiet oci-archive:target/image/podset-operator.tar docker://$(IMG)
 
 .PHONY: helm-lint
 helm-lint: deps ## Lint the Helm chart with the helm CLI (built once, cached), both watch scopes

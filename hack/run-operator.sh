@@ -9,10 +9,13 @@ DIR="${CLUSTER_DIR:-$PWD/.local/cluster}"
 
 if kubectl version --request-timeout=3s >/dev/null 2>&1; then
   say "the kubeconfig's cluster answers: $(kubectl config current-context 2>/dev/null || echo in-cluster)"
-  say "installing the CRDs (server-side apply)"
-  target/debug/podset-operator crds | kubectl apply --server-side --force-conflicts -f - >&2
+  say "installing the CRDs (server-side apply of config/crd)"
+  kubectl apply --server-side --force-conflicts -k config/crd >&2
 else
   say "no reachable cluster in the kubeconfig; using the bundled local control plane"
+  say "building it (once, cached): Kubernetes $K8S_VERSION from the Go modules, and the local-cluster tool"
+  make --no-print-directory kubernetes
+  ${CARGO:-cargo} build --workspace --bins
   bash hack/cluster.sh up
   export KUBECONFIG="$DIR/kubeconfig"
   say "in another terminal: export KUBECONFIG=$KUBECONFIG"
