@@ -87,6 +87,31 @@ run_job() {
     --test-threads="$THREADS" "${filters[@]}"
 }
 
+# The oldest version's subset is chosen by name filters: a renamed test would silently drop
+# out of it. Each filter must name a test of the oldest targets, and each target must run one.
+check_oldest_subset() {
+  [[ -n "$oldest" ]] || return 0
+  local t listed="" filter matched
+  for t in "${oldest_targets[@]}"; do
+    local names
+    names=$("$CARGO" test --workspace --test "$t" -q -- --list 2>/dev/null | sed -n 's/: test$//p')
+    [[ -n "$names" ]] || { say "--oldest target $t lists no tests"; return 1; }
+    matched=0
+    for filter in "${oldest_filters[@]}"; do
+      grep -qF -- "$filter" <<<"$names" && matched=1
+    done
+    [[ $matched == 1 || ${#oldest_filters[@]} == 0 ]] || {
+      say "--oldest target $t has no test matching ${oldest_filters[*]}"; return 1; }
+    listed+="$names"$'\n'
+  done
+  for filter in "${oldest_filters[@]}"; do
+    grep -qF -- "$filter" <<<"$listed" || {
+      say "--oldest filter $filter names no test of ${oldest_targets[*]}: renamed?"; return 1; }
+  done
+  say "the $oldest subset: $(grep -cF -f <(printf '%s\n' "${oldest_filters[@]}") <<<"$listed") tests of ${oldest_targets[*]}"
+}
+check_oldest_subset
+
 rm -rf "$LOGS"
 mkdir -p "$LOGS"
 mapfile -t queue < <(jobs_list | ordered)
