@@ -9,6 +9,7 @@ pub mod controller;
 pub mod error;
 pub mod events;
 pub mod expectations;
+pub mod fence;
 pub mod flags;
 pub mod health;
 pub mod http;

@@ -8,8 +8,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, warn};
 
 use crate::controller::{self, Exported, Settings, Watching};
+use crate::fence::Fence;
 pub use crate::leader::Election;
-use crate::leader::{Fence, LeaderElection};
+use crate::leader::LeaderElection;
 
 pub struct Operator {
     /// The controllers' client: its writes leave only while `fence` is open (`client::ControllerWrites`).

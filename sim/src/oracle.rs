@@ -39,7 +39,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use podset_operator::leader::Fence;
+use podset_operator::fence::Fence;
 
 use crate::model::objects::{self, controller};
 use crate::model::resource::Kind;

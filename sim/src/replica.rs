@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use podset_operator::client::{self, ControllerWrites};
 use podset_operator::clock::Clock;
 use podset_operator::controller::{Exported, Settings};
-use podset_operator::leader::Fence;
+use podset_operator::fence::Fence;
 use podset_operator::operator::{Election, Operator};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;

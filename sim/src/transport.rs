@@ -19,7 +19,7 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use kube::client::Body;
 use podset_operator::client::Admit as _;
 use podset_operator::client::NotSent;
-use podset_operator::leader::Fence;
+use podset_operator::fence::Fence;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep, sleep_until};

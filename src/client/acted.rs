@@ -69,7 +69,7 @@ fn fenced(e: &(dyn std::error::Error + 'static)) -> bool {
 mod tests {
     use super::*;
     use crate::client::{ControllerWrites, build};
-    use crate::leader::Fence;
+    use crate::fence::Fence;
 
     fn api_error(code: u16, reason: &str) -> kube::Error {
         api_error_saying(code, reason, "m")

@@ -144,7 +144,7 @@ mod tests {
     use tokio::net::{TcpListener, TcpStream};
 
     use crate::client::{ControllerWrites, REQUEST_TIMEOUT, build, may_have_acted};
-    use crate::leader::Fence;
+    use crate::fence::Fence;
 
     async fn api(scheme: &str, listener: &TcpListener) -> Api<Pod> {
         let addr = listener.local_addr().unwrap();

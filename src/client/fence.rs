@@ -7,7 +7,7 @@ use http::Request;
 use tower::BoxError;
 
 use super::guard::{Answer, Guard, Reply, mutating};
-use crate::leader::Fence;
+use crate::fence::Fence;
 
 /// The error of a write the fence refused.
 #[derive(Debug, thiserror::Error)]

@@ -15,7 +15,7 @@ use hyper_util::client::legacy::connect::{Connected, Connection};
 use tower::{BoxError, Service};
 
 use super::fence::Admit;
-use crate::leader::Fence;
+use crate::fence::Fence;
 
 /// A connector whose connections are [`Gated`] by `fence`.
 #[derive(Clone)]

@@ -34,7 +34,7 @@ use tower::retry::RetryLayer;
 use tower::util::option_layer;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt as _};
 
-use crate::leader::Fence;
+use crate::fence::Fence;
 use crate::metrics::Metrics;
 
 mod acted;

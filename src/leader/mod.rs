@@ -23,9 +23,7 @@
 //! `client::build`), and outside the fence: the leader must be able to renew.
 
 mod blocked;
-pub mod fence;
 pub mod record;
-pub mod suspended;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,10 +40,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::clock::Clock;
+use crate::fence::Fence;
 use crate::health::Health;
 use crate::jitter::jittered;
 use blocked::{Blocked, needs_a_person};
-pub use fence::Fence;
 use record::{Decision, Observed, Timing};
 
 pub struct LeaderElection {

@@ -16,8 +16,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::BoxError;
 
-use super::suspended::Suspended;
 use super::*;
+use crate::fence::suspended::Suspended;
 
 const NAME: &str = "lead";
 const LEASE: Duration = Duration::from_secs(3);

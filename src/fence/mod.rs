@@ -8,11 +8,12 @@
 //! that landed was sent, plus the renew deadline. The monotonic clock runs on while the
 //! process is paused, but not while its host is suspended: the fence adds the time the host
 //! was suspended, both after it opened and while the renewal that opened it was in flight
-//! (see [`suspended`](super::suspended)). A request refused here was never sent (see
+//! (see [`suspended`]). A request refused here was never sent (see
 //! `client::may_have_acted`).
 //!
-//! This is the fence's state, which the leader election moves; the client checks it (its
-//! fence layer, `client::fence`, and its write connections, `client::gated`).
+//! This is the fence's state, which the leader election moves (`leader`); the client checks
+//! it (its fence layer, `client::fence`, and its write connections, `client::gated`). It is
+//! a module of its own, beside both, so that neither imports the other.
 
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -22,7 +23,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::suspended::Suspended;
+pub mod suspended;
+
+use suspended::Suspended;
 
 const CLOSED: u64 = 0;
 const ALWAYS: u64 = u64::MAX;
