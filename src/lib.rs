@@ -22,6 +22,7 @@ pub mod monitoring;
 pub mod notify;
 pub mod operator;
 pub mod plan;
+pub mod pod;
 pub mod rbac;
 pub mod status_writes;
 pub mod telemetry;

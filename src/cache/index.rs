@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::pod::CachedPod;
+use crate::pod::CachedPod;
 use crate::uid::Uid;
 
 /// Only pods with a controlling owner are kept: no controller reads any other.

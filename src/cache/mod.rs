@@ -7,12 +7,8 @@
 
 mod caught_up;
 mod index;
-mod intern;
-mod pod;
-mod trouble;
 
-pub use pod::{CachedPod, Ended, Exited, Home, Notes, Owner, Phase, Stamp, controller_of};
-pub use trouble::Trouble;
+use crate::pod::{CachedPod, Owner, intern};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

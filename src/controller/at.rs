@@ -21,11 +21,11 @@ use super::context::{
 };
 use super::fresh;
 use crate::api::{At, AtPhase, AtStatus};
-use crate::cache::CachedPod;
 use crate::client;
 use crate::error::{Error, Result};
 use crate::plan::admitted;
 use crate::plan::at::{self as plan, Step};
+use crate::pod::CachedPod;
 use crate::status_writes::alike;
 
 const CONTROLLER: &str = "at";
@@ -193,7 +193,7 @@ async fn discard(at: &At, uid: &str, ctx: &Context) -> Result<bool> {
     };
     // Pending and ungated: released by the At past its start deadline, never started.
     let seen = CachedPod::from_pod(&pod);
-    if !seen.gated && seen.phase != crate::cache::Phase::Pending {
+    if !seen.gated && seen.phase != crate::pod::Phase::Pending {
         warn!(
             pod = name,
             "a pod this At was to delete unreleased was released by someone else; it is not deleted"

@@ -14,10 +14,10 @@ use super::context::{Context, publish, reconcile_within_deadline, retry_after};
 use super::replacing::{Failing, REASON_POD_FAILED};
 use super::{fresh, strays};
 use crate::api::PodSet;
-use crate::cache::CachedPod;
 use crate::error::{Error, Result};
-use crate::expectations::Readiness;
+use crate::plan::podset::Readiness;
 use crate::plan::podset::{self as plan, Next, Outcome, Plan, Seen, Step};
+use crate::pod::CachedPod;
 use crate::uid::Uid;
 
 const CONTROLLER: &str = "podset";

@@ -8,9 +8,9 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::cache::{CachedPod, Phase};
 use crate::plan::podset::Failure;
 use crate::plan::podset::replacing::{Failed, Streak, delay};
+use crate::pod::{CachedPod, Phase};
 use crate::uid::Uid;
 
 /// The reason PodSet reports, in its `ReplicaFailure` condition and events, while creates wait.

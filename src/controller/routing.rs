@@ -176,7 +176,7 @@ mod tests {
 
     fn touched(kind: &str, owner_uid: &str) -> PodChange {
         PodChange {
-            owner: crate::cache::Owner {
+            owner: crate::pod::Owner {
                 kind: kind.into(),
                 name: "x".into(),
                 uid: owner_uid.into(),
@@ -265,7 +265,7 @@ mod tests {
         assert!(ctx.backoff.is_empty(), "backoff kept");
         assert_eq!(
             ctx.expectations.readiness("ps-uid", Instant::now()),
-            crate::expectations::Readiness::Satisfied,
+            crate::plan::podset::Readiness::Satisfied,
             "expectations kept"
         );
     }

@@ -123,7 +123,7 @@ async fn list_strays(
         let page = api.list_metadata(&params).await?;
         for pod in &page.items {
             let meta = &pod.metadata;
-            let owner = crate::cache::controller_of(meta);
+            let owner = crate::pod::controller_of(meta);
             if let (Some(owner), Some(name), Some(uid)) = (owner, &meta.name, &meta.uid)
                 && owner.kind == "PodSet"
                 && meta.deletion_timestamp.is_none()
@@ -144,7 +144,7 @@ async fn list_strays(
 /// reference changed): the suspicion goes on to that PodSet, whose reconcile it asks for, as
 /// no watch event of the pod ever will (sim seeds 1031835, 1080717: counted by neither).
 fn hand_on(pod: &Pod, vanished: &Vanished, owner_uid: &str, ctx: &Context) {
-    let Some(now) = crate::cache::controller_of(&pod.metadata) else {
+    let Some(now) = crate::pod::controller_of(&pod.metadata) else {
         return;
     };
     if now.kind != "PodSet" || now.uid == owner_uid || !plan::release::out_of_watch(pod) {

@@ -20,8 +20,8 @@ use tracing::{Instrument, info, warn};
 use super::context::{Context, api_in};
 use super::routing::{managed_pods, watch_pods};
 use super::{Exported, STARTUP_GRACE, Settings};
-use crate::cache::controller_of;
 use crate::health::Health;
+use crate::pod::controller_of;
 use crate::uid::Uid;
 
 /// Empties the pod cache when the watch stops: what it held is no longer watched, nor managed.

@@ -19,6 +19,7 @@
 //! lost too, the name is looked up, not sent a third time: a send landed, and its pod may
 //! have been deleted since, which frees the name for a pod the spec may no longer want.
 
+use crate::plan::podset::Readiness;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -174,14 +175,6 @@ pub struct Unsettled {
     /// Creates a pod of whose name the watch showed while they were sent again.
     pub look_ups: Vec<String>,
     pub deletes: Vec<(Uid, String)>,
-}
-
-/// Whether an owner may be acted on.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Readiness {
-    Satisfied,
-    /// Still waiting for the watch; give up waiting after this long.
-    Waiting(Duration),
 }
 
 #[derive(Default, Debug)]

@@ -1,5 +1,5 @@
 use super::*;
-use crate::cache::Owner;
+use crate::pod::Owner;
 
 fn uid(s: &str) -> Uid {
     Uid::from(s)

@@ -38,9 +38,9 @@ use crate::api::{
     AT_COMMAND_CONTAINER, AT_GENERATION_ANNOTATION, At, AtPhase, AtStatus, BUSYBOX_IMAGE,
     MANAGED_BY_LABEL, MANAGED_BY_VALUE,
 };
-use crate::cache::{CachedPod, Phase};
 use crate::conditions::{self, Desired};
 use crate::plan::owned;
+use crate::pod::{CachedPod, Phase};
 use crate::uid::Uid;
 
 /// The only shape `spec.schedule` has (the CRD's pattern enforces it).

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use jiff::Timestamp;
 
 use crate::api::{PodSet, PodSetSpec};
-use crate::cache::{CachedPod, Phase, Stamp};
+use crate::pod::{CachedPod, Phase, Stamp};
 
 pub fn at(s: i64) -> Option<Stamp> {
     Some(Timestamp::from_second(s).unwrap().into())
@@ -15,7 +15,7 @@ pub fn pod(name: &str) -> CachedPod {
     CachedPod {
         name: name.into(),
         uid: format!("uid-{name}").as_str().into(),
-        home: crate::cache::Home::shared("ns", None),
+        home: crate::pod::Home::shared("ns", None),
         phase: Phase::Running,
         ready: true,
         ready_since: at(100),

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::events::EventType;
 
-use crate::cache::CachedPod;
 use crate::conditions::{self, Desired};
+use crate::pod::CachedPod;
 
 pub const CONDITION_PODS_HEALTHY: &str = "PodsHealthy";
 pub const REASON_HEALTHY: &str = "AllPodsHealthy";
@@ -65,8 +65,8 @@ pub fn note<'a>(old: &[Condition], new: &'a [Condition]) -> Option<(EventType, &
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::{Notes, Trouble};
     use crate::plan::fixtures;
+    use crate::pod::{Notes, Trouble};
     use jiff::Timestamp;
 
     fn troubled(name: &str, reason: &str) -> Arc<CachedPod> {

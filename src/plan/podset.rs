@@ -13,12 +13,20 @@ use std::cmp::Reverse;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::CachedPod;
-use crate::expectations::Readiness;
+use crate::pod::CachedPod;
 
 /// Finished (Succeeded/Failed) pods kept per PodSet for `kubectl logs`; older ones are deleted
 /// so that replaced pods do not pile up.
 pub const MAX_FINISHED_PODS: usize = 3;
+
+/// Whether the watch has shown all of an owner's own creates and deletes, as its expectations
+/// answer (`expectations::Expectations::readiness`): whether it may be acted on.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Readiness {
+    Satisfied,
+    /// Still waiting for the watch; give up waiting after this long.
+    Waiting(Duration),
+}
 
 /// What the shell knows of a PodSet when it decides.
 pub struct Seen<'a> {
@@ -205,8 +213,8 @@ pub fn slow_start_batches(total: usize) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::Phase;
     use crate::plan::fixtures::{arcs, at, names, pod};
+    use crate::pod::Phase;
 
     #[test]
     fn counts_only_active_pods() {

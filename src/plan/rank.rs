@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::cache::CachedPod;
+use crate::pod::CachedPod;
 
 /// The `n` pods to delete first, ranked as the ReplicaSet controller ranks them.
 pub fn victims(mut active: Vec<Arc<CachedPod>>, n: usize) -> Vec<Arc<CachedPod>> {
@@ -42,8 +42,8 @@ fn deletion_rank(p: &CachedPod, on_same_node: usize) -> impl Ord + use<> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::Phase;
     use crate::plan::fixtures::{arcs, at, names, pod};
+    use crate::pod::Phase;
     use k8s_openapi::api::core::v1::Pod;
 
     #[test]

@@ -219,7 +219,7 @@ async fn discard_stray(gated: bool) -> Vec<Sent> {
     let stray = CachedPod {
         uid: "stray-uid".into(),
         gated: true,
-        phase: crate::cache::Phase::Pending,
+        phase: crate::pod::Phase::Pending,
         ..crate::plan::fixtures::pod("job-pod")
     };
     let at = due_at();

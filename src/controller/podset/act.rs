@@ -12,11 +12,11 @@ use tracing::{info, warn};
 
 use super::calls::{Created, Deleted, create, delete, pods_api, prefix};
 use crate::api::PodSet;
-use crate::cache::CachedPod;
 use crate::controller::context::{Context, api_message, publish};
 use crate::expectations::{Answer, Unanswered, Write};
 use crate::plan::name;
 use crate::plan::podset::{self as plan, Failure, Outcome, Plan};
+use crate::pod::CachedPod;
 use crate::uid::Uid;
 
 /// Carries out `plan`, then, if it went well, deletes the finished pods in `trim`.

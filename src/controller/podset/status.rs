@@ -9,13 +9,13 @@ use kube::ResourceExt;
 use kube::api::Patch;
 
 use crate::api::{PodSet, PodSetStatus};
-use crate::cache::CachedPod;
 use crate::controller::context::{Context, publish, status_patch_params};
 use crate::controller::fresh::{api_of, read};
 use crate::controller::kept::kept;
 use crate::error::{Error, Result};
 use crate::plan::health;
 use crate::plan::podset::{self as plan, Outcome};
+use crate::pod::CachedPod;
 use crate::status_writes::alike;
 
 /// How a status patch ended.

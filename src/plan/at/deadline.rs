@@ -12,8 +12,8 @@ use kube::Resource;
 
 use super::{AtPhase, AtStatus, CONDITION_COMPLETED, Step, after_start_conditions};
 use crate::api::At;
-use crate::cache::{CachedPod, Phase};
 use crate::conditions::{self, Desired};
+use crate::pod::{CachedPod, Phase};
 
 pub const REASON_DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 

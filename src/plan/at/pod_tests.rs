@@ -3,7 +3,7 @@
 
 use super::tests::{SCHEDULE, at_with, condition, exited, pod, record, ts};
 use super::*;
-use crate::cache::{Ended, Notes, Trouble};
+use crate::pod::{Ended, Notes, Trouble};
 use kube::runtime::events::EventType;
 
 #[test]
@@ -61,7 +61,7 @@ fn created_pod_means_running_then_done_with_the_outcome() {
             reason: Some("Error".into()),
             message: Some("boom".into()),
         }),
-        command: Some(crate::cache::Exited {
+        command: Some(crate::pod::Exited {
             code: 3,
             reason: Some("Error".into()),
         }),

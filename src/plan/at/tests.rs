@@ -32,7 +32,7 @@ pub(super) fn pod(phase: Phase) -> CachedPod {
     CachedPod {
         name: "example-at-pod".into(),
         uid: "pod-uid".into(),
-        home: crate::cache::Home::shared("ns", None),
+        home: crate::pod::Home::shared("ns", None),
         phase,
         ready: false,
         ready_since: None,
@@ -49,8 +49,8 @@ pub(super) fn pod(phase: Phase) -> CachedPod {
 /// A pod that ended in `phase`, its container with `code`.
 pub(super) fn exited(phase: Phase, code: i32) -> CachedPod {
     CachedPod {
-        notes: Some(Box::new(crate::cache::Notes {
-            command: Some(crate::cache::Exited { code, reason: None }),
+        notes: Some(Box::new(crate::pod::Notes {
+            command: Some(crate::pod::Exited { code, reason: None }),
             ..Default::default()
         })),
         ..pod(phase)

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::cache::{CachedPod, Phase};
+use crate::pod::{CachedPod, Phase};
 use crate::uid::Uid;
 
 pub const FIRST: Duration = Duration::from_secs(1);
@@ -132,8 +132,8 @@ mod tests {
     fn failed(name: &str) -> Arc<CachedPod> {
         let mut p = pod(name);
         p.phase = Phase::Failed;
-        p.notes = Some(Box::new(crate::cache::Notes {
-            ended: Some(crate::cache::Ended {
+        p.notes = Some(Box::new(crate::pod::Notes {
+            ended: Some(crate::pod::Ended {
                 reason: Some("OutOfpods".into()),
                 message: Some("Pod was rejected: Node didn't have enough resource: pods".into()),
             }),

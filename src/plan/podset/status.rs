@@ -9,9 +9,9 @@ use kube::{Resource, ResourceExt};
 use super::pod::selector;
 use crate::api::decoded::Reported;
 use crate::api::{PodSet, PodSetStatus};
-use crate::cache::CachedPod;
 use crate::conditions::{self, Desired};
 use crate::plan::health;
+use crate::pod::CachedPod;
 
 pub const CONDITION_AVAILABLE: &str = "Available";
 pub const CONDITION_REPLICA_FAILURE: &str = "ReplicaFailure";

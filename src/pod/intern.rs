@@ -8,7 +8,7 @@ use std::sync::{Arc, LazyLock};
 
 use parking_lot::Mutex;
 
-use super::pod::Home;
+use super::Home;
 
 type Table<T> = LazyLock<Mutex<HashSet<Arc<T>>>>;
 

@@ -10,10 +10,13 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use super::intern;
-use super::trouble::{Trouble, trouble};
+pub mod intern;
+mod trouble;
+
 use crate::api::AT_COMMAND_CONTAINER;
 use crate::uid::Uid;
+pub use trouble::Trouble;
+use trouble::trouble;
 
 /// A pod phase, as the API reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
