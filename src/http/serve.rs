@@ -2,7 +2,9 @@
 //! client can hold is bounded: connections at once (in all, and per address), the time to
 //! finish a TLS handshake and to send a request's headers, the size of those headers, and a
 //! connection's lifetime. Beyond a bound a connection is closed, never queued; at the cap,
-//! the address holding the most connections gives one up to an address holding fewer.
+//! the address holding the most connections gives one up to an address holding fewer, and
+//! when every address holds as few, the oldest connection gives way: a newcomer (the
+//! kubelet's probe) is never refused for room.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -122,9 +124,11 @@ struct Held {
 
 impl Slots {
     /// A slot for a connection from `ip`: none if that address holds its share; at the cap in
-    /// all, the oldest connection of the address holding the most gives way, if it holds
-    /// more than `ip` would. So a client with few connections (a kubelet, a Prometheus) gets
-    /// in however many addresses fill the rest.
+    /// all, the oldest connection of the address holding the most gives way if it holds more
+    /// than `ip` would, else the oldest connection of all. So a client with few connections
+    /// (a kubelet, a Prometheus) gets in however many addresses fill the rest, even one
+    /// connection each: its request, sent as it connects, is answered long before as many
+    /// newer connections have come as there are slots.
     fn take(&self, ip: IpAddr) -> Option<Slot> {
         let mut held = self.0.lock();
         let from_ip = held.by_address.get(&ip).map_or(0, VecDeque::len);
@@ -132,15 +136,8 @@ impl Slots {
             return None;
         }
         if held.total >= MAX_CONNECTIONS {
-            let (&most, n) = held
-                .by_address
-                .iter()
-                .map(|(address, conns)| (address, conns.len()))
-                .max_by_key(|(_, n)| *n)?;
-            if n <= from_ip + 1 {
-                return None;
-            }
-            held.release(most, None)?.cancel();
+            let gives_way = held.to_give_way(from_ip)?;
+            held.release(gives_way, None)?.cancel();
         }
         let (id, closed) = (held.next_id, CancellationToken::new());
         held.next_id += 1;
@@ -159,6 +156,25 @@ impl Slots {
 }
 
 impl Held {
+    /// The address whose oldest connection makes room for one from an address holding
+    /// `from_ip`: the busiest, if it holds more than that address would; else the address of
+    /// the oldest connection.
+    fn to_give_way(&self, from_ip: usize) -> Option<IpAddr> {
+        let (&most, n) = self
+            .by_address
+            .iter()
+            .map(|(address, conns)| (address, conns.len()))
+            .max_by_key(|(_, n)| *n)?;
+        if n > from_ip + 1 {
+            return Some(most);
+        }
+        let oldest = self
+            .by_address
+            .iter()
+            .min_by_key(|(_, conns)| conns.front().map_or(u64::MAX, |(id, _)| *id))?;
+        Some(*oldest.0)
+    }
+
     /// Removes the connection `id` of `ip` (its oldest if `None`); its token, if it held one.
     fn release(&mut self, ip: IpAddr, id: Option<u64>) -> Option<CancellationToken> {
         let conns = self.by_address.get_mut(&ip)?;
@@ -215,6 +231,41 @@ mod tests {
         );
     }
 
+    /// Issue 46: 1,200 idle connections from as many addresses (pods of their own) held every
+    /// slot, one each, and the kubelet's probe was closed unanswered until they timed out: a
+    /// restart for the operator. At the cap a newcomer always gets in.
+    #[tokio::test]
+    async fn a_probe_is_answered_while_1200_idle_connections_are_held() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let app = Router::new().route("/readyz", axum::routing::get(|| async { "ok" }));
+        let shutdown = CancellationToken::new();
+        tokio::spawn(serve(listener, None, app, shutdown.clone()));
+        let mut idle = Vec::new();
+        for k in 0..1200u32 {
+            let from = IpAddr::from([127, 0, 1 + (k / 250) as u8, 2 + (k % 250) as u8]);
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind(SocketAddr::new(from, 0)).unwrap();
+            idle.push(socket.connect(([127, 0, 0, 1], port).into()).await.unwrap());
+        }
+        let probe = reqwest::Client::builder()
+            .timeout(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        for n in 0..10 {
+            let answer = probe
+                .get(format!("http://127.0.0.1:{port}/readyz"))
+                .send()
+                .await;
+            assert!(
+                answer.is_ok_and(|a| a.status() == 200),
+                "probe {n} unanswered beside {} idle connections",
+                idle.len()
+            );
+        }
+        shutdown.cancel();
+    }
+
     /// Many addresses fill every slot: a newcomer still gets in, and the connection that
     /// gives way is the oldest of an address holding the most.
     #[test]
@@ -245,7 +296,7 @@ mod tests {
         assert_eq!(slots.0.lock().total, MAX_CONNECTIONS);
         assert!(!probe.closed.is_cancelled());
 
-        // Once every address holds one, nobody gives way.
+        // Once every address holds one, the oldest connection of all gives way.
         drop(all);
         let ones: Vec<_> = (0..MAX_CONNECTIONS - 1)
             .map(|i| {
@@ -254,11 +305,9 @@ mod tests {
                     .unwrap()
             })
             .collect();
-        assert!(slots.take("10.3.0.1".parse().unwrap()).is_none());
-        assert!(
-            ones.iter()
-                .chain([&probe])
-                .all(|s| !s.closed.is_cancelled())
-        );
+        let newcomer = slots.take("10.3.0.1".parse().unwrap());
+        assert!(newcomer.is_some(), "a newcomer refused at the cap");
+        assert!(probe.closed.is_cancelled(), "the oldest did not give way");
+        assert!(ones.iter().all(|s| !s.closed.is_cancelled()));
     }
 }
