@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Result, ensure};
 use futures::future::try_join_all;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
@@ -13,6 +13,7 @@ use kube::ResourceExt;
 use kube::api::{ListParams, PostParams};
 use podset_operator::api::PodSet;
 use testenv::MaxPods;
+use testenv::connect_proxy::ConnectProxy;
 use testenv::harness::{
     Operator, PROMPTLY, TestNs, cluster_without_nodes, leader_args, lease_holder, podset, poll,
     seeded_rng, wait_for_holder,
@@ -90,6 +91,39 @@ async fn replies_lost_during_a_scale_up_never_take_a_podset_over_its_spec() -> R
     for uid in &uids {
         let most = max.get(uid).copied().unwrap_or(0);
         assert!(most <= REPLICAS, "a PodSet had {most} pods at once");
+    }
+    operator.assert_healthy();
+    Ok(())
+}
+
+/// Issue 46: a cluster reached only through the kubeconfig's `proxy-url` was not reached at
+/// all (the operator's own HTTP stack ignored it). The walkthrough's PodSet converges with
+/// every connection tunnelled to the API server.
+#[tokio::test]
+async fn the_api_server_is_reached_through_the_kubeconfigs_proxy() -> Result<()> {
+    let ns = TestNs::new_in(cluster_without_nodes().await?, "proxy-url").await?;
+    let proxy = ConnectProxy::start().await?;
+    let mut operator = ns
+        .start_operator_via(&proxy, &["--controllers=podset"])
+        .await?;
+    ns.api::<PodSet>()
+        .create(&PostParams::default(), &podset("via-proxy", 3))
+        .await?;
+    poll(
+        PROMPTLY,
+        "the PodSet converged through the proxy",
+        || async {
+            let ps = ns.api::<PodSet>().get("via-proxy").await?;
+            Ok(ps.status.is_some_and(|s| s.pod_names.len() == 3))
+        },
+    )
+    .await?;
+    let asked = proxy.asked();
+    let api = ns.cluster.api_addr();
+    ensure!(!asked.is_empty(), "nothing went through the proxy");
+    for head in &asked {
+        ensure!(head.starts_with("CONNECT "), "{head}");
+        ensure!(head.contains(&format!(":{} ", api.port())), "{head}");
     }
     operator.assert_healthy();
     Ok(())

@@ -25,6 +25,8 @@ use hyper_timeout::TimeoutConnector;
 use hyper_util::client::legacy::{Builder, connect::HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::{ConfigExt, RustlsTlsError};
+
+use super::proxy::Dial;
 use tower::{BoxError, Service};
 
 /// How long the reads' HTTP/2 connection may deliver no byte before it is asked for a sign of
@@ -68,9 +70,7 @@ pub(super) fn tcp_connector() -> HttpConnector {
 /// The reads' connector: kube's TLS settings from the kubeconfig, offering HTTP/2 before
 /// HTTP/1.1 (kube's own connector offers HTTP/1.1 only: kube-rs/kube#1923). An API server
 /// that does not speak HTTP/2 gets HTTP/1.1.
-pub(super) fn reads_connector(
-    config: &kube::Config,
-) -> Result<HttpsConnector<HttpConnector>, kube::Error> {
+pub(super) fn reads_connector(config: &kube::Config) -> Result<HttpsConnector<Dial>, kube::Error> {
     let builder = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(config.rustls_client_config()?)
         .https_or_http();
@@ -87,7 +87,7 @@ pub(super) fn reads_connector(
     Ok(builder
         .enable_http1()
         .enable_http2()
-        .wrap_connector(tcp_connector()))
+        .wrap_connector(Dial::new(config)?))
 }
 
 /// The reads' client, with the HTTP/2 health check.

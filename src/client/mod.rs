@@ -45,11 +45,12 @@ mod fence;
 mod gated;
 mod guard;
 mod limit;
+mod proxy;
 mod retry;
 mod warnings;
 pub use acted::{NotSent, may_have_acted};
 pub use connection::{PING_AFTER_IDLE, PING_TIMEOUT, READ_IDLE_TIMEOUT};
-use connection::{reads_client, reads_connector, tcp_connector, with_timeouts, writes_client};
+use connection::{reads_client, reads_connector, with_timeouts, writes_client};
 use counted::Counted;
 pub use deadline::REQUEST_TIMEOUT;
 use fence::FenceLayer;
@@ -134,8 +135,8 @@ pub fn user_agent(instance: &str) -> String {
 }
 
 /// kube's default stack (kubeconfig TLS and auth, impersonation headers, connect and read
-/// timeouts) over a connector with `TCP_NODELAY`, without kube's retry policy. Proxies from
-/// the kubeconfig are not supported (an operator talks to its own cluster's API server).
+/// timeouts) over a connector with `TCP_NODELAY`, through the kubeconfig's proxy if it names
+/// one (`proxy`), without kube's retry policy.
 /// Cloneable, so a retry can send a request again. Reads and watches share an HTTP/2
 /// connection with a health check; writes go on HTTP/1.1 connections of their own, [`gated`]
 /// by `fence` when there is one (see `connection`).
@@ -153,7 +154,7 @@ fn http_stack(
     let writes = match fence {
         Some(fence) => {
             let gated = gated::GatedConnector {
-                inner: config.rustls_https_connector_with_connector(tcp_connector())?,
+                inner: config.rustls_https_connector_with_connector(proxy::Dial::new(&config)?)?,
                 fence,
             };
             tower::util::Either::Left(writes_client().build(with_timeouts(gated)))

@@ -14,6 +14,7 @@
 mod access;
 pub mod audit;
 mod components;
+pub mod connect_proxy;
 pub mod harness;
 pub mod helm;
 mod max_pods;

@@ -111,6 +111,30 @@ impl TestNs {
             .await
     }
 
+    /// Starts the operator as its ServiceAccount with a kubeconfig whose `proxy-url` is the
+    /// CONNECT `proxy`: the API server is reached through it.
+    pub async fn start_operator_via(
+        &self,
+        proxy: &crate::connect_proxy::ConnectProxy,
+        extra_args: &[&str],
+    ) -> Result<Operator> {
+        let direct = self
+            .cluster
+            .service_account_kubeconfig(&self.name, OPERATOR_SA)
+            .await?;
+        let yaml = std::fs::read_to_string(&direct)?.replacen(
+            "    certificate-authority:",
+            &format!(
+                "    proxy-url: {}\n    certificate-authority:",
+                proxy.url(None)
+            ),
+            1,
+        );
+        let proxied = direct.with_extension("proxied");
+        std::fs::write(&proxied, yaml)?;
+        self.start_operator_with(&proxied, extra_args)
+    }
+
     /// Starts the operator as its ServiceAccount, talking to the API server through the
     /// Sieve `proxy`, which it trusts as its server.
     pub async fn start_operator_behind(
