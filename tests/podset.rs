@@ -70,6 +70,19 @@ async fn walkthrough_create_scale_and_delete() -> Result<()> {
     )
     .await?;
     let five = converged(&ns, "podset-sample", 5).await?;
+    // As `kubectl get replicasets` does, `kubectl get podsets` shows how many pods are
+    // Ready: all five, once their containers run.
+    poll(PROMPTLY, "kubectl to show 5 desired, 5 ready", || async {
+        let table = ns.kubectl(&["get", "podset", "podset-sample"])?;
+        let columns: Vec<Vec<&str>> = table
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        Ok(columns.first().map(|h| h[..4].to_vec())
+            == Some(vec!["NAME", "DESIRED", "READY", "AVAILABLE"])
+            && columns.get(1).map(|r| r[1..4].to_vec()) == Some(vec!["5", "5", "5"]))
+    })
+    .await?;
 
     // Scale down to 1 through the scale subresource. Victims follow the ranking: the pod
     // with the highest pod-deletion-cost survives even though it is not the oldest.

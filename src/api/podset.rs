@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
         label_selector_path = ".status.selector"
     ),
     printcolumn = r#"{"name":"Desired","type":"integer","description":"Pods wanted","jsonPath":".spec.replicas"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","description":"Ready pods","jsonPath":".status.readyReplicas"}"#,
     printcolumn = r#"{"name":"Available","type":"integer","description":"Pending or Running pods","jsonPath":".status.availableReplicas"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     doc = "A PodSet keeps a number of identical pods running, like a small ReplicaSet."
@@ -62,6 +63,11 @@ pub struct PodSetStatus {
     /// How many pods are available (Pending or Running, not terminating).
     #[serde(default)]
     pub available_replicas: i32,
+
+    /// How many of the available pods are Ready (their Ready condition True), as a
+    /// ReplicaSet's `readyReplicas`.
+    #[serde(default)]
+    pub ready_replicas: i32,
 
     /// The `metadata.generation` this status was computed for.
     #[serde(default, skip_serializing_if = "Option::is_none")]

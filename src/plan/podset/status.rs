@@ -70,6 +70,7 @@ pub fn status(
         .collect();
     pod_names.sort();
     let available = i32::try_from(pod_names.len()).unwrap_or(i32::MAX);
+    let ready = pods.iter().filter(|p| p.is_active() && p.ready).count();
     let generation = ps.meta().generation;
     let replicas = ps.spec.replicas;
     let available_condition = Desired {
@@ -122,6 +123,7 @@ pub fn status(
     PodSetStatus {
         pod_names,
         available_replicas: available,
+        ready_replicas: i32::try_from(ready).unwrap_or(i32::MAX),
         observed_generation: generation,
         selector: Some(selector(&ps.name_any())),
         conditions: conds,
@@ -147,11 +149,17 @@ mod tests {
         let ps = podset(3);
         let mut gone = pod("c-gone");
         gone.terminating = true;
-        let pods = arcs(vec![pod("b"), pod("a"), gone]);
+        let mut starting = pod("b");
+        starting.ready = false;
+        let pods = arcs(vec![starting, pod("a"), gone]);
         let now = Timestamp::from_second(1_000).unwrap();
         let s = status(&ps, ps.status.as_ref(), &pods, &Outcome::Succeeded, now);
         assert_eq!(s.pod_names, ["a", "b"]);
         assert_eq!(s.available_replicas, 2);
+        assert_eq!(
+            s.ready_replicas, 1,
+            "a terminating pod's readiness counts for nothing"
+        );
         assert_eq!(s.observed_generation, Some(3));
         assert_eq!(s.selector.as_deref(), Some("app=web,version=v0.1"));
         let available = conditions::find(&s.conditions, CONDITION_AVAILABLE).unwrap();

@@ -45,16 +45,27 @@ pub async fn converged_within(
             let mut names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
             names.sort();
             let status = ps.status.clone().unwrap_or_default();
+            let ready = pods.iter().filter(|p| is_ready(p)).count();
             let ok = pods.len() == n
                 && pods.iter().all(|p| phase(p) == "Running")
                 && status.pod_names == names
                 && status.available_replicas == n as i32
+                && status.ready_replicas == ready as i32
                 && status.observed_generation == ps.metadata.generation
                 && condition(&ps, CONDITION_AVAILABLE).is_some_and(|c| c.0 == "True");
             Ok(ok.then_some(pods))
         },
     )
     .await
+}
+
+/// The pod's Ready condition is True.
+fn is_ready(pod: &Pod) -> bool {
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 /// Waits until At `name`'s pod exists and is released from its scheduling gate (the
