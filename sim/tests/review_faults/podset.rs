@@ -552,3 +552,44 @@ fn a_pod_handed_on_after_it_left_the_watch_is_released_by_its_new_owner() {
     });
     assert_ok(&report);
 }
+
+/// Sim seed 3030877: a pod unlabelled out of the watch was read by its owner's look-up, then
+/// handed to another PodSet while the release was on its way; the release met 422 (its test
+/// of the controller reference failed) and was dropped as "changed by its editor". The new
+/// owner never heard of the pod, which ran on under it, counted by neither. Now a release
+/// the pod's changes refused reads the pod again and hands the suspicion on.
+#[test]
+fn a_pod_handed_on_while_its_release_is_in_flight_is_released_by_its_new_owner() {
+    let report = play(33, Setup::default(), |scene| async move {
+        let l = leader(&scene).await?;
+        scene.user(create_web(2));
+        scene.user(Action::CreatePodSet {
+            ns: "ns-a",
+            name: "db".into(),
+            replicas: 1,
+        });
+        scene
+            .until("three pods", secs(30), |s| {
+                pods_of(s, Kind::PodSet, "ns-a", "web").len() == 2
+                    && pods_of(s, Kind::PodSet, "ns-a", "db").len() == 1
+            })
+            .await?;
+        scene.converged(secs(60)).await;
+        // The release reaches the server once the pod was handed on.
+        let held = plan(Before::Hold(secs(5)), After::Reply);
+        scene.rule(rule(Some(l), Method::PATCH, "/pods/web-pod", held, 1));
+        let (ns, podset, pick) = ("ns-a", "web".to_string(), 0);
+        scene.user(Action::UnlabelPod { ns, podset, pick });
+        scene.sleep(secs(2)).await;
+        let (podset, to) = ("web".to_string(), Some("db".to_string()));
+        scene.user(Action::Disown {
+            ns,
+            podset,
+            pick,
+            to,
+        });
+        scene.converged(secs(120)).await;
+        Ok(())
+    });
+    assert_ok(&report);
+}
