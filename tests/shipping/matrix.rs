@@ -41,7 +41,7 @@ const TAKEN: &[(&str, Option<&str>)] = &[
     ),
     (
         "metrics.port=9443,healthProbe.port=9081",
-        Some("--metrics-bind-address=0.0.0.0:9443"),
+        Some("--metrics-bind-address=:9443"),
     ),
     ("metrics.secure=false", Some("--metrics-secure=false")),
     (
