@@ -32,7 +32,7 @@ const TAKEN: &[(&str, Option<&str>)] = &[
         Some("--leader-election-id=custom-lease"),
     ),
     (
-        "leaderElection.leaseDurationSeconds=60",
+        "leaderElection.leaseDurationSeconds=60,terminationGracePeriodSeconds=60",
         Some("--lease-duration-seconds=60"),
     ),
     (
@@ -76,6 +76,11 @@ const REFUSED: &[(&str, &str)] = &[
     (
         "terminationGracePeriodSeconds=5",
         "is not below terminationGracePeriodSeconds",
+    ),
+    // 10 s of reconciles and up to 40 s to release a 60 s Lease do not fit in 30 s.
+    (
+        "leaderElection.leaseDurationSeconds=60",
+        "plus the Lease's release (up to 40 s",
     ),
     ("metrics.port=8081", "could not bind it"),
     ("leaderElection.leaseDurationSeconds=1", "outside 2 to 3600"),
