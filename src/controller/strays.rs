@@ -194,7 +194,7 @@ async fn release_one<K: Resource<DynamicType = ()>>(
         let Some(pod) = api.get_opt(name).await? else {
             return Ok(());
         };
-        if !pod.uid().is_some_and(|u| vanished.uid == *u.as_str()) {
+        if pod.uid().is_none_or(|u| vanished.uid != *u.as_str()) {
             return Ok(());
         }
         let Some(stray) = plan::release::stray(&pod, &owner_uid) else {
