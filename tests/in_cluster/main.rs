@@ -1,6 +1,7 @@
 //! The operator as it ships: its own image (built offline by hack/build-image.sh) running as
 //! two pods on a real node, installed by kustomize (`make deploy-local`, the very script) and
-//! by the Helm chart. Both replicas become Ready through their probes, exactly one holds the
+//! by the Helm chart (its previous release, then upgraded to this one as released: an OCI
+//! artifact in the cluster's registry). Both replicas become Ready through their probes, exactly one holds the
 //! Lease, PodSets converge, deleting the leader's pod hands the Lease over within its
 //! duration, the logs are JSON lines, and /metrics answers in the cluster. Both install into a
 //! namespace that enforces the restricted Pod Security Standard, which the pods meet.
@@ -36,11 +37,6 @@ async fn real_node_cluster(key: &'static str) -> Result<Arc<Cluster>> {
 
 async fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<String> {
     testenv::run_command(repo(), program, args, env).await
-}
-
-/// The chart the Helm test installs.
-fn chart() -> PathBuf {
-    repo().join("charts/podset-operator")
 }
 
 /// One image build at a time: both tests build it, and hack/build-static.sh writes one
@@ -274,9 +270,18 @@ async fn kustomize_install_from_the_local_image_runs_in_the_cluster() -> Result<
     .await
 }
 
-/// The Helm chart with the same image, pushed by the test into the cluster's registry.
+/// The chart's previous release, packaged from the chart as stop 51 landed it (a165bf3),
+/// as a user who installed it then has it.
+fn previous_chart() -> PathBuf {
+    repo().join("tests/in_cluster/charts/podset-operator-0.1.0.tgz")
+}
+
+/// The previous release of the chart, then an upgrade to this one by its release artifacts
+/// alone: the chart `make helm-package` packages with the image, pushed as an OCI artifact
+/// to the cluster's registry, its CRDs applied from that artifact, `helm upgrade` from
+/// `oci://` resetting to its values. Nothing is lost on the way.
 #[tokio::test]
-async fn helm_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
+async fn helm_upgrade_from_the_previous_chart_to_the_oci_release_loses_nothing() -> Result<()> {
     let cluster = real_node_cluster("helm").await?;
     let archive: PathBuf = cluster.dir().join("podset-operator.tar");
     {
@@ -285,34 +290,40 @@ async fn helm_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
         run("bash", &["hack/build-image.sh", &out], &[]).await?;
     }
     let registry = cluster.registry().context("no registry")?;
-    testenv::registry::push(registry, &archive, "podset-operator:helm").await?;
+    testenv::registry::push(registry, &archive, "podset-operator:previous").await?;
     let image = cluster
         .image_ref("podset-operator")
         .context("no registry")?;
     let ns = "ps-helm";
     cluster.create_namespace(ns).await?;
     common::enforce_restricted(&cluster.client().await?, ns).await?;
-    let host = cluster.api_host.to_string();
-    let port = cluster.api_port.to_string();
-    let values = [
-        format!("image.repository={image}"),
-        "image.tag=helm".into(),
-        "extraEnv[0].name=KUBERNETES_SERVICE_HOST".into(),
-        format!("extraEnv[0].value={host}"),
-        "extraEnv[1].name=KUBERNETES_SERVICE_PORT".into(),
-        format!("extraEnv[1].value={port}"),
-    ];
-    // The helm CLI, as a user installs and upgrades (Helm 4 applies server-side, under the
-    // field manager "helm").
+    // The local cluster has no kube-proxy: the pods reach the API server by its address.
+    let api_server = format!(
+        "extraEnv[0].name=KUBERNETES_SERVICE_HOST,extraEnv[0].value={},\
+         extraEnv[1].name=KUBERNETES_SERVICE_PORT,extraEnv[1].value={}",
+        cluster.api_host, cluster.api_port
+    );
+    let previous = format!("{api_server},image.repository={image},image.tag=previous");
+    // The previous release runs this version's image (the only one built), whose status has
+    // fields 0.1.0's CRDs would prune (readyReplicas): this version's CRDs go first, and
+    // Helm installs none of its own (`--skip-crds`).
     let kc = cluster.kubeconfig().display().to_string();
-    let sets = values.join(",");
+    let crds = [
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--kubeconfig",
+        &kc,
+    ];
+    let crds = [&crds[..], &["-f", "charts/podset-operator/crds/"]].concat();
+    run("kubectl", &crds, &[]).await?;
     testenv::helm::release(
         testenv::helm::Release::Install,
         cluster.kubeconfig(),
         "ps",
-        &chart(),
+        &previous_chart(),
         ns,
-        &["--set-string", &sets],
+        &["--skip-crds", "--set-string", &previous],
     )
     .await?;
     let install = Install {
@@ -325,30 +336,102 @@ async fn helm_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
         metrics_reader: "ps-podset-operator-metrics-reader".into(),
     };
     install.prove().await?;
-    // As the README's Upgrade section says: the CRDs by server-side apply, then `helm upgrade`
-    // (the helm CLI) with a new image tag.
+    let current = format!("{image}:current");
     let upgrade = async {
-        testenv::registry::push(registry, &archive, "podset-operator:upgraded").await?;
-        let crds = [
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--kubeconfig",
-            &kc,
-        ];
-        let crds = [&crds[..], &["-f", "charts/podset-operator/crds/"]].concat();
-        run("kubectl", &crds, &[]).await?;
-        let more = ["--reuse-values", "--set", "image.tag=upgraded"];
+        testenv::registry::push(registry, &archive, "podset-operator:current").await?;
+        let chart = oci_release(&cluster, &current).await?;
         testenv::helm::release(
             testenv::helm::Release::Upgrade,
             cluster.kubeconfig(),
             "ps",
-            &chart(),
+            Path::new(&chart.url),
             ns,
-            &more,
+            &[
+                "--version",
+                &chart.version,
+                "--plain-http",
+                "--reset-values",
+                "--set-string",
+                &api_server,
+            ],
         )
         .await
         .map(drop)
     };
-    upgrade::loses_nothing(&install, upgrade).await
+    upgrade::loses_nothing(&install, upgrade).await?;
+    let deployment = install.api::<Deployment>().get(&install.deployment).await?;
+    let spec = deployment
+        .spec
+        .and_then(|s| s.template.spec)
+        .context("no pod spec")?;
+    ensure!(
+        spec.containers[0].image.as_deref() == Some(current.as_str()),
+        "the upgrade runs {:?}, not the packaged {current}",
+        spec.containers[0].image
+    );
+    Ok(())
+}
+
+/// A chart released as a user releases it.
+struct OciChart {
+    url: String,
+    version: String,
+}
+
+/// `make helm-package IMG=image CHART_REGISTRY=<registry>/charts` (its script), then the
+/// CRDs of what was pushed applied server-side, as the README's Upgrade section says.
+async fn oci_release(cluster: &Cluster, image: &str) -> Result<OciChart> {
+    let registry = cluster.registry().context("no registry")?;
+    // CHART_VERSION's default in the Makefile: the chart's own.
+    let chart_yaml = std::fs::read_to_string(repo().join("charts/podset-operator/Chart.yaml"))?;
+    let version = chart_yaml
+        .lines()
+        .find_map(|l| l.strip_prefix("version: "))
+        .context("Chart.yaml has no version")?
+        .to_string();
+    let dir = cluster.dir().join("dist");
+    let dir = dir.display().to_string();
+    run(
+        "bash",
+        &["hack/release.sh", "chart", image, &version, &dir],
+        &[],
+    )
+    .await?;
+    let tgz = format!("{dir}/podset-operator-{version}.tgz");
+    let to = format!("{registry}/charts");
+    let plain = [("PLAIN_HTTP", "1")];
+    run(
+        "bash",
+        &["hack/release.sh", "push-chart", &tgz, &to],
+        &plain,
+    )
+    .await?;
+    let url = format!("oci://{to}/podset-operator");
+    // `helm show crds` would do, but Helm 4 prints `Pulled:` and `Digest:` on its stdout.
+    let untar = cluster.dir().join("dist/pulled");
+    let into = untar.display().to_string();
+    let pull = [
+        "pull",
+        &url,
+        "--version",
+        &version,
+        "--plain-http",
+        "--untar",
+        "-d",
+        &into,
+    ];
+    testenv::helm::run(&pull).await?;
+    let kc = cluster.kubeconfig().display().to_string();
+    let file = untar.join("podset-operator/crds").display().to_string();
+    let apply = [
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--kubeconfig",
+        &kc,
+        "-f",
+        &file,
+    ];
+    run("kubectl", &apply, &[]).await?;
+    Ok(OciChart { url, version })
 }
