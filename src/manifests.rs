@@ -25,7 +25,20 @@ pub fn generated() -> Vec<(PathBuf, String)> {
     let rules = yaml(&rbac::rules());
     let alert_rules = yaml(&alerts::groups());
     let dashboard = dashboard::json_text(&dashboard::dashboard());
-    vec![
+    let user_roles = rbac::user_roles().into_iter().flat_map(|role| {
+        let file = role.name().replace('-', "_");
+        [
+            (
+                format!("config/rbac/{file}_role.yaml").into(),
+                yaml(&role.cluster_role()),
+            ),
+            (
+                format!("charts/podset-operator/files/{}-rules.yaml", role.name()).into(),
+                yaml(&role.rules),
+            ),
+        ]
+    });
+    let mut files: Vec<(PathBuf, String)> = vec![
         (
             "config/prometheus/podset-operator.rules.yaml".into(),
             alert_rules.clone(),
@@ -94,7 +107,9 @@ pub fn generated() -> Vec<(PathBuf, String)> {
             "charts/podset-operator/files/metrics-reader-rules.yaml".into(),
             yaml(&rbac::metrics_reader_rules()),
         ),
-    ]
+    ];
+    files.extend(user_roles);
+    files
 }
 
 /// Writes every generated file below `root`.
@@ -140,7 +155,11 @@ mod tests {
             rbac::metrics_auth_rules(),
             rbac::metrics_reader_rules(),
         ];
-        for rule in every_rule.iter().flatten() {
+        let user_rules: Vec<_> = rbac::user_roles()
+            .into_iter()
+            .flat_map(|r| r.rules)
+            .collect();
+        for rule in every_rule.iter().flatten().chain(&user_rules) {
             let resources = rule.resources.clone().unwrap_or_default();
             for forbidden in [
                 "secrets",

@@ -3,6 +3,9 @@
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+
+use crate::api::{At, PodSet};
 
 /// Name of the ClusterRole (or, for a one-namespace install, Role) holding [`rules`].
 pub const MANAGER_ROLE: &str = "podset-operator-manager";
@@ -92,6 +95,104 @@ pub fn metrics_reader_rules() -> Vec<PolicyRule> {
         verbs: vec!["get".into()],
         ..Default::default()
     }]
+}
+
+/// What a role for people grants on a custom resource: kubebuilder's `<kind>_editor_role` and
+/// `<kind>_viewer_role`. The operator holds neither; they are for the cluster's users.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Editor,
+    Viewer,
+}
+
+impl Access {
+    pub const ALL: [Access; 2] = [Access::Editor, Access::Viewer];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Access::Editor => "editor",
+            Access::Viewer => "viewer",
+        }
+    }
+
+    /// The verbs on the resource itself; both may also `get` its status.
+    pub fn verbs(self) -> &'static [&'static str] {
+        match self {
+            Access::Editor => &[
+                "create", "delete", "get", "list", "patch", "update", "watch",
+            ],
+            Access::Viewer => &["get", "list", "watch"],
+        }
+    }
+
+    /// The built-in ClusterRoles this one is aggregated into (by the label
+    /// `rbac.authorization.k8s.io/aggregate-to-<role>: "true"`): whoever is bound to `edit`
+    /// or `admin` in a namespace may edit, whoever is bound to `view` may read.
+    pub fn aggregate_to(self) -> &'static [&'static str] {
+        match self {
+            Access::Editor => &["admin", "edit"],
+            Access::Viewer => &["view"],
+        }
+    }
+}
+
+/// A role for people on one of the custom resources.
+#[derive(Clone, Debug)]
+pub struct UserRole {
+    /// The kind in lower case (`podset`), as kubebuilder names the role's file.
+    pub kind: String,
+    pub access: Access,
+    pub rules: Vec<PolicyRule>,
+}
+
+impl UserRole {
+    fn of<K: Resource<DynamicType = ()>>(access: Access) -> Self {
+        let (group, plural) = (K::group(&()), K::plural(&()));
+        let status = format!("{plural}/status");
+        Self {
+            kind: K::kind(&()).to_lowercase(),
+            access,
+            rules: vec![
+                rule(&group, &[&plural], access.verbs()),
+                rule(&group, &[&status], &["get"]),
+            ],
+        }
+    }
+
+    /// `<kind>-<access>`: `podset-editor`.
+    pub fn name(&self) -> String {
+        format!("{}-{}", self.kind, self.access.name())
+    }
+
+    /// The ClusterRole of the kustomize layout, `podset-operator-<kind>-<access>-role`,
+    /// labelled for aggregation.
+    pub fn cluster_role(&self) -> ClusterRole {
+        let mut role = cluster_role(
+            &format!("podset-operator-{}-role", self.name()),
+            self.rules.clone(),
+        );
+        role.metadata.labels = Some(
+            self.access
+                .aggregate_to()
+                .iter()
+                .map(|to| {
+                    (
+                        format!("rbac.authorization.k8s.io/aggregate-to-{to}"),
+                        "true".into(),
+                    )
+                })
+                .collect(),
+        );
+        role
+    }
+}
+
+/// An editor and a viewer role for each custom resource.
+pub fn user_roles() -> Vec<UserRole> {
+    Access::ALL
+        .into_iter()
+        .flat_map(|access| [UserRole::of::<PodSet>(access), UserRole::of::<At>(access)])
+        .collect()
 }
 
 fn cluster_role(name: &str, rules: Vec<PolicyRule>) -> ClusterRole {
