@@ -132,3 +132,43 @@ pub async fn assert_manager_rights(kc: &Path, sa: (&str, &str), ns: &str) -> Res
     .await?;
     assert_can(kc, sa, "create", "events.events.k8s.io", &scope).await
 }
+
+/// The editor and viewer roles for people are aggregated into the built-in ones: accounts
+/// bound to `view` and to `edit` in `ns` may read, and edit, PodSets and Ats there.
+pub async fn assert_user_roles_aggregated(kc: &Path, ns: &str) -> Result<()> {
+    for (role, account) in [("view", "a-viewer"), ("edit", "an-editor")] {
+        let subject = format!("--serviceaccount={ns}:{account}");
+        let clusterrole = format!("--clusterrole={role}");
+        let name = format!("{account}-{role}");
+        kubectl(
+            kc,
+            &[
+                "create",
+                "rolebinding",
+                &name,
+                &clusterrole,
+                &subject,
+                "-n",
+                ns,
+            ],
+        )
+        .await?;
+    }
+    let scope = ["-n", ns];
+    for what in [
+        "podsets.app.example.com",
+        "ats.cnat.programming-kubernetes.info",
+    ] {
+        let status = format!("{what}/status");
+        let viewer = (ns, "a-viewer");
+        assert_can(kc, viewer, "list", what, &scope).await?;
+        assert_can(kc, viewer, "get", &status, &scope).await?;
+        assert_cannot(kc, viewer, "create", what, &scope).await?;
+        let editor = (ns, "an-editor");
+        for verb in ["create", "update", "patch", "delete", "watch"] {
+            assert_can(kc, editor, verb, what, &scope).await?;
+        }
+        assert_cannot(kc, editor, "patch", &status, &scope).await?;
+    }
+    Ok(())
+}

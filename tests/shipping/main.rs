@@ -19,13 +19,14 @@ mod access;
 mod manifests;
 mod matrix;
 mod metrics;
+mod options;
 mod release;
 mod render;
 mod wait;
 
 use access::*;
 use metrics::Installed;
-use release::{Release, metrics_rbac_objects};
+use release::{Release, metrics_rbac_objects, user_role_objects};
 use render::*;
 use wait::*;
 
@@ -77,7 +78,9 @@ async fn helm_install_cluster_wide_then_uninstall() -> Result<()> {
         format!("clusterrolebinding/{fullname}-manager"),
     ];
     cluster_objects.extend(metrics_rbac_objects(fullname));
+    cluster_objects.extend(user_role_objects(fullname));
     wait_objects(kc, "", &cluster_objects, true).await?;
+    assert_user_roles_aggregated(kc, &other).await?;
 
     // RBAC: the manager rules in every namespace, leases in its own, nothing more.
     let sa = release.service_account();
@@ -119,20 +122,23 @@ async fn helm_install_single_namespace_then_uninstall() -> Result<()> {
         format!("rolebinding/{fullname}-manager"),
     ];
     wait_objects(kc, &watched, &watched_objects, true).await?;
-    let metrics_objects = metrics_rbac_objects(fullname);
+    // Cluster-wide: the metrics reviews' RBAC, and the roles for people (bound per namespace).
+    let mut metrics_objects = metrics_rbac_objects(fullname);
+    metrics_objects.extend(user_role_objects(fullname));
     wait_objects(kc, "", &metrics_objects, true).await?;
     let out = kubectl(
         kc,
         &["get", "clusterroles,clusterrolebindings", "-o", "name"],
     )
     .await?;
-    let cluster_wide: Vec<&str> = out
+    let cluster_wide: BTreeSet<&str> = out
         .lines()
         .filter(|l| l.contains(fullname.as_str()))
         .collect();
     assert_eq!(
-        cluster_wide, metrics_objects,
-        "a namespaced install made more cluster-wide RBAC than the metrics reviews need"
+        cluster_wide,
+        metrics_objects.iter().map(String::as_str).collect(),
+        "a namespaced install made more cluster-wide RBAC than the metrics reviews and the roles for people"
     );
     let deploy = kubectl(kc, &["get", "deployment", fullname, "-n", ns, "-o", "json"]).await?;
     let deploy: Value = serde_json::from_str(&deploy)?;

@@ -57,16 +57,20 @@ async fn chart_lints_and_renders_both_scopes() -> Result<()> {
     assert_metrics_rbac(&docs, "ops")?;
 
     // One namespace: the manager rules in a Role + RoleBinding there; cluster-wide, only the
-    // metrics reviews (TokenReviews and SubjectAccessReviews have no namespace).
+    // metrics reviews (TokenReviews and SubjectAccessReviews have no namespace) and the roles
+    // for people (bound per namespace).
     let docs = render(&["--set-string", "watchNamespace=team-a"]).await?;
-    assert_eq!(
-        cluster_wide_names(&docs),
-        BTreeSet::from([
-            "ClusterRole/ps-podset-operator-metrics-auth".to_string(),
-            "ClusterRole/ps-podset-operator-metrics-reader".to_string(),
-            "ClusterRoleBinding/ps-podset-operator-metrics-auth".to_string(),
-        ])
+    let mut cluster_wide = BTreeSet::from([
+        "ClusterRole/ps-podset-operator-metrics-auth".to_string(),
+        "ClusterRole/ps-podset-operator-metrics-reader".to_string(),
+        "ClusterRoleBinding/ps-podset-operator-metrics-auth".to_string(),
+    ]);
+    cluster_wide.extend(
+        rbac::user_roles()
+            .iter()
+            .map(|r| format!("ClusterRole/ps-podset-operator-{}", r.name())),
     );
+    assert_eq!(cluster_wide_names(&docs), cluster_wide);
     assert_metrics_rbac(&docs, "ops")?;
     let role = find(&docs, "Role", "-manager")?;
     assert_eq!(role["metadata"]["namespace"], "team-a");
@@ -130,11 +134,10 @@ async fn chart_lints_and_renders_both_scopes() -> Result<()> {
             .contains(&json!(cert_dir)),
         "{pod}"
     );
-    let sm = find(&docs, "ServiceMonitor", "podset-operator")?;
-    assert_eq!(
-        sm["spec"]["endpoints"][0]["tlsConfig"]["insecureSkipVerify"],
-        false
-    );
+    let tls =
+        &find(&docs, "ServiceMonitor", "podset-operator")?["spec"]["endpoints"][0]["tlsConfig"];
+    assert!(tls["insecureSkipVerify"].is_null(), "{tls}");
+    assert_eq!(tls["ca"]["secret"]["name"], "metrics-tls");
 
     // Plain metrics, for development: no reviews, so no cluster-wide RBAC for them.
     let docs = render(&[
@@ -234,12 +237,15 @@ fn runs_right(deploy: &Value, pdb: &Value) {
             .find_map(|a| a.strip_prefix(&format!("--{name}=")))
             .map(str::to_string)
     };
+    // The chart's grace check: the reconciles, the Lease's release, 2 s to exit.
     let grace = spec["terminationGracePeriodSeconds"].as_i64().unwrap_or(30);
-    let shutdown: i64 =
-        flag("shutdown-timeout-seconds").map_or(10, |s| s.parse().expect("a number"));
+    let seconds =
+        |name: &str, default: i64| flag(name).map_or(default, |s| s.parse().expect("a number"));
+    let shutdown = seconds("shutdown-timeout-seconds", 10);
+    let release = (2 * seconds("lease-duration-seconds", 15) + 2) / 3; // rounded up
     assert!(
-        shutdown < grace,
-        "shutdown {shutdown} s not within the {grace} s grace"
+        shutdown + release + 2 <= grace,
+        "shutdown {shutdown} s and release {release} s not within the {grace} s grace"
     );
     let port = |name: &str, default: &str| flag(name).unwrap_or_else(|| default.to_string());
     assert_ne!(

@@ -11,6 +11,19 @@ pub fn metrics_rbac_objects(fullname: &str) -> Vec<String> {
     ]
 }
 
+/// The editor and viewer ClusterRoles for people, as `kubectl get -o name` lists them.
+pub fn user_role_objects(fullname: &str) -> Vec<String> {
+    rbac::user_roles()
+        .iter()
+        .map(|r| {
+            format!(
+                "clusterrole.rbac.authorization.k8s.io/{fullname}-{}",
+                r.name()
+            )
+        })
+        .collect()
+}
+
 /// A Helm release installed with real Helm into its own namespace.
 pub struct Release {
     kc: PathBuf,

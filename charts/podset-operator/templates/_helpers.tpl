@@ -26,6 +26,13 @@ app.kubernetes.io/name: {{ include "podset-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The operator's pods: what its Deployment, disruption budget, Service, topology spread
+and NetworkPolicy select. */}}
+{{- define "podset-operator.managerSelectorLabels" -}}
+{{ include "podset-operator.selectorLabels" . }}
+app.kubernetes.io/component: manager
+{{- end }}
+
 {{- define "podset-operator.labels" -}}
 helm.sh/chart: {{ include "podset-operator.chart" . }}
 {{ include "podset-operator.selectorLabels" . }}

@@ -1,0 +1,257 @@
+//! Chart options beyond the install's core (`manifests.rs`): the replicas' topology spread, the
+//! metrics NetworkPolicy (and its kustomize twin), the ServiceMonitor's verified TLS, the
+//! editor and viewer roles for people, and the listeners' dual-stack addresses.
+
+use super::*;
+
+/// `kubectl kustomize DIR`, as documents.
+async fn kustomize(dir: &str) -> Result<Vec<Value>> {
+    let kubectl = testenv::versions::kubectl();
+    documents(&run(&kubectl.to_string_lossy(), &["kustomize", dir]).await?)
+}
+
+/// The default spread: one replica a node, preferred, counting the pods `selector` selects.
+fn spread_over_hosts(selector: &Value) -> Value {
+    json!([{
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": selector},
+        "matchLabelKeys": ["pod-template-hash"],
+    }])
+}
+
+/// The pod template of the (one) Deployment.
+fn pod_spec(docs: &[Value]) -> Result<&Value> {
+    Ok(&find(docs, "Deployment", "")?["spec"]["template"]["spec"])
+}
+
+/// What the Deployment selects its pods by.
+fn pod_selector(docs: &[Value]) -> Result<&Value> {
+    Ok(&find(docs, "Deployment", "")?["spec"]["selector"]["matchLabels"])
+}
+
+#[tokio::test]
+async fn replicas_spread_over_nodes_unless_told_otherwise() -> Result<()> {
+    let docs = render(&[]).await?;
+    let selector = pod_selector(&docs)?.clone();
+    assert_eq!(selector["app.kubernetes.io/component"], "manager");
+    assert_eq!(
+        pod_spec(&docs)?["topologySpreadConstraints"],
+        spread_over_hosts(&selector)
+    );
+    // The kustomize layout's Deployment alike.
+    let kustomized = kustomize("config/default").await?;
+    assert_eq!(
+        pod_spec(&kustomized)?["topologySpreadConstraints"],
+        spread_over_hosts(pod_selector(&kustomized)?)
+    );
+    let docs = render(&["--set-json", "topologySpreadConstraints=[]"]).await?;
+    assert!(pod_spec(&docs)?["topologySpreadConstraints"].is_null());
+    // A constraint of one's own keeps its selector.
+    let zone = json!({
+        "maxSkew": 2,
+        "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"team": "a"}},
+    });
+    let set = format!("topologySpreadConstraints=[{zone}]");
+    let docs = render(&["--set-json", &set]).await?;
+    assert_eq!(pod_spec(&docs)?["topologySpreadConstraints"], json!([zone]));
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_listeners_bind_every_address_of_both_families() -> Result<()> {
+    let docs = render(&["--set", "metrics.port=9443,healthProbe.port=9081"]).await?;
+    let args = &pod_spec(&docs)?["containers"][0]["args"];
+    let args: Vec<&str> = args
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(args.contains(&"--metrics-bind-address=:9443"), "{args:?}");
+    assert!(
+        args.contains(&"--health-probe-bind-address=:9081"),
+        "{args:?}"
+    );
+    assert!(!args.iter().any(|a| a.contains("0.0.0.0")), "{args:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_metrics_network_policy_only_when_asked_for() -> Result<()> {
+    assert!(find(&render(&[]).await?, "NetworkPolicy", "").is_err());
+    let docs = render(&["--set", "networkPolicy.enabled=true"]).await?;
+    let policy = &find(&docs, "NetworkPolicy", "-metrics")?["spec"];
+    assert_eq!(policy["podSelector"]["matchLabels"], *pod_selector(&docs)?);
+    assert_eq!(policy["policyTypes"], json!(["Ingress"]));
+    assert_eq!(
+        policy["ingress"],
+        json!([{
+            "from": [{"namespaceSelector": {"matchLabels": {"metrics": "enabled"}}, "podSelector": {}}],
+            "ports": [{"port": 8443, "protocol": "TCP"}],
+        }])
+    );
+    // Chosen pods of the release's own namespace, on another port.
+    let docs = render(&[
+        "--set",
+        "networkPolicy.enabled=true,metrics.port=9443,healthProbe.port=9081",
+        "--set-json",
+        r#"networkPolicy.metrics={"namespaceSelector":null,"podSelector":{"matchLabels":{"app":"prometheus"}}}"#,
+    ])
+    .await?;
+    let policy = &find(&docs, "NetworkPolicy", "-metrics")?["spec"];
+    assert_eq!(
+        policy["ingress"],
+        json!([{
+            "from": [{"podSelector": {"matchLabels": {"app": "prometheus"}}}],
+            "ports": [{"port": 9443, "protocol": "TCP"}],
+        }])
+    );
+    Ok(())
+}
+
+/// kubebuilder's config/network-policy: outside config/default, selecting its Deployment's
+/// pods, on its metrics port, in its namespace.
+#[tokio::test]
+async fn kustomize_network_policy_is_apart_and_selects_the_manager() -> Result<()> {
+    let default = kustomize("config/default").await?;
+    assert!(find(&default, "NetworkPolicy", "").is_err());
+    let docs = kustomize("config/network-policy").await?;
+    assert_kinds(&docs, &["NetworkPolicy"]);
+    let policy = &docs[0];
+    assert_eq!(policy["metadata"]["namespace"], "podset-operator-system");
+    let spec = &policy["spec"];
+    assert_eq!(spec["podSelector"]["matchLabels"], *pod_selector(&default)?);
+    let container = &pod_spec(&default)?["containers"][0];
+    let metrics = container["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .find(|p| p["name"] == "metrics")
+        .expect("a metrics port");
+    assert_eq!(
+        spec["ingress"],
+        json!([{
+            "from": [{"namespaceSelector": {"matchLabels": {"metrics": "enabled"}}}],
+            "ports": [{"port": metrics["containerPort"], "protocol": "TCP"}],
+        }])
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_service_monitor_verifies_a_given_certificate() -> Result<()> {
+    let tls = |docs: &[Value]| -> Result<Value> {
+        Ok(find(docs, "ServiceMonitor", "")?["spec"]["endpoints"][0]["tlsConfig"].clone())
+    };
+    let docs = render(&["--set", "metrics.serviceMonitor.enabled=true"]).await?;
+    assert_eq!(tls(&docs)?, json!({"insecureSkipVerify": true}));
+    let docs = render(&[
+        "--set",
+        "metrics.serviceMonitor.enabled=true,metrics.certSecret=metrics-tls",
+    ])
+    .await?;
+    let service = find(&docs, "Service", "-metrics")?;
+    let name = service["metadata"]["name"].as_str().expect("a name");
+    assert_eq!(
+        tls(&docs)?,
+        json!({
+            "ca": {"secret": {"name": "metrics-tls", "key": "ca.crt"}},
+            "serverName": format!("{name}.ops.svc"),
+        })
+    );
+    Ok(())
+}
+
+/// What kubebuilder's roles for people grant on a resource of `group`: exactly these rules.
+fn user_rules(group: &str, plural: &str, access: &str) -> Value {
+    let verbs = match access {
+        "editor" => json!([
+            "create", "delete", "get", "list", "patch", "update", "watch"
+        ]),
+        _ => json!(["get", "list", "watch"]),
+    };
+    json!([
+        {"apiGroups": [group], "resources": [plural], "verbs": verbs},
+        {"apiGroups": [group], "resources": [format!("{plural}/status")], "verbs": ["get"]},
+    ])
+}
+
+const CUSTOM_RESOURCES: [(&str, &str, &str); 2] = [
+    ("podset", "app.example.com", "podsets"),
+    ("at", "cnat.programming-kubernetes.info", "ats"),
+];
+
+/// The aggregation labels of a role: which built-in ClusterRoles take it in.
+fn aggregated_to(role: &Value) -> BTreeSet<String> {
+    let labels = role["metadata"]["labels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    labels
+        .iter()
+        .filter(|(_, v)| *v == "true")
+        .filter_map(|(k, _)| k.strip_prefix("rbac.authorization.k8s.io/aggregate-to-"))
+        .map(String::from)
+        .collect()
+}
+
+fn want_aggregated(access: &str) -> BTreeSet<String> {
+    let to: &[&str] = if access == "editor" {
+        &["admin", "edit"]
+    } else {
+        &["view"]
+    };
+    to.iter().map(|s| s.to_string()).collect()
+}
+
+/// Every editor and viewer role of `docs`, named `<prefix><kind>-<access><suffix>`, grants
+/// exactly its rules and is aggregated as `aggregate` says.
+fn assert_user_roles(docs: &[Value], prefix: &str, suffix: &str, aggregate: bool) -> Result<()> {
+    for (kind, group, plural) in CUSTOM_RESOURCES {
+        for access in ["editor", "viewer"] {
+            let name = format!("{prefix}{kind}-{access}{suffix}");
+            let role = docs
+                .iter()
+                .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == name.as_str())
+                .with_context(|| format!("no ClusterRole {name}"))?;
+            assert_eq!(role["rules"], user_rules(group, plural, access), "{name}");
+            let want = if aggregate {
+                want_aggregated(access)
+            } else {
+                BTreeSet::new()
+            };
+            assert_eq!(aggregated_to(role), want, "{name}");
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn editor_and_viewer_roles_are_aggregated_into_the_built_in_ones() -> Result<()> {
+    for scope in [&[][..], &["--set-string", "watchNamespace=team-a"][..]] {
+        let docs = render(scope).await?;
+        assert_user_roles(&docs, "ps-podset-operator-", "", true)?;
+        // Generated from the Rust code, as the operator's own rules.
+        for role in rbac::user_roles() {
+            let rendered = find(&docs, "ClusterRole", &format!("-{}", role.name()))?;
+            assert_rules(rendered, &generated(role.rules));
+        }
+    }
+    let docs = render(&["--set", "userRoles.aggregate=false"]).await?;
+    assert_user_roles(&docs, "ps-podset-operator-", "", false)?;
+    let docs = render(&["--set", "userRoles.enabled=false"]).await?;
+    for access in ["-editor", "-viewer"] {
+        assert!(find(&docs, "ClusterRole", access).is_err(), "{access}");
+    }
+    // kubebuilder's config/rbac/<kind>_editor_role.yaml and _viewer_role.yaml, in make deploy.
+    assert_user_roles(
+        &kustomize("config/default").await?,
+        "podset-operator-",
+        "-role",
+        true,
+    )
+}
