@@ -22,6 +22,7 @@ mod metrics;
 mod options;
 mod release;
 mod render;
+mod values;
 mod wait;
 
 use access::*;

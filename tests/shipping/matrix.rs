@@ -49,6 +49,9 @@ const TAKEN: &[(&str, Option<&str>)] = &[
         Some("--metrics-cert-dir=/etc/podset-operator/metrics-certs"),
     ),
     ("metrics.service.enabled=false", None),
+    ("networkPolicy.enabled=true,metrics.port=9443,healthProbe.port=9081", None),
+    ("networkPolicy.metrics.namespaceSelector=null,networkPolicy.enabled=true", None),
+    ("userRoles.aggregate=false", None),
     ("resources=null", None),
     ("watchNamespace=NS", None), // NS: the test's namespace, which must exist
 ];
@@ -71,19 +74,22 @@ const REFUSED: &[(&str, &str)] = &[
     ),
     (
         "shutdownTimeoutSeconds=30",
-        "is not below terminationGracePeriodSeconds",
+        "Raise terminationGracePeriodSeconds to at least 42.",
     ),
     (
         "terminationGracePeriodSeconds=5",
-        "is not below terminationGracePeriodSeconds",
+        "is below the 22 s a stop may take",
     ),
-    // 10 s of reconciles and up to 40 s to release a 60 s Lease do not fit in 30 s.
+    // 10 s of reconciles, up to 40 s to release a 60 s Lease and 2 s to exit: not in 30 s.
     (
         "leaderElection.leaseDurationSeconds=60",
         "plus the Lease's release (up to 40 s",
     ),
     ("metrics.port=8081", "could not bind it"),
-    ("leaderElection.leaseDurationSeconds=1", "outside 2 to 3600"),
+    (
+        "leaderElection.leaseDurationSeconds=1",
+        "at '/leaderElection/leaseDurationSeconds'",
+    ),
     (
         "metrics.serviceMonitor.enabled=true,metrics.service.enabled=false",
         "needs metrics.service.enabled",
