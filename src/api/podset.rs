@@ -65,8 +65,9 @@ pub struct PodSetStatus {
     pub available_replicas: i32,
 
     /// How many of the available pods are Ready (their Ready condition True), as a
-    /// ReplicaSet's `readyReplicas`.
-    #[serde(default)]
+    /// ReplicaSet's `readyReplicas`; left out when 0, as a ReplicaSet's is, so that a status
+    /// written before the field existed reads and compares the same.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub ready_replicas: i32,
 
     /// The `metadata.generation` this status was computed for.
@@ -83,6 +84,10 @@ pub struct PodSetStatus {
     /// or delete failed, with the API server's message).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// The fields of a pod template's metadata a PodSet's pods take: the CRD keeps only these, and
