@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 
 use super::context::{
     Context, api_message, publish, read_by_name, reconcile_within_deadline, retry_after,
-    status_patch_params,
+    status_patch, status_patch_params,
 };
 use super::fresh;
 use crate::api::{At, AtPhase, AtStatus};
@@ -353,10 +353,7 @@ async fn write_quietly(at: &At, status: &AtStatus, ctx: &Context) -> Result<Opti
         return Ok(Some(at.clone()));
     }
     let api: Api<At> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
-    let patch = serde_json::json!({
-        "metadata": { "resourceVersion": at.resource_version() },
-        "status": exact(status),
-    });
+    let patch = status_patch(&at.resource_version().unwrap_or_default(), status);
     let written = match api
         .patch_status(
             &at.name_any(),
@@ -403,18 +400,6 @@ async fn ours_landed(api: &Api<At>, at: &At, status: &AtStatus) -> Result<Option
     Ok(now.filter(|now| alike(now.status.as_ref(), Some(status))))
 }
 
-/// `status` as a merge patch that leaves nothing of the old one: a field it lacks is removed
-/// (an At sent back to PENDING names no pod).
-fn exact(status: &AtStatus) -> serde_json::Value {
-    let mut value = serde_json::to_value(status).expect("a status serializes");
-    if let Some(fields) = value.as_object_mut() {
-        for key in STATUS_FIELDS {
-            fields.entry(key).or_insert(serde_json::Value::Null);
-        }
-    }
-    value
-}
-
 fn phase_name(phase: Option<AtPhase>) -> &'static str {
     match phase {
         None => "",
@@ -423,16 +408,6 @@ fn phase_name(phase: Option<AtPhase>) -> &'static str {
         Some(AtPhase::Done) => "DONE",
     }
 }
-
-const STATUS_FIELDS: [&str; 7] = [
-    "phase",
-    "podName",
-    "podUID",
-    "startTime",
-    "completionTime",
-    "succeeded",
-    "conditions",
-];
 
 #[cfg(test)]
 mod tests;

@@ -139,6 +139,26 @@ pub fn status_patch_params() -> kube::api::PatchParams {
     }
 }
 
+/// A status merge patch over resourceVersion `version` that leaves nothing of the old status:
+/// every field the status's schema names and `status` leaves out is sent as null, so removed.
+/// Left out, the stored value would stay (a merge patch keeps what it does not name): a
+/// PodSet's readyReplicas, left out at 0, kept its old count and drew the same write at every
+/// resync (sim seed 5435).
+pub fn status_patch<S: serde::Serialize + schemars::JsonSchema>(
+    version: &str,
+    status: &S,
+) -> serde_json::Value {
+    let mut value = serde_json::to_value(status).expect("a status serializes");
+    let schema = schemars::schema_for!(S);
+    let named = schema.get("properties").and_then(|p| p.as_object());
+    if let (Some(fields), Some(named)) = (value.as_object_mut(), named) {
+        for key in named.keys() {
+            fields.entry(key.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
+    serde_json::json!({ "metadata": { "resourceVersion": version }, "status": value })
+}
+
 /// Publishes an event on `obj`; a failure is logged, never fatal to the reconcile.
 pub async fn publish<K: Resource<DynamicType = ()>>(
     obj: &K,
@@ -236,5 +256,25 @@ mod tests {
         assert!(cut.starts_with("éé"));
         let exact = "a".repeat(1024);
         assert_eq!(truncate_note(exact.clone()), exact);
+    }
+
+    #[test]
+    fn a_status_patch_removes_what_the_status_leaves_out() {
+        let status = PodSetStatus {
+            available_replicas: 2,
+            ..Default::default()
+        };
+        let patch = status_patch("7", &status);
+        assert_eq!(patch["metadata"]["resourceVersion"], "7");
+        let sent = patch["status"].as_object().unwrap();
+        assert_eq!(sent["availableReplicas"], 2);
+        for removed in [
+            "readyReplicas",
+            "observedGeneration",
+            "selector",
+            "conditions",
+        ] {
+            assert!(sent[removed].is_null(), "{removed} not removed: {sent:?}");
+        }
     }
 }

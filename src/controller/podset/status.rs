@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use kube::api::Patch;
 
 use crate::api::{PodSet, PodSetStatus};
-use crate::controller::context::{Context, publish, status_patch_params};
+use crate::controller::context::{Context, publish, status_patch, status_patch_params};
 use crate::controller::fresh::{api_of, read};
 use crate::controller::kept::kept;
 use crate::error::{Error, Result};
@@ -107,10 +107,7 @@ async fn again(ps: &PodSet, status: &PodSetStatus, ctx: &Context) -> Result<Patc
 }
 
 async fn patch(ps: &PodSet, over: &str, status: &PodSetStatus, ctx: &Context) -> Result<Patched> {
-    let body = serde_json::json!({
-        "metadata": { "resourceVersion": over },
-        "status": status,
-    });
+    let body = status_patch(over, status);
     let name = ps.name_any();
     let params = status_patch_params();
     match api_of(ps, ctx)
