@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod cache;
+pub mod check;
 pub mod client;
 pub mod clock;
 pub mod conditions;

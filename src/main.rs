@@ -35,6 +35,9 @@ enum Command {
     Run(Box<RunArgs>),
     /// Print every CRD as YAML, for `kubectl apply --server-side -f -`.
     Crds,
+    /// Check an installed operator from a pod beside it (the chart's `helm test`): both CRDs
+    /// are served and every ready operator pod answers /readyz.
+    Check(podset_operator::check::Check),
     /// Write the generated CRD and RBAC manifests (config/, charts/) below a directory.
     Manifests {
         /// The repository root.
@@ -200,6 +203,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Run(args) => run(*args).await,
+        Command::Check(check) => podset_operator::check::main(check).await,
     }
 }
 

@@ -107,6 +107,10 @@ pub fn generated() -> Vec<(PathBuf, String)> {
             "charts/podset-operator/files/metrics-reader-rules.yaml".into(),
             yaml(&rbac::metrics_reader_rules()),
         ),
+        (
+            "charts/podset-operator/files/check-rules.yaml".into(),
+            yaml(&rbac::check_rules()),
+        ),
     ];
     files.extend(user_roles);
     files

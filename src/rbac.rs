@@ -97,6 +97,16 @@ pub fn metrics_reader_rules() -> Vec<PolicyRule> {
     }]
 }
 
+/// What `podset-operator check` (the chart's `helm test`) calls, in the release namespace:
+/// a list of each CRD (one item, metadata only) and of the operator's pods, to probe them.
+pub fn check_rules() -> Vec<PolicyRule> {
+    vec![
+        rule("app.example.com", &["podsets"], &["list"]),
+        rule("cnat.programming-kubernetes.info", &["ats"], &["list"]),
+        rule("", &["pods"], &["list"]),
+    ]
+}
+
 /// What a role for people grants on a custom resource: kubebuilder's `<kind>_editor_role` and
 /// `<kind>_viewer_role`. The operator holds neither; they are for the cluster's users.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -58,15 +58,23 @@ pub async fn lint(chart: &Path, more: &[&str]) -> Result<String> {
     run(&[&["lint", path(chart)?, "--strict"], more].concat()).await
 }
 
-/// `helm template RELEASE CHART --namespace NS MORE...`: every rendered manifest as one YAML
-/// stream (the CRDs and NOTES.txt left out), rendered without a cluster.
+/// `helm template RELEASE CHART --namespace NS --skip-tests MORE...`: what `helm install`
+/// creates, as one YAML stream (the CRDs, NOTES.txt and the `helm test` hooks left out),
+/// rendered without a cluster.
 pub async fn template(
     release: &str,
     chart: &Path,
     namespace: &str,
     more: &[&str],
 ) -> Result<String> {
-    let args = ["template", release, path(chart)?, "--namespace", namespace];
+    let args = [
+        "template",
+        release,
+        path(chart)?,
+        "--namespace",
+        namespace,
+        "--skip-tests",
+    ];
     run(&[&args[..], more].concat()).await
 }
 

@@ -1,6 +1,6 @@
 //! Chart options beyond the install's core (`manifests.rs`): the replicas' topology spread, the
 //! metrics NetworkPolicy (and its kustomize twin), the ServiceMonitor's verified TLS, the
-//! editor and viewer roles for people, and the listeners' dual-stack addresses.
+//! editor and viewer roles for people, the listeners' dual-stack addresses, and the `helm test` hook.
 
 use super::*;
 
@@ -92,7 +92,7 @@ async fn the_metrics_network_policy_only_when_asked_for() -> Result<()> {
         json!([{
             "from": [{"namespaceSelector": {"matchLabels": {"metrics": "enabled"}}, "podSelector": {}}],
             "ports": [{"port": 8443, "protocol": "TCP"}],
-        }])
+        }, check_ingress(8081)])
     );
     // Chosen pods of the release's own namespace, on another port.
     let docs = render(&[
@@ -108,7 +108,77 @@ async fn the_metrics_network_policy_only_when_asked_for() -> Result<()> {
         json!([{
             "from": [{"podSelector": {"matchLabels": {"app": "prometheus"}}}],
             "ports": [{"port": 9443, "protocol": "TCP"}],
-        }])
+        }, check_ingress(9081)])
+    );
+    Ok(())
+}
+
+/// The policy's second rule: `helm test`'s check pod, of this release, on the probe port.
+fn check_ingress(port: u16) -> Value {
+    let check = json!({
+        "app.kubernetes.io/name": "podset-operator",
+        "app.kubernetes.io/instance": "ps",
+        "app.kubernetes.io/component": "check",
+    });
+    json!({
+        "from": [{"podSelector": {"matchLabels": check}}],
+        "ports": [{"port": port, "protocol": "TCP"}],
+    })
+}
+
+/// `helm test`'s hook: the operator's image running `check` against this release's manager
+/// pods on its probe port, as a ServiceAccount bound to the generated check rules only,
+/// with the manager's security contexts (it runs in a namespace that enforces `restricted`).
+#[tokio::test]
+async fn helm_test_checks_the_release_with_the_generated_rules_only() -> Result<()> {
+    let only = ["--show-only", "templates/tests/check.yaml"];
+    let set = ["--set", "healthProbe.port=9081,image.tag=1.2.3"];
+    let chart = chart().display().to_string();
+    let args = [
+        &["template", "ps", &chart, "--namespace", "ops"][..],
+        &only,
+        &set,
+    ]
+    .concat();
+    let docs = documents(&testenv::helm::run(&args).await?)?;
+    let deployment = render(&set).await?;
+    let manager = find(&deployment, "Deployment", "")?;
+    for doc in &docs {
+        let hook = &doc["metadata"]["annotations"];
+        assert_eq!(hook["helm.sh/hook"], "test", "{doc}");
+        assert_eq!(
+            hook["helm.sh/hook-delete-policy"],
+            "before-hook-creation,hook-succeeded"
+        );
+    }
+    let role = find(&docs, "Role", "-check")?;
+    assert_eq!(
+        role["rules"],
+        generated(podset_operator::rbac::check_rules())
+    );
+    let binding = find(&docs, "RoleBinding", "-check")?;
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    let pod = &find(&docs, "Pod", "-check")?["spec"];
+    assert_eq!(pod["serviceAccountName"], binding["subjects"][0]["name"]);
+    assert_eq!(pod["restartPolicy"], "Never");
+    let template = &manager["spec"]["template"];
+    assert_eq!(pod["securityContext"], template["spec"]["securityContext"]);
+    let (check, run) = (&pod["containers"][0], &template["spec"]["containers"][0]);
+    assert_eq!(check["image"], run["image"]);
+    assert_eq!(check["securityContext"], run["securityContext"]);
+    let labels = template["metadata"]["labels"].as_object().expect("labels");
+    let mut selector: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+        .collect();
+    selector.sort();
+    assert_eq!(
+        check["args"],
+        json!([
+            "check",
+            format!("--selector={}", selector.join(",")),
+            "--probe-port=9081"
+        ])
     );
     Ok(())
 }

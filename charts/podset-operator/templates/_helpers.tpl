@@ -59,3 +59,12 @@ here. A missing file fails the render rather than granting nothing silently.
 {{- end }}
 {{- $rules }}
 {{- end }}
+
+{{/* A map of labels as a label selector string: `a=b,c=d`, sorted by key. */}}
+{{- define "podset-operator.selector" -}}
+{{- $pairs := list }}
+{{- range $k, $v := . }}
+{{- $pairs = append $pairs (printf "%s=%s" $k $v) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}
