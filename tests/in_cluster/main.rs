@@ -19,7 +19,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
-use podset_operator::api::PodSet;
+use podset_operator::api::{At, AtPhase, PodSet};
 // The harness as `common` (once tests/common/), for this file and upgrade.rs.
 use testenv::harness as common;
 use testenv::{Cluster, Options};
@@ -37,6 +37,17 @@ async fn real_node_cluster(key: &'static str) -> Result<Arc<Cluster>> {
 
 async fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<String> {
     testenv::run_command(repo(), program, args, env).await
+}
+
+/// kubectl against the cluster, from the repository.
+async fn kubectl(cluster: &Cluster, args: &[&str]) -> Result<String> {
+    let kc = cluster.kubeconfig().display().to_string();
+    run(
+        "kubectl",
+        &[&["--kubeconfig", kc.as_str()][..], args].concat(),
+        &[],
+    )
+    .await
 }
 
 /// One image build at a time: both tests build it, and hack/build-static.sh writes one
@@ -159,6 +170,7 @@ impl Install {
             .create(&PostParams::default(), &common::podset("after", 3))
             .await?;
         converged(&ns, "after", 3).await?;
+        at_walkthrough(&ns).await?;
 
         self.assert_json_logs(&next).await?;
         self.assert_metrics_in_cluster(&ns, &next).await
@@ -227,6 +239,31 @@ impl Install {
     }
 }
 
+/// The At walkthrough: `echo YAY` due in the past runs at once on the real node, the At ends
+/// DONE and succeeded, and its pod's log says YAY.
+async fn at_walkthrough(ns: &TestNs) -> Result<()> {
+    let ats = ns.api::<At>();
+    let at = common::at("example-at", "2019-04-12T10:12:00Z", "echo YAY");
+    ats.create(&PostParams::default(), &at).await?;
+    let done = poll_some(
+        Duration::from_secs(120),
+        "the At walkthrough DONE",
+        || async {
+            let status = ats.get("example-at").await?.status.unwrap_or_default();
+            Ok((status.phase == Some(AtPhase::Done)).then_some(status))
+        },
+    )
+    .await?;
+    ensure!(
+        done.succeeded == Some(true),
+        "the At did not succeed: {done:?}"
+    );
+    let pod = done.pod_name.context("a DONE At names no pod")?;
+    let log = ns.api::<Pod>().logs(&pod, &LogParams::default()).await?;
+    ensure!(log == "YAY\n", "the At's pod logged {log:?}, not YAY");
+    Ok(())
+}
+
 fn pod_ready(p: &Pod) -> bool {
     p.status
         .as_ref()
@@ -234,7 +271,8 @@ fn pod_ready(p: &Pod) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// `make deploy-local`'s script against this test's cluster, then its `undeploy`.
+/// `make deploy-local`'s script against this test's cluster, upgraded with nothing lost, then
+/// its `undeploy`; then the same image installed from `dist/install.yaml`.
 #[tokio::test]
 async fn kustomize_install_from_the_local_image_runs_in_the_cluster() -> Result<()> {
     let cluster = real_node_cluster("kustomize").await?;
@@ -263,11 +301,45 @@ async fn kustomize_install_from_the_local_image_runs_in_the_cluster() -> Result<
     };
     upgrade::loses_nothing(&install, upgrade).await?;
     run("bash", &["hack/deploy-local.sh", "undeploy"], &env).await?;
+    gone(&install).await?;
+    let image = cluster
+        .image_ref("podset-operator")
+        .context("no registry")?;
+    let archive = cluster.dir().join("podset-operator.tar");
+    let registry = cluster.registry().context("no registry")?;
+    testenv::registry::push(registry, &archive, "podset-operator:installer").await?;
+    one_manifest(&install, &format!("{image}:installer")).await
+}
+
+async fn gone(install: &Install) -> Result<()> {
     let deployments = install.api::<Deployment>();
     common::poll(Duration::from_secs(60), "the Deployment gone", || async {
         Ok(deployments.get_opt(&install.deployment).await?.is_none())
     })
     .await
+}
+
+/// The README's install by one manifest: `make build-installer IMG=...` (its script), then
+/// `kubectl apply --server-side -f dist/install.yaml`, the API server's address set as the
+/// README says for a cluster without kube-proxy; both walkthroughs pass; then
+/// `kubectl delete -f dist/install.yaml` removes it.
+async fn one_manifest(install: &Install, image: &str) -> Result<()> {
+    let cluster = &install.cluster;
+    let out = cluster
+        .dir()
+        .join("dist/install.yaml")
+        .display()
+        .to_string();
+    run("bash", &["hack/release.sh", "installer", image, &out], &[]).await?;
+    kubectl(cluster, &["apply", "--server-side", "-f", &out]).await?;
+    let host = format!("KUBERNETES_SERVICE_HOST={}", cluster.api_host);
+    let port = format!("KUBERNETES_SERVICE_PORT={}", cluster.api_port);
+    let deployment = format!("deployment/{}", install.deployment);
+    let set_env = ["-n", &install.ns, "set", "env", &deployment, &host, &port];
+    kubectl(cluster, &set_env).await?;
+    install.prove().await?;
+    kubectl(cluster, &["delete", "-f", &out, "--wait=true"]).await?;
+    gone(install).await
 }
 
 /// The chart's previous release, packaged from the chart as stop 51 landed it (a165bf3),
@@ -279,7 +351,7 @@ fn previous_chart() -> PathBuf {
 /// The previous release of the chart, then an upgrade to this one by its release artifacts
 /// alone: the chart `make helm-package` packages with the image, pushed as an OCI artifact
 /// to the cluster's registry, its CRDs applied from that artifact, `helm upgrade` from
-/// `oci://` resetting to its values. Nothing is lost on the way.
+/// `oci://` resetting to its values. Nothing is lost on the way, and `helm test` passes.
 #[tokio::test]
 async fn helm_upgrade_from_the_previous_chart_to_the_oci_release_loses_nothing() -> Result<()> {
     let cluster = real_node_cluster("helm").await?;
@@ -307,16 +379,9 @@ async fn helm_upgrade_from_the_previous_chart_to_the_oci_release_loses_nothing()
     // The previous release runs this version's image (the only one built), whose status has
     // fields 0.1.0's CRDs would prune (readyReplicas): this version's CRDs go first, and
     // Helm installs none of its own (`--skip-crds`).
-    let kc = cluster.kubeconfig().display().to_string();
-    let crds = [
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "--kubeconfig",
-        &kc,
-    ];
-    let crds = [&crds[..], &["-f", "charts/podset-operator/crds/"]].concat();
-    run("kubectl", &crds, &[]).await?;
+    let crds = "charts/podset-operator/crds/";
+    let apply = ["apply", "--server-side", "--force-conflicts", "-f", crds];
+    kubectl(&cluster, &apply).await?;
     testenv::helm::release(
         testenv::helm::Release::Install,
         cluster.kubeconfig(),
@@ -369,6 +434,36 @@ async fn helm_upgrade_from_the_previous_chart_to_the_oci_release_loses_nothing()
         "the upgrade runs {:?}, not the packaged {current}",
         spec.containers[0].image
     );
+    helm_test(&cluster, "ps", ns).await
+}
+
+/// `helm test`: the chart's check pod finds both CRDs served and each ready operator pod
+/// answering /readyz from beside it.
+async fn helm_test(cluster: &Cluster, release: &str, ns: &str) -> Result<()> {
+    let kc = cluster.kubeconfig().display().to_string();
+    let args = [
+        "test",
+        release,
+        "--namespace",
+        ns,
+        "--kubeconfig",
+        &kc,
+        "--logs",
+        "--timeout",
+        "3m",
+    ];
+    let out = testenv::helm::run(&args).await?;
+    for passed in [
+        "ok: PodSets are served (app.example.com/v1alpha1)",
+        "ok: Ats are served (cnat.programming-kubernetes.info/v1alpha1)",
+        "answers /readyz on",
+    ] {
+        ensure!(
+            out.contains(passed),
+            "helm test did not say {passed:?}:\n{out}"
+        );
+    }
+    println!("helm test passed:\n{out}");
     Ok(())
 }
 
@@ -421,17 +516,8 @@ async fn oci_release(cluster: &Cluster, image: &str) -> Result<OciChart> {
         &into,
     ];
     testenv::helm::run(&pull).await?;
-    let kc = cluster.kubeconfig().display().to_string();
     let file = untar.join("podset-operator/crds").display().to_string();
-    let apply = [
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "--kubeconfig",
-        &kc,
-        "-f",
-        &file,
-    ];
-    run("kubectl", &apply, &[]).await?;
+    let apply = ["apply", "--server-side", "--force-conflicts", "-f", &file];
+    kubectl(cluster, &apply).await?;
     Ok(OciChart { url, version })
 }

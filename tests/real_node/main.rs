@@ -17,6 +17,8 @@ use podset_operator::plan::at::CONDITION_COMPLETED;
 use testenv::harness::{self, PROMPTLY, TestNs, at, cluster_with_real_node, converged, poll_some};
 use testenv::{Cluster, Options};
 
+mod readme;
+
 async fn namespace(prefix: &str) -> Result<TestNs> {
     TestNs::new_in(cluster_with_real_node().await?, prefix).await
 }
