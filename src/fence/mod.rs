@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -27,8 +27,8 @@ pub mod suspended;
 
 use suspended::Suspended;
 
-const CLOSED: u64 = 0;
-const ALWAYS: u64 = u64::MAX;
+const CLOSED: i64 = i64::MIN;
+const ALWAYS: i64 = i64::MAX;
 
 /// Until when writes may leave; shared by the leader election (which moves it) and the
 /// controllers' client (which checks it, and counts the writes it let through).
@@ -39,7 +39,7 @@ pub struct Fence(Arc<Inner>);
 struct Inner {
     /// The deadline on the monotonic clock plus the time suspended when it was set: open
     /// while the monotonic clock plus the time suspended now is before it.
-    until: AtomicU64,
+    until: AtomicI64,
     suspended: Suspended,
     /// Writes let through whose answer has not come.
     in_flight: AtomicUsize,
@@ -51,9 +51,9 @@ struct Inner {
 }
 
 impl Fence {
-    fn new(until: u64, suspended: Suspended) -> Self {
+    fn new(until: i64, suspended: Suspended) -> Self {
         Self(Arc::new(Inner {
-            until: AtomicU64::new(until),
+            until: AtomicI64::new(until),
             suspended,
             in_flight: AtomicUsize::new(0),
             abandoned: AtomicBool::new(false),
@@ -101,8 +101,8 @@ impl Fence {
         (sending.at.checked_sub(asleep)).unwrap_or_else(|| base() - Duration::from_secs(1))
     }
 
-    fn suspended_ns(&self) -> u64 {
-        self.0.suspended.now().as_nanos() as u64
+    fn suspended_ns(&self) -> i64 {
+        i64::try_from(self.0.suspended.now().as_nanos()).unwrap_or(i64::MAX)
     }
 
     /// No write leaves from now on, until the next term opens the fence again.
@@ -128,7 +128,7 @@ impl Fence {
     pub fn deadline(&self) -> Option<Instant> {
         match self.0.until.load(Ordering::SeqCst) {
             CLOSED | ALWAYS => None,
-            t => Some(base() + Duration::from_nanos(t.saturating_sub(self.suspended_ns()))),
+            t => Some(instant(t.saturating_sub(self.suspended_ns()))),
         }
     }
 
@@ -185,19 +185,35 @@ impl Drop for InFlight {
     }
 }
 
-/// A fixed point of the monotonic clock, so that an instant fits in a u64.
+/// A fixed point of the monotonic clock, so that an instant fits in an i64.
 fn base() -> Instant {
     static BASE: OnceLock<Instant> = OnceLock::new();
     *BASE.get_or_init(|| Instant::now() - Duration::from_secs(1))
 }
 
-fn ticks(at: Instant) -> u64 {
-    (at.saturating_duration_since(base()).as_nanos() as u64).max(1)
+/// Nanoseconds from the base, negative before it, kept clear of [`CLOSED`] and [`ALWAYS`].
+fn ticks(at: Instant) -> i64 {
+    let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX - 1);
+    let ticks = match at.checked_duration_since(base()) {
+        Some(after) => nanos(after),
+        None => -nanos(base() - at),
+    };
+    ticks.clamp(CLOSED + 1, ALWAYS - 1)
+}
+
+/// The instant `ticks` nanoseconds from the base.
+fn instant(ticks: i64) -> Instant {
+    let from_base = Duration::from_nanos(ticks.unsigned_abs());
+    match ticks >= 0 {
+        true => base() + from_base,
+        false => base() - from_base,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicU64;
 
     #[test]
     fn the_fence_is_open_until_its_deadline_and_never_moves_back() {
@@ -213,6 +229,20 @@ mod tests {
         assert!(!fence.open_at(now));
         assert_eq!(fence.deadline(), None);
         assert!(Fence::always_open().is_open());
+    }
+
+    /// An instant before the base keeps its place among instants: in tests, each runtime with
+    /// paused time has a clock of its own, and one may lag the clock that set the base. Each
+    /// such instant counted as the base itself (leader::tests' suspended leader, under load,
+    /// saw a deadline later than its now).
+    #[test]
+    fn instants_before_the_base_keep_their_order() {
+        let fence = Fence::closed();
+        let early = base() - Duration::from_secs(30);
+        fence.open_until(early + Duration::from_secs(10));
+        assert!(fence.open_at(early + Duration::from_secs(9)));
+        assert!(!fence.open_at(early + Duration::from_secs(10)));
+        assert_eq!(fence.deadline(), Some(early + Duration::from_secs(10)));
     }
 
     /// Issue 45, fault 11: the time the host was suspended counts against the deadline, both
