@@ -23,25 +23,19 @@
 //! An operator from before this order recorded RUNNING first, with no UID, then created the
 //! pod: such an At's pod is created (again), and a create that finds one (409) takes it.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use jiff::civil::DateTime;
 use jiff::tz::TimeZone;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSchedulingGate, PodSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::{Resource, ResourceExt};
 
 use crate::api::decoded::Reported;
-use crate::api::{
-    AT_COMMAND_CONTAINER, AT_GENERATION_ANNOTATION, At, AtPhase, AtStatus, BUSYBOX_IMAGE,
-    MANAGED_BY_LABEL, MANAGED_BY_VALUE,
-};
-use crate::conditions::{self, Desired};
-use crate::plan::owned;
-use crate::pod::{CachedPod, Phase};
+use crate::api::{At, AtPhase, AtStatus};
+use crate::conditions;
+use crate::pod::CachedPod;
 use crate::uid::Uid;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The only shape `spec.schedule` has (the CRD's pattern enforces it).
 const SCHEDULE_FORMAT: &str = "%Y-%m-%dT%H:%M:%SZ";
@@ -241,233 +235,16 @@ fn legacy_started(status: &AtStatus) -> bool {
         .is_some_and(|c| c.reason == REASON_STARTED)
 }
 
-/// The status for our pod, which it records: RUNNING while it runs (or waits to be
-/// released), DONE once its command's container ended (a sidecar admission added may run on)
-/// or the pod ended without it (a kubelet that refused the pod, a deadline).
-pub fn progress(at: &At, pod: &CachedPod, now: Timestamp) -> AtStatus {
-    let previous = at.status.clone().unwrap_or_default();
-    let generation = at.meta().generation;
-    let (completed, done) = match outcome(pod) {
-        Some(true) => (finished(REASON_SUCCEEDED, pod), Some(true)),
-        Some(false) => (finished(REASON_FAILED, pod), Some(false)),
-        None => (running(pod), None),
-    };
-    let completed = conditions::condition(&previous.conditions, completed, generation, now);
-    AtStatus {
-        phase: Some(if done.is_some() {
-            AtPhase::Done
-        } else {
-            AtPhase::Running
-        }),
-        pod_name: Some(pod.name.to_string()),
-        pod_uid: Some(pod.uid.to_string()),
-        start_time: previous
-            .start_time
-            .clone()
-            .or_else(|| pod.created.map(|s| Time(s.timestamp())))
-            .or(Some(Time(now))),
-        completion_time: done.map(|_| previous.completion_time.clone().unwrap_or(Time(now))),
-        succeeded: done,
-        conditions: after_start_conditions(at, &previous, Some(completed), now),
-    }
-}
-
-/// Whether the command succeeded, once known: its container's exit code, whatever other
-/// containers did; else the pod's phase, for a pod that ended with the container never run.
-fn outcome(pod: &CachedPod) -> Option<bool> {
-    match (pod.command(), pod.phase) {
-        (Some(exited), _) => Some(exited.code == 0),
-        (None, Phase::Succeeded) => Some(true),
-        (None, Phase::Failed) => Some(false),
-        _ => None,
-    }
-}
-
-/// `Completed` while the pod has not ended: Started, or what keeps it from running, in the
-/// scheduler's or kubelet's words (Unschedulable, ImagePullBackOff, ...), a Warning.
-fn running(pod: &CachedPod) -> Desired<'_> {
-    let (reason, message) = match pod.trouble() {
-        Some(t) => (&*t.reason, format!("pod {}: {}", pod.name, t.message)),
-        None => (
-            REASON_STARTED,
-            format!("pod {} created; waiting for it to finish", pod.name),
-        ),
-    };
-    Desired {
-        type_: CONDITION_COMPLETED,
-        status: false,
-        reason,
-        message,
-    }
-}
-
-/// DONE as not run: the recorded pod is gone before its end was seen. It may have run, so it
-/// is not run again.
-fn vanished(at: &At, now: Timestamp) -> AtStatus {
-    let previous = at.status.clone().unwrap_or_default();
-    let name = previous.pod_name.clone().unwrap_or_else(|| pod_name(at));
-    let completed = conditions::condition(
-        &previous.conditions,
-        Desired {
-            type_: CONDITION_COMPLETED,
-            status: true,
-            reason: REASON_POD_VANISHED,
-            message: format!(
-                "pod {name} is gone before its end was seen (it was deleted); the command is not run again, so that it never runs twice"
-            ),
-        },
-        at.meta().generation,
-        now,
-    );
-    AtStatus {
-        phase: Some(AtPhase::Done),
-        pod_name: Some(name),
-        completion_time: Some(Time(now)),
-        succeeded: Some(false),
-        conditions: after_start_conditions(at, &previous, Some(completed), now),
-        ..previous
-    }
-}
-
-/// The status of a due At whose pod could not be created: still PENDING, with why.
-pub fn blocked(at: &At, reason: &str, message: String, now: Timestamp) -> AtStatus {
-    let want = Desired {
-        type_: CONDITION_SCHEDULED,
-        status: false,
-        reason,
-        message,
-    };
-    pending(at, want, now)
-}
-
-fn scheduled(at: &At) -> Desired<'static> {
-    Desired {
-        type_: CONDITION_SCHEDULED,
-        status: true,
-        reason: REASON_SCHEDULED,
-        message: format!("the command runs at {}", at.spec.schedule),
-    }
-}
-
-fn pending(at: &At, want: Desired<'_>, now: Timestamp) -> AtStatus {
-    let previous = at.status.clone().unwrap_or_default();
-    AtStatus {
-        phase: Some(AtPhase::Pending),
-        conditions: vec![conditions::condition(
-            &previous.conditions,
-            want,
-            at.meta().generation,
-            now,
-        )],
-        ..AtStatus::default()
-    }
-}
-
-/// `Completed` for a command that ended, with the kubelet's words: its container's reason
-/// where it says more than the exit code (OOMKilled, say), the pod's reason and message, and
-/// the exit code.
-fn finished<'a>(reason: &'a str, pod: &CachedPod) -> Desired<'a> {
-    let mut message = format!("pod {} {}", pod.name, reason.to_lowercase());
-    let ended = pod.ended().cloned().unwrap_or_default();
-    let container = pod
-        .command()
-        .and_then(|e| e.reason.clone())
-        .filter(|r| !["Completed", "Error"].contains(&&**r));
-    for detail in [container, ended.reason, ended.message]
-        .into_iter()
-        .flatten()
-    {
-        message.push_str(&format!(": {detail}"));
-    }
-    if let Some(exited) = pod.command() {
-        message.push_str(&format!(" (exit code {})", exited.code));
-    }
-    Desired {
-        type_: CONDITION_COMPLETED,
-        status: true,
-        reason,
-        message,
-    }
-}
-
-/// The conditions once the command started. `Scheduled` keeps the generation that ran; a
-/// newer generation means the spec changed afterwards, which an At never acts on, and the
-/// condition says so.
-pub(super) fn after_start_conditions(
-    at: &At,
-    previous: &AtStatus,
-    completed: Option<Condition>,
-    now: Timestamp,
-) -> Vec<Condition> {
-    let generation = at.meta().generation;
-    let started_before = matches!(previous.phase, Some(AtPhase::Running | AtPhase::Done));
-    let old = conditions::find(&previous.conditions, CONDITION_SCHEDULED);
-    let scheduled = match old {
-        Some(c) if started_before && c.observed_generation >= generation => c.clone(),
-        Some(_) if started_before => conditions::condition(
-            &previous.conditions,
-            Desired {
-                type_: CONDITION_SCHEDULED,
-                status: false,
-                reason: REASON_SPEC_CHANGE_IGNORED,
-                message: format!(
-                    "the spec changed (generation {}) after the command started; an At runs once, so the change is ignored",
-                    generation.unwrap_or_default()
-                ),
-            },
-            generation,
-            now,
-        ),
-        _ => conditions::condition(&previous.conditions, scheduled(at), generation, now),
-    };
-    let completed =
-        completed.or_else(|| conditions::find(&previous.conditions, CONDITION_COMPLETED).cloned());
-    std::iter::once(scheduled).chain(completed).collect()
-}
-
-/// The pod that runs the command once: `sh -c`, so shell syntax works, and
-/// `restartPolicy: Never`, so a failing command ends as Failed instead of restarting. Gated
-/// ([`GATE`]): no node runs it until the At has recorded it and released it.
-pub fn pod_for(at: &At) -> Pod {
-    let labels = BTreeMap::from([
-        ("app".to_string(), at.name_any()),
-        (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
-    ]);
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(pod_name(at)),
-            namespace: at.namespace(),
-            labels: Some(labels),
-            annotations: Some(BTreeMap::from([(
-                AT_GENERATION_ANNOTATION.to_string(),
-                at.meta().generation.unwrap_or_default().to_string(),
-            )])),
-            owner_references: Some(vec![owned::controller_ref(at)]),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            scheduling_gates: Some(vec![PodSchedulingGate { name: GATE.into() }]),
-            restart_policy: Some("Never".into()),
-            automount_service_account_token: Some(false),
-            security_context: Some(owned::restricted_pod_security_context()),
-            containers: vec![Container {
-                name: AT_COMMAND_CONTAINER.into(),
-                image: Some(at.spec.image.as_deref().unwrap_or(BUSYBOX_IMAGE).into()),
-                command: Some(vec!["sh".into(), "-c".into(), at.spec.command.clone()]),
-                security_context: Some(owned::restricted_container_security_context()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        status: None,
-    }
-}
-
 mod deadline;
 mod events;
 pub mod outcome;
+mod pod;
+mod status;
 pub use deadline::REASON_DEADLINE_EXCEEDED;
 pub use events::{StatusEvent, status_events};
+pub use pod::pod_for;
+use status::{after_start_conditions, pending, scheduled, vanished};
+pub use status::{blocked, progress};
 #[cfg(test)]
 mod pod_tests;
 #[cfg(test)]

@@ -1,9 +1,10 @@
 //! The At plan's unit tests of its pod, without I/O: its creation (gated, recorded,
-//! released), its trouble, its outcome, its vanishing, and the pod itself.
+//! released), its trouble, its outcome and its vanishing. The pod itself: `pod.rs`.
 
 use super::tests::{SCHEDULE, at_with, condition, exited, pod, record, ts};
 use super::*;
-use crate::pod::{Ended, Notes, Trouble};
+use crate::pod::{Ended, Notes, Phase, Trouble};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::events::EventType;
 
 #[test]
@@ -334,16 +335,6 @@ fn a_gated_pod_not_of_the_at_as_read_is_deleted_unreleased() {
     );
 }
 
-/// The pod carries the generation it was made from.
-#[test]
-fn the_pod_says_which_generation_it_was_made_from() {
-    let mut at = at_with(None);
-    at.metadata.generation = Some(4);
-    let made = CachedPod::from_pod(&pod_for(&at));
-    assert_eq!(made.made_from(), Some(4));
-    assert!(made.gated);
-}
-
 /// An operator from before the gate recorded Started with no UID: its pod was created
 /// ungated and may have run. Found, it is recorded as it is; gone, it is not run again.
 #[test]
@@ -354,62 +345,5 @@ fn a_pod_from_before_the_gate_is_taken_as_it_is() {
     assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Confirm);
     assert!(
         matches!(decide(&at, Some(&pod(Phase::Running)), ts(SCHEDULE)), Step::Record(s) if s.pod_uid.is_some())
-    );
-}
-
-#[test]
-fn pod_runs_the_command_once_through_a_shell_restricted() {
-    let mut at = at_with(None);
-    at.spec.command = "echo YAY && exit 3".into();
-    let pod = pod_for(&at);
-    assert_eq!(pod.metadata.name.as_deref(), Some("example-at-pod"));
-    assert_eq!(pod.metadata.namespace.as_deref(), Some("ns"));
-    let labels = pod.metadata.labels.unwrap();
-    assert_eq!(labels.get("app").map(String::as_str), Some("example-at"));
-    assert_eq!(
-        labels.get(MANAGED_BY_LABEL).map(String::as_str),
-        Some(MANAGED_BY_VALUE)
-    );
-    let owner = &pod.metadata.owner_references.unwrap()[0];
-    assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("At", "at-uid"));
-    assert_eq!(
-        (owner.controller, owner.block_owner_deletion),
-        (Some(true), Some(true))
-    );
-    let spec = pod.spec.unwrap();
-    assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
-    assert_eq!(spec.automount_service_account_token, Some(false));
-    let psc = spec.security_context.unwrap();
-    assert_eq!(psc.run_as_non_root, Some(true));
-    assert!(psc.run_as_user.is_some_and(|u| u != 0));
-    let c = &spec.containers[0];
-    assert_eq!(
-        c.image.as_deref(),
-        Some(crate::api::BUSYBOX_IMAGE),
-        "pinned"
-    );
-    assert_eq!(
-        c.command.as_deref().unwrap(),
-        ["sh", "-c", "echo YAY && exit 3"]
-    );
-    let sc = c.security_context.as_ref().unwrap();
-    assert_eq!(sc.allow_privilege_escalation, Some(false));
-    assert_eq!(
-        sc.capabilities.as_ref().unwrap().drop.as_deref().unwrap(),
-        ["ALL"]
-    );
-    assert_eq!(sc.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
-}
-
-/// Issue 45, fault 8: the command runs in the image the At names, else in a pinned busybox.
-#[test]
-fn pod_runs_in_the_ats_image_or_a_pinned_busybox() {
-    let mut at = at_with(None);
-    let image = |at: &At| pod_for(at).spec.unwrap().containers[0].image.clone();
-    assert_eq!(image(&at).as_deref(), Some("busybox:1.37.0"));
-    at.spec.image = Some("registry.example.com/tools:2.1".into());
-    assert_eq!(
-        image(&at).as_deref(),
-        Some("registry.example.com/tools:2.1")
     );
 }

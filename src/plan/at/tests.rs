@@ -3,6 +3,8 @@
 
 use super::*;
 use crate::api::AtSpec;
+use crate::pod::Phase;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::events::EventType;
 
 pub(super) const SCHEDULE: &str = "2019-04-12T10:12:00Z";

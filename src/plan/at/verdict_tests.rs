@@ -3,6 +3,7 @@
 
 use super::tests::{at_with, pod, record, ts};
 use super::*;
+use crate::pod::Phase;
 
 /// An At's pod, read from the API, with these container statuses (`init`: native sidecars).
 fn pod_with(phase: &str, init: serde_json::Value, containers: serde_json::Value) -> CachedPod {
