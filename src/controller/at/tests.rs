@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::api::AtSpec;
+use crate::controller::context::status_patch;
 use crate::controller::fixtures::{Answer, Sent, scripted_context};
 use crate::plan::at::REASON_STARTED;
 use http::Method;
