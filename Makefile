@@ -43,9 +43,11 @@ say = @printf '\033[1m[make %s]\033[0m %s\n' "$@" "$(1)$(if $(2),$(comma)$(2))$(
 help: ## Show the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
 
-.PHONY: deps
+.PHONY: deps rust-deps
 deps: ## Install system packages the project needs (apt) and check the Rust toolchain
 	@bash hack/install-deps.sh
+rust-deps: ## Check the Rust toolchain alone: all the operator's own build needs (no Go, no apt)
+	@bash hack/install-deps.sh rust
 
 .PHONY: kubernetes
 kubernetes: deps ## Build (once, cached) Kubernetes $K8S_VERSION, etcd, containerd and the helm CLI from the Go module proxy, and the node images
@@ -53,7 +55,7 @@ kubernetes: deps ## Build (once, cached) Kubernetes $K8S_VERSION, etcd, containe
 	@bash hack/build-node-images.sh
 
 .PHONY: build
-build: deps ## Build the operator and the local-cluster tool
+build: rust-deps ## Build the operator and the local-cluster tool
 	$(call say,cargo build (the first build compiles ~300 crates; cargo shows progress))
 	$(CARGO) build --workspace --bins
 
@@ -82,7 +84,7 @@ test: deps ## Build everything and run every test (unit, end to end on real loca
 	@bash hack/check-no-leftovers.sh
 
 .PHONY: sim
-sim: deps ## The deterministic simulation: SEEDS=N seeds from a fresh random start (or START=S), or SEED=S replayed with its trace
+sim: rust-deps ## The deterministic simulation: SEEDS=N seeds from a fresh random start (or START=S), or SEED=S replayed with its trace
 	$(call say,cargo build -p podset-sim)
 	$(CARGO) build -p podset-sim --bin podset-sim
 	@if [ -n "$(SEED)" ]; then \
@@ -117,7 +119,7 @@ soak: kubernetes ## Soak test: 20 minutes of random scaling and pod deletions, R
 	target/release/podset-bench soak --minutes $${SOAK_MINUTES:-20} --operator target/release/podset-operator
 
 .PHONY: run
-run: deps ## Run the operator: against the kubeconfig's cluster (builds the operator alone), else a local control plane (built once)
+run: rust-deps ## Run the operator: against the kubeconfig's cluster (builds the operator alone), else a local control plane (built once)
 	$(call say,cargo build --bin podset-operator (the operator alone))
 	$(CARGO) build --bin podset-operator
 	@bash hack/run-operator.sh

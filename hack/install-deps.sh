@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the project needs from Debian and checks the Rust toolchain. Idempotent.
+# `install-deps.sh rust`: the Rust toolchain alone, all that building and running the
+# operator needs (`make run` against a cluster that answers); Go and the packages below are
+# for the bundled local cluster (`make kubernetes`, `make test`).
 set -euo pipefail
 say() { printf '\033[1m[deps]\033[0m %s\n' "$*" >&2; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -11,6 +14,7 @@ for comp in rustfmt clippy; do
     rustup component add $comp
   fi
 done
+[ "${1:-all}" = rust ] && exit 0
 command -v go >/dev/null || { say "go not found: install Go 1.26 first (Kubernetes, etcd and containerd are built from the Go module proxy)"; exit 1; }
 missing=()
 command -v jq >/dev/null || missing+=(jq)

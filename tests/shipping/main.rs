@@ -22,6 +22,7 @@ mod metrics;
 mod options;
 mod release;
 mod render;
+mod user;
 mod values;
 mod wait;
 
