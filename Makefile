@@ -166,7 +166,7 @@ helm-package: ## Package the chart running IMG as dist/podset-operator-CHART_VER
 undeploy: ## Remove what `make deploy` (or `make deploy-local`) installed, CRDs (so every PodSet and At) included
 	@if [ -f "$(CLUSTER_DIR)/deploy-local/kustomization.yaml" ] && [ -z "$${KUBECONFIG:-}" ]; then \
 	  CLUSTER_DIR="$(CLUSTER_DIR)" bash hack/deploy-local.sh undeploy; \
-	else kubectl -n podset-operator-system delete deployment podset-operator-controller-manager --ignore-not-found --wait=true; \
+	else kubectl -n podset-operator-system delete deployment podset-operator-controller-manager --ignore-not-found --cascade=foreground --wait=true; \
 	  kubectl delete --ignore-not-found -k config/default; fi
 
 .PHONY: image

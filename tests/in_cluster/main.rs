@@ -321,8 +321,8 @@ async fn gone(install: &Install) -> Result<()> {
 
 /// The README's install by one manifest: `make build-installer IMG=...` (its script), then
 /// `kubectl apply --server-side -f dist/install.yaml`, the API server's address set as the
-/// README says for a cluster without kube-proxy; both walkthroughs pass; then
-/// `kubectl delete -f dist/install.yaml` removes it.
+/// README says for a cluster without kube-proxy; both walkthroughs pass; then it is
+/// uninstalled as the README says.
 async fn one_manifest(install: &Install, image: &str) -> Result<()> {
     let cluster = &install.cluster;
     let out = cluster
@@ -338,7 +338,19 @@ async fn one_manifest(install: &Install, image: &str) -> Result<()> {
     let set_env = ["-n", &install.ns, "set", "env", &deployment, &host, &port];
     kubectl(cluster, &set_env).await?;
     install.prove().await?;
-    kubectl(cluster, &["delete", "-f", &out, "--wait=true"]).await?;
+    // As the README's Uninstall says: the operator stops first (its pods gone, so the leader
+    // released its Lease), while its RBAC is still there; the audit check found the release
+    // refused (403) when one delete took the Role with the pods.
+    let stop = [
+        "-n",
+        &install.ns,
+        "delete",
+        &deployment,
+        "--cascade=foreground",
+        "--wait=true",
+    ];
+    kubectl(cluster, &stop).await?;
+    kubectl(cluster, &["delete", "-f", &out, "--ignore-not-found"]).await?;
     gone(install).await
 }
 
