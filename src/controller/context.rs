@@ -2,6 +2,8 @@
 //! a reconcile runs in (its span, its deadline, its metrics), its retry delay, and how it
 //! publishes events and words an API error.
 
+use std::any::TypeId;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -144,19 +146,31 @@ pub fn status_patch_params() -> kube::api::PatchParams {
 /// Left out, the stored value would stay (a merge patch keeps what it does not name): a
 /// PodSet's readyReplicas, left out at 0, kept its old count and drew the same write at every
 /// resync (sim seed 5435).
-pub fn status_patch<S: serde::Serialize + schemars::JsonSchema>(
+pub fn status_patch<S: serde::Serialize + schemars::JsonSchema + 'static>(
     version: &str,
     status: &S,
 ) -> serde_json::Value {
     let mut value = serde_json::to_value(status).expect("a status serializes");
-    let schema = schemars::schema_for!(S);
-    let named = schema.get("properties").and_then(|p| p.as_object());
-    if let (Some(fields), Some(named)) = (value.as_object_mut(), named) {
-        for key in named.keys() {
+    if let Some(fields) = value.as_object_mut() {
+        for key in schema_fields::<S>().iter() {
             fields.entry(key.clone()).or_insert(serde_json::Value::Null);
         }
     }
     serde_json::json!({ "metadata": { "resourceVersion": version }, "status": value })
+}
+
+/// The fields `S`'s schema names, worked out once per type rather than at every status
+/// write: a schema is generated whole, its conditions' included.
+fn schema_fields<S: schemars::JsonSchema + 'static>() -> Arc<[String]> {
+    static FIELDS: parking_lot::Mutex<BTreeMap<TypeId, Arc<[String]>>> =
+        parking_lot::Mutex::new(BTreeMap::new());
+    let mut known = FIELDS.lock();
+    let fields = known.entry(TypeId::of::<S>()).or_insert_with(|| {
+        let schema = schemars::schema_for!(S);
+        let named = schema.get("properties").and_then(|p| p.as_object());
+        named.into_iter().flat_map(|n| n.keys().cloned()).collect()
+    });
+    fields.clone()
 }
 
 /// Publishes an event on `obj`; a failure is logged, never fatal to the reconcile.
