@@ -14,6 +14,7 @@ use kube::api::{Api, ListParams};
 use kube::{Client, Resource};
 
 use crate::api::{At, PodSet};
+use crate::pod::ready_condition;
 
 /// What to check, and for how long.
 #[derive(Clone, Debug, clap::Args)]
@@ -128,11 +129,7 @@ pub fn targets(pods: &[Pod], port: u16) -> anyhow::Result<Vec<(String, SocketAdd
 
 fn is_ready(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        && ready_condition(pod).is_some_and(|c| c.status == "True")
 }
 
 #[cfg(test)]

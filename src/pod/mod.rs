@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use compact_str::CompactString;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 pub mod intern;
@@ -130,6 +130,12 @@ pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
     refs.iter().find(|r| r.controller == Some(true))
 }
 
+/// The pod's `Ready` condition, if its status has one.
+pub fn ready_condition(pod: &Pod) -> Option<&PodCondition> {
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_deref());
+    conditions?.iter().find(|c| c.type_ == "Ready")
+}
+
 /// What the controllers need to know of a pod.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CachedPod {
@@ -223,9 +229,7 @@ impl CachedPod {
     pub fn from_pod(pod: &Pod) -> Self {
         let meta = &pod.metadata;
         let status = pod.status.as_ref();
-        let ready_condition = status
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+        let ready_condition = ready_condition(pod);
         let container_statuses = status
             .and_then(|s| s.container_statuses.as_deref())
             .unwrap_or_default();
