@@ -38,46 +38,40 @@ async fn make_install_and_run_need_no_go_and_install_no_cargo() -> Result<()> {
     let cluster = cluster().await?;
     let kc = cluster.kubeconfig();
     let dir = tempfile::tempdir()?;
-    let (bin, home) = (dir.path().join("bin"), dir.path().join("cache"));
+    let (bin, cache) = (dir.path().join("bin"), dir.path().join("cache"));
     std::fs::create_dir_all(&bin)?;
-    std::fs::create_dir_all(&home)?;
+    std::fs::create_dir_all(&cache)?;
     std::os::unix::fs::symlink(testenv::versions::kubectl(), bin.join("kubectl"))?;
     let kubectl_only = format!("{}:/usr/bin:/bin", bin.display());
     for absent in ["cargo", "go"] {
-        let (found, _) = make_which(absent, &kubectl_only).await?;
         ensure!(
-            !found,
+            which(absent, &kubectl_only).is_none(),
             "{absent} is on the PATH {kubectl_only}: the test proves nothing"
         );
     }
 
     let began = std::time::Instant::now();
-    let (ok, out) = make("install", &kubectl_only, kc, &home).await?;
+    let (ok, out) = make("install", &kubectl_only, kc, &cache).await?;
     ensure!(ok, "make install failed:\n{out}");
     println!("make install with kubectl alone: {:?}", began.elapsed());
+    wait_crds_established(kc).await?;
+    let (ok, out) = make("uninstall", &kubectl_only, kc, &cache).await?;
+    ensure!(ok, "make uninstall failed:\n{out}");
     let crds = [
         "crd/podsets.app.example.com",
         "crd/ats.cnat.programming-kubernetes.info",
     ];
-    let wait = [
-        &["wait", "--for=condition=Established", "--timeout=60s"][..],
-        &crds,
-    ]
-    .concat();
-    kubectl(kc, &wait).await?;
-    let (ok, out) = make("uninstall", &kubectl_only, kc, &home).await?;
-    ensure!(ok, "make uninstall failed:\n{out}");
     let left = kubectl(kc, &[&["get", "--ignore-not-found"][..], &crds].concat()).await?;
     ensure!(left.trim().is_empty(), "make uninstall left {left}");
 
-    let cargo = which("cargo")?;
+    let cargo = which("cargo", &std::env::var("PATH")?).context("cargo is not on the PATH")?;
     let rust_only = format!(
         "{}:{kubectl_only}",
         cargo.parent().context("cargo's dir")?.display()
     );
-    let (ok, out) = make("rust-deps", &rust_only, kc, &home).await?;
+    let (ok, out) = make("rust-deps", &rust_only, kc, &cache).await?;
     ensure!(ok, "make rust-deps wants more than Rust:\n{out}");
-    let (ok, out) = make("deps", &rust_only, kc, &home).await?;
+    let (ok, out) = make("deps", &rust_only, kc, &cache).await?;
     ensure!(
         !ok && out.contains("go not found"),
         "make deps without Go:\n{out}"
@@ -90,25 +84,9 @@ async fn make_install_and_run_need_no_go_and_install_no_cargo() -> Result<()> {
     Ok(())
 }
 
-/// Whether `program` is found on `path`.
-async fn make_which(program: &str, path: &str) -> Result<(bool, String)> {
-    let out = tokio::process::Command::new("/bin/sh")
-        .args(["-c", &format!("command -v {program}")])
-        .env_clear()
-        .env("PATH", path)
-        .output()
-        .await?;
-    Ok((
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-    ))
-}
-
-/// Where `program` is on this process's PATH.
-fn which(program: &str) -> Result<PathBuf> {
-    std::env::var("PATH")?
-        .split(':')
+/// Where `program` is on `path`, if anywhere.
+fn which(program: &str, path: &str) -> Option<PathBuf> {
+    path.split(':')
         .map(|d| Path::new(d).join(program))
         .find(|p| p.is_file())
-        .with_context(|| format!("{program} is not on the PATH"))
 }

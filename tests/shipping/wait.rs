@@ -58,16 +58,22 @@ pub async fn wait_no_pods(kc: &Path, ns: &str, selector: &str) -> Result<()> {
     .await
 }
 
-/// Both CRDs of the operator Established.
+/// Both CRDs of the operator Established. Polled: `kubectl wait --for=condition=Established`
+/// fails at once on a CRD created so recently that it has no conditions yet.
 pub async fn wait_crds_established(kc: &Path) -> Result<()> {
     for crd in [
         "podsets.app.example.com",
         "ats.cnat.programming-kubernetes.info",
     ] {
         let crd = format!("crd/{crd}");
-        kubectl(
-            kc,
-            &["wait", "--for=condition=Established", "--timeout=60s", &crd],
+        let established = r#"-o=jsonpath={.status.conditions[?(@.type=="Established")].status}"#;
+        poll(
+            Duration::from_secs(60),
+            &format!("{crd} Established"),
+            || async {
+                let out = kubectl(kc, &["get", &crd, "--ignore-not-found", established]).await?;
+                Ok(out.trim() == "True")
+            },
         )
         .await?;
     }
