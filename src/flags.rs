@@ -6,14 +6,6 @@ use std::net::SocketAddr;
 
 use tracing_subscriber::EnvFilter;
 
-/// A namespace name (an RFC 1123 label), or empty for "all namespaces".
-pub fn namespace_or_all(value: &str) -> Result<String, String> {
-    if value.is_empty() {
-        return Ok(String::new());
-    }
-    namespace(value)
-}
-
 /// A namespace name: an RFC 1123 label.
 pub fn namespace(value: &str) -> Result<String, String> {
     dns_label(value).map_err(|why| format!("not a namespace name: {why}"))?;
@@ -128,7 +120,6 @@ mod tests {
 
     #[test]
     fn names_are_the_api_servers() {
-        assert_eq!(namespace_or_all("").as_deref(), Ok(""));
         for good in ["default", "team-a", "a", &"x".repeat(63)] {
             assert!(namespace(good).is_ok(), "{good}");
         }

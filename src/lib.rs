@@ -25,6 +25,7 @@ pub mod operator;
 pub mod plan;
 pub mod pod;
 pub mod rbac;
+pub mod scope;
 pub mod status_writes;
 pub mod telemetry;
 pub mod uid;

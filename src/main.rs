@@ -15,6 +15,7 @@ use podset_operator::flags;
 use podset_operator::http::{self, MetricsSecurity};
 use podset_operator::metrics::Metrics;
 use podset_operator::operator::{Election, Operator};
+use podset_operator::scope::Scope;
 use podset_operator::telemetry::{self, LogFormat};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -54,9 +55,10 @@ enum Which {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// Watch only this namespace; empty watches all namespaces.
-    #[arg(long, env = "WATCH_NAMESPACE", default_value = "", value_parser = flags::namespace_or_all)]
-    namespace: String,
+    /// Watch only these namespaces (names separated by commas; each needs the manager's
+    /// Role); empty watches all namespaces.
+    #[arg(long, env = "WATCH_NAMESPACE", default_value = "", value_parser = Scope::parse)]
+    namespace: Scope,
 
     /// Which controllers to run.
     #[arg(
@@ -276,7 +278,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     .await
     .with_context(|| format!("serving metrics on {}", args.metrics_bind_address))?;
     let settings = Settings {
-        namespace: Some(args.namespace.clone()).filter(|ns| !ns.is_empty()),
+        scope: args.namespace.clone(),
         podset: args.controllers.contains(&Which::Podset),
         at: args.controllers.contains(&Which::At),
         concurrency: args.concurrency,
@@ -287,7 +289,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     info!(
         target: podset_operator::telemetry::START_TARGET,
-        namespace = settings.namespace.as_deref().unwrap_or("<all>"),
+        namespace = %settings.scope,
         podset = settings.podset,
         at = settings.at,
         %metrics_addr,

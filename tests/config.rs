@@ -23,6 +23,9 @@ use Expect::{Refused, Taken};
 const TABLE: &[(&str, &str, &str, Expect)] = &[
     ("namespace", "WATCH_NAMESPACE", "", Taken),
     ("namespace", "WATCH_NAMESPACE", "team-a", Taken),
+    ("namespace", "WATCH_NAMESPACE", "team-b, team-a", Taken),
+    ("namespace", "WATCH_NAMESPACE", "team-a,,team-b", Refused("not a namespace name")),
+    ("namespace", "WATCH_NAMESPACE", "team-a,Team_B", Refused("not a namespace name")),
     ("namespace", "WATCH_NAMESPACE", "Team_A", Refused("not a namespace name")),
     ("namespace", "WATCH_NAMESPACE", " ", Refused("not a namespace name")),
     ("namespace", "WATCH_NAMESPACE", "a.b", Refused("not a namespace name")),

@@ -180,6 +180,41 @@ async fn walkthrough_create_scale_and_delete() -> Result<()> {
     Ok(())
 }
 
+/// `WATCH_NAMESPACE=a,b`, as controller-runtime's multi-namespace cache: with the manager
+/// rules in a and b only, the operator manages PodSets in both (one made before it listed,
+/// one after, one scaled), one watch a namespace, and leaves a third namespace's alone.
+#[tokio::test]
+async fn a_list_of_namespaces_is_watched_and_no_other() -> Result<()> {
+    let (a, b) = (TestNs::new("list-a").await?, TestNs::new("list-b").await?);
+    let other = TestNs::new("list-other").await?;
+    let post = PostParams::default();
+    for ns in [&other, &a] {
+        ns.api::<PodSet>().create(&post, &podset("web", 2)).await?;
+    }
+    let watched = [&a, &b];
+    let mut operator = a
+        .start_operator_watching(&watched, &["--controllers=podset"])
+        .await?;
+    operator.wait_ready(PROMPTLY).await?;
+    b.api::<PodSet>().create(&post, &podset("web", 3)).await?;
+    converged(&a, "web", 2).await?;
+    converged(&b, "web", 3).await?;
+    let one = Patch::Merge(serde_json::json!({"spec": {"replicas": 1}}));
+    b.api::<PodSet>()
+        .patch("web", &PatchParams::default(), &one)
+        .await?;
+    converged(&b, "web", 1).await?;
+
+    let untouched = other.api::<PodSet>().get("web").await?;
+    assert_eq!(
+        untouched.status, None,
+        "a namespace not in the list was written to"
+    );
+    assert!(other.pods_of(&untouched.uid().unwrap()).await?.is_empty());
+    operator.assert_healthy();
+    Ok(())
+}
+
 #[tokio::test]
 async fn api_server_refuses_invalid_replicas_and_defaults_to_one() -> Result<()> {
     let ns = TestNs::new("validation").await?;

@@ -22,6 +22,7 @@ use podset_operator::clock::Clock;
 use podset_operator::controller::{Exported, Settings};
 use podset_operator::fence::Fence;
 use podset_operator::operator::{Election, Operator};
+use podset_operator::scope::Scope;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -104,6 +105,8 @@ pub struct ReplicaSettings {
     pub shutdown_timeout: Duration,
     /// A standby watches the pods before it leads.
     pub warm_standby: bool,
+    /// Every namespace, or the workload's as a list (one watch each, merged).
+    pub scope: Scope,
 }
 
 struct Running {
@@ -288,7 +291,7 @@ impl Replica {
             lease,
             fence,
             settings: Settings {
-                namespace: None,
+                scope: self.settings.scope.clone(),
                 podset: true,
                 at: true,
                 concurrency: self.settings.concurrency,

@@ -11,6 +11,7 @@ use tracing::Instrument as _;
 
 use podset_operator::controller::STARTUP_GRACE;
 use podset_operator::leader::record::timing;
+use podset_operator::scope::Scope;
 
 use crate::determinism;
 use crate::faults::{Fault, Faults, MAX_HOLD, STALLS_OVER, secs};
@@ -215,12 +216,13 @@ async fn simulate(seed: u64, options: &Options) -> Report {
     faults.slow_path(settings.lease.map(|l| timing(l).renew_deadline));
     faults.draw_rejecting("web-0");
     let namespaces: Vec<&str> = NAMESPACES.into_iter().chain([LEASE_NAMESPACE]).collect();
+    let scope = settings.scope.clone();
     let (sim, replicas) = cluster(seed, faults, &namespaces, count, settings);
     let plan = workload::plan(&mut stream(seed, 4), span);
     sim.trace(|| {
         let enabled = sim.with(|w| w.faults.enabled().clone());
         let rejecting = sim.with(|w| w.faults.rejecting.clone());
-        format!("seed {seed}: {count} replicas, faults for {span:?}: {enabled:?}, every pod rejected of {rejecting:?}")
+        format!("seed {seed}: {count} replicas watching {scope}, faults for {span:?}: {enabled:?}, every pod rejected of {rejecting:?}")
     });
     for replica in &replicas {
         replica.start(&sim, false);
@@ -285,6 +287,10 @@ fn replica_settings(rng: &mut fastrand::Rng) -> (usize, ReplicaSettings) {
         max_mutating_requests: [1, 8, 64][rng.usize(..3)],
         shutdown_timeout: secs([1, 10][rng.usize(..2)]),
         warm_standby: rng.bool(),
+        scope: match rng.bool() {
+            true => Scope::All,
+            false => Scope::Namespaces(NAMESPACES.map(String::from).into()),
+        },
     };
     (count, settings)
 }

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use podset_operator::scope::Scope;
 use serde_json::Value;
 
 use crate::faults::{Faults, Rule};
@@ -39,6 +40,7 @@ impl Default for Setup {
                 max_mutating_requests: 64,
                 shutdown_timeout: Duration::from_secs(10),
                 warm_standby: true,
+                scope: Scope::All,
             },
             namespaces: NAMESPACES.into_iter().chain([LEASE_NAMESPACE]).collect(),
         }

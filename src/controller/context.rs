@@ -116,17 +116,6 @@ where
     Ok(found.items.into_iter().find(|o| o.uid() == obj.uid()))
 }
 
-/// The API of `K` in `namespace`, or in all namespaces.
-pub fn api_in<K>(client: Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client, ns),
-        None => Api::all(client),
-    }
-}
-
 /// The delay after a failed reconcile, growing per object.
 pub fn retry_after<K: Resource>(obj: &K, ctx: &Context) -> Action {
     Action::requeue(ctx.backoff.next(&obj.uid().unwrap_or_default()))

@@ -23,7 +23,7 @@ mod unreadable;
 mod wakes;
 mod watching;
 
-use context::{Context, api_in};
+use context::Context;
 use routing::watch_into_store;
 pub use watching::{Watching, watch};
 
@@ -35,7 +35,7 @@ use futures::channel::mpsc::UnboundedReceiver;
 use futures::{FutureExt, StreamExt};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::{Controller, watcher};
 use kube::{Client, Resource};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -48,6 +48,7 @@ use crate::clock::Clock;
 use crate::error::Error;
 use crate::health::Health;
 use crate::metrics::{Metrics, key_of, object_key};
+use crate::scope::Scope;
 
 /// How long a starting instance watches before it acts (see `run`).
 pub const STARTUP_GRACE: Duration = Duration::from_secs(2);
@@ -55,8 +56,8 @@ pub const STARTUP_GRACE: Duration = Duration::from_secs(2);
 /// What to run, and where.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// Only this namespace; `None` watches all namespaces.
-    pub namespace: Option<String>,
+    /// The namespaces watched.
+    pub scope: Scope,
     pub podset: bool,
     pub at: bool,
     /// PodSet reconciles in flight at once (0 = unbounded).
@@ -96,7 +97,7 @@ pub async fn act(mut watching: Watching, shutdown: CancellationToken) -> anyhow:
     } = &watching;
     if settings.podset {
         // Before the controllers start: each of their first reconciles releases its strays.
-        strays::sweep(client, settings.namespace.as_deref(), ctx, &shutdown).await;
+        strays::sweep(client, &settings.scope, ctx, &shutdown).await;
     }
     let queues = ctx.router.connect(settings.podset, settings.at);
     let mut controllers = JoinSet::new();
@@ -196,8 +197,9 @@ impl Launch<'_> {
     {
         let (reader, writer) = reflector::store();
         let (synced, ready) = tokio::sync::watch::channel(false);
-        let api = api_in::<Decoded<K>>(self.client.clone(), self.settings.namespace.as_deref());
-        let events = watcher(api, watcher::Config::default()).default_backoff();
+        let removed = |metadata| Decoded::Read(K::placeholder(metadata));
+        let config = watcher::Config::default();
+        let events = self.settings.scope.watch(self.client, &config, removed);
         let events = unreadable::readable(events, self.ctx.clone());
         let queues = Queued {
             controller: name,

@@ -16,11 +16,12 @@ use tracing::warn;
 
 use serde::Serialize;
 
-use super::context::{Context, api_in};
+use super::context::Context;
 use super::kept::Kept;
 use super::wakes::Wakes;
 use crate::api::{At, MANAGED_BY_LABEL, MANAGED_BY_VALUE, PodSet};
 use crate::cache::{Change, PodChange};
+use crate::scope::Scope;
 use crate::status_writes::status_hash;
 
 /// The primary objects, triggering on what [`Wakes`] says (a new generation, a status not
@@ -136,10 +137,13 @@ pub(super) fn managed_pods() -> String {
     format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
 }
 
-pub(super) async fn watch_pods(ctx: Arc<Context>, namespace: Option<String>) {
-    let api = api_in::<Pod>(ctx.client.clone(), namespace.as_deref());
+pub(super) async fn watch_pods(ctx: Arc<Context>, scope: Scope) {
     let config = watcher::Config::default().labels(&managed_pods());
-    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+    let removed = |metadata| Pod {
+        metadata,
+        ..Pod::default()
+    };
+    let mut events = std::pin::pin!(scope.watch(&ctx.client, &config, removed));
     while let Some(event) = events.next().await {
         match event {
             Ok(event) => {

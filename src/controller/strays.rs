@@ -19,6 +19,7 @@ use crate::client;
 use crate::error::{Error, Result};
 use crate::plan;
 use crate::plan::release::Stray;
+use crate::scope::Scope;
 use crate::uid::Uid;
 
 /// Vanished pods kept per owner until its reconcile: a standby, which never reconciles,
@@ -86,13 +87,13 @@ impl Strays {
 /// a controller started before it would count a stray as gone and replace it.
 pub async fn sweep(
     client: &kube::Client,
-    namespace: Option<&str>,
+    scope: &Scope,
     ctx: &Context,
     shutdown: &tokio_util::sync::CancellationToken,
 ) {
     let mut wait = Duration::from_millis(500);
     loop {
-        match list_strays(client, namespace, ctx).await {
+        match list_strays(client, scope, ctx).await {
             Ok(()) => return,
             Err(e) => {
                 warn!(error = %e, ?wait, "could not look for pods that left the operator's watch; trying again")
@@ -106,12 +107,14 @@ pub async fn sweep(
     }
 }
 
-async fn list_strays(
-    client: &kube::Client,
-    namespace: Option<&str>,
-    ctx: &Context,
-) -> kube::Result<()> {
-    let api = super::context::api_in::<Pod>(client.clone(), namespace);
+async fn list_strays(client: &kube::Client, scope: &Scope, ctx: &Context) -> kube::Result<()> {
+    for api in scope.apis::<Pod>(client) {
+        list_strays_in(&api, ctx).await?;
+    }
+    Ok(())
+}
+
+async fn list_strays_in(api: &Api<Pod>, ctx: &Context) -> kube::Result<()> {
     let selector = format!(
         "version={},{}!={}",
         plan::podset::POD_VERSION,

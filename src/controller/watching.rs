@@ -12,12 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::ListParams;
+use kube::api::{ListParams, ObjectList};
+use kube::core::PartialObjectMeta;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{Instrument, info, warn};
 
-use super::context::{Context, api_in};
+use super::context::Context;
 use super::routing::{managed_pods, watch_pods};
 use super::{Exported, STARTUP_GRACE, Settings};
 use crate::health::Health;
@@ -91,10 +92,10 @@ fn spawn_pod_watch(
     after: Duration,
 ) -> AbortOnDropHandle<()> {
     let (ctx, health) = (ctx.clone(), health.clone());
-    let namespace = settings.namespace.clone();
+    let scope = settings.scope.clone();
     let watch = async move {
         tokio::time::sleep(after).await;
-        watch_pods(ctx, namespace).await;
+        watch_pods(ctx, scope).await;
         health.set_dead();
     };
     AbortOnDropHandle::new(tokio::spawn(watch.in_current_span()))
@@ -130,28 +131,38 @@ impl Watching {
     /// Whether the watch shows, within [`CATCH_UP`], what a consistent list of the pods'
     /// metadata shows now.
     async fn caught_up(&self) -> bool {
-        let api = api_in::<Pod>(self.client.clone(), self.settings.namespace.as_deref());
-        let params = ListParams::default().labels(&managed_pods());
-        let mut retry = Duration::from_millis(100);
-        let list = loop {
-            match api.list_metadata(&params).await {
-                Ok(list) => break list,
-                Err(e) => {
-                    warn!(error = %e, ?retry, "could not list the pods to check the cache; retrying");
-                    tokio::time::sleep(retry).await;
-                    retry = (retry * 2).min(Duration::from_secs(5));
-                }
-            }
-        };
-        let version = list.metadata.resource_version.unwrap_or_default();
-        // The cache keeps only pods that name a controlling owner.
-        let uids: Vec<Uid> = list
-            .items
-            .iter()
-            .filter(|p| controller_of(&p.metadata).is_some())
-            .filter_map(|p| p.metadata.uid.as_deref().map(Uid::from))
-            .collect();
+        let apis = self.settings.scope.apis::<Pod>(&self.client);
+        let several = apis.len() > 1;
+        let (mut uids, mut version) = (Vec::new(), String::new());
+        for api in apis {
+            let list = list_pods(&api).await;
+            // The cache keeps only pods that name a controlling owner.
+            let owned = (list.items.iter()).filter(|p| controller_of(&p.metadata).is_some());
+            uids.extend(owned.filter_map(|p| p.metadata.uid.as_deref().map(Uid::from)));
+            version = list.metadata.resource_version.unwrap_or_default();
+        }
+        // The cache's latest version is the latest any namespace's watch showed: with
+        // several, one may lag another, so only the pods themselves tell it caught up.
+        if several {
+            version.clear();
+        }
         let caught_up = self.ctx.pods.caught_up(&version, &uids);
         tokio::time::timeout(CATCH_UP, caught_up).await.is_ok()
+    }
+}
+
+/// A consistent list of the operator's pods' metadata through `api`, tried until it answers.
+async fn list_pods(api: &kube::Api<Pod>) -> ObjectList<PartialObjectMeta<Pod>> {
+    let params = ListParams::default().labels(&managed_pods());
+    let mut retry = Duration::from_millis(100);
+    loop {
+        match api.list_metadata(&params).await {
+            Ok(list) => return list,
+            Err(e) => {
+                warn!(error = %e, ?retry, "could not list the pods to check the cache; retrying");
+                tokio::time::sleep(retry).await;
+                retry = (retry * 2).min(Duration::from_secs(5));
+            }
+        }
     }
 }

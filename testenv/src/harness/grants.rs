@@ -21,8 +21,21 @@ impl TestNs {
             .apply_cluster_role(rbac::manager_cluster_role())
             .await?;
         self.create_service_account(OPERATOR_SA).await?;
-        self.bind(OPERATOR_SA, "ClusterRole", &role).await?;
+        let subject = self.subject(OPERATOR_SA);
+        self.bind(&role, subject, "ClusterRole", &role).await?;
         Ok(())
+    }
+
+    /// Binds the manager rules in this namespace to the operator's account in `watcher`'s
+    /// (which watches this one too: `WATCH_NAMESPACE=a,b`).
+    pub async fn grant_operator_rbac_to(&self, watcher: &TestNs) -> Result<()> {
+        let role = rbac::manager_cluster_role()
+            .metadata
+            .name
+            .unwrap_or_default();
+        let binding = format!("{role}-{}", watcher.name);
+        let subject = watcher.subject(OPERATOR_SA);
+        self.bind(&binding, subject, "ClusterRole", &role).await
     }
 
     /// Applies `role` (shared by every test of the cluster, hence server-side apply); its name.
@@ -50,11 +63,11 @@ impl TestNs {
         Ok(())
     }
 
-    /// Binds the (Cluster)Role `role` to ServiceAccount `account` in this namespace only.
-    async fn bind(&self, account: &str, kind: &str, role: &str) -> Result<()> {
+    /// Binds the (Cluster)Role `role` to `subject` in this namespace only, as `name`.
+    async fn bind(&self, name: &str, subject: Subject, kind: &str, role: &str) -> Result<()> {
         let binding = RoleBinding {
             metadata: ObjectMeta {
-                name: Some(role.into()),
+                name: Some(name.into()),
                 ..Default::default()
             },
             role_ref: RoleRef {
@@ -62,7 +75,7 @@ impl TestNs {
                 kind: kind.into(),
                 name: role.into(),
             },
-            subjects: Some(vec![self.subject(account)]),
+            subjects: Some(vec![subject]),
         };
         self.api::<RoleBinding>()
             .create(&PostParams::default(), &binding)
@@ -138,6 +151,6 @@ impl TestNs {
         self.api::<Role>()
             .create(&PostParams::default(), &role)
             .await?;
-        self.bind(account, "Role", &name).await
+        self.bind(&name, self.subject(account), "Role", &name).await
     }
 }

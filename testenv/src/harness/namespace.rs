@@ -167,8 +167,31 @@ impl TestNs {
         self.start_operator_with(&kubeconfig, extra_args)
     }
 
+    /// Starts the operator as this namespace's ServiceAccount, watching the list `watched`
+    /// (`WATCH_NAMESPACE=a,b`): each of them binds it the manager rules.
+    pub async fn start_operator_watching(
+        &self,
+        watched: &[&TestNs],
+        extra_args: &[&str],
+    ) -> Result<Operator> {
+        for ns in watched.iter().filter(|ns| ns.name != self.name) {
+            ns.grant_operator_rbac_to(self).await?;
+        }
+        let server = self.cluster.server_url();
+        let kubeconfig = (self.cluster)
+            .service_account_kubeconfig_at(&self.name, OPERATOR_SA, &server)
+            .await?;
+        let names: Vec<&str> = watched.iter().map(|ns| ns.name.as_str()).collect();
+        self.launch(&kubeconfig, &names.join(","), extra_args)
+    }
+
     /// Starts the operator binary watching this namespace, with `kubeconfig`.
     fn start_operator_with(&self, kubeconfig: &Path, extra_args: &[&str]) -> Result<Operator> {
+        self.launch(kubeconfig, &self.name, extra_args)
+    }
+
+    /// Starts the operator binary watching `watched`, with `kubeconfig`.
+    fn launch(&self, kubeconfig: &Path, watched: &str, extra_args: &[&str]) -> Result<Operator> {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let name = format!("operator-{}-{n}", self.name);
         Launcher::new(
@@ -176,7 +199,7 @@ impl TestNs {
             &name,
             self.cluster.dir(),
             kubeconfig,
-            &self.name,
+            watched,
         )
         .instance(&format!("podset-testenv-op-{}-{n}", self.name))
         .log_format("json")
