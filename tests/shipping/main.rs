@@ -106,24 +106,28 @@ async fn helm_install_cluster_wide_then_uninstall() -> Result<()> {
     Ok(())
 }
 
+/// `watchNamespace` a list of two: the manager rules in each, nowhere else.
 #[tokio::test]
-async fn helm_install_single_namespace_then_uninstall() -> Result<()> {
+async fn helm_install_namespace_list_then_uninstall() -> Result<()> {
     let _crds = CRDS.read().await;
     let cluster = cluster().await?;
     let kc = cluster.kubeconfig();
-    let watched = unique("helm-ns-watched");
+    let (watched, second) = (unique("helm-ns-watched"), unique("helm-ns-second"));
     let other = unique("helm-ns-other");
-    for n in [&watched, &other] {
+    for n in [&watched, &second, &other] {
         cluster.create_namespace(n).await?;
     }
-    let watch = format!("watchNamespace={watched}");
+    // helm's --set splits on commas; an escaped one stays in the value.
+    let watch = format!("watchNamespace={watched}\\,{second}");
     let release = Release::install(&cluster, "ps-ns", &["--set-string", &watch]).await?;
     let (ns, fullname) = (&release.ns, &release.fullname);
     let watched_objects = vec![
         format!("role/{fullname}-manager"),
         format!("rolebinding/{fullname}-manager"),
     ];
-    wait_objects(kc, &watched, &watched_objects, true).await?;
+    for n in [&watched, &second] {
+        wait_objects(kc, n, &watched_objects, true).await?;
+    }
     // Cluster-wide: the metrics reviews' RBAC, and the roles for people (bound per namespace).
     let mut metrics_objects = metrics_rbac_objects(fullname);
     metrics_objects.extend(user_role_objects(fullname));
@@ -144,14 +148,13 @@ async fn helm_install_single_namespace_then_uninstall() -> Result<()> {
     );
     let deploy = kubectl(kc, &["get", "deployment", fullname, "-n", ns, "-o", "json"]).await?;
     let deploy: Value = serde_json::from_str(&deploy)?;
-    assert_eq!(
-        env_value(&deploy, "WATCH_NAMESPACE"),
-        Some(watched.as_str())
-    );
+    let list = format!("{watched},{second}");
+    assert_eq!(env_value(&deploy, "WATCH_NAMESPACE"), Some(list.as_str()));
 
-    // RBAC: the manager rules in the watched namespace only.
+    // RBAC: the manager rules in the watched namespaces only.
     let sa = release.service_account();
     assert_manager_rights(kc, sa, &watched).await?;
+    assert_manager_rights(kc, sa, &second).await?;
     assert_can(kc, sa, "create", "leases.coordination.k8s.io", &["-n", ns]).await?;
     for elsewhere in [ns.as_str(), other.as_str()] {
         let scope = ["-n", elsewhere];
@@ -169,7 +172,7 @@ async fn helm_install_single_namespace_then_uninstall() -> Result<()> {
         &["-n", &watched],
     )
     .await?;
-    assert_least_privilege(kc, sa, &[ns, &watched, &other]).await?;
+    assert_least_privilege(kc, sa, &[ns, &watched, &second, &other]).await?;
 
     let installed = Installed::start(&cluster, sa.0, fullname, sa.1).await?;
     installed
@@ -177,8 +180,13 @@ async fn helm_install_single_namespace_then_uninstall() -> Result<()> {
         .await?;
     drop(installed);
 
+    let (in_second, uninstalled) = (watched_objects.clone(), metrics_objects);
     release
-        .uninstall(&[(&watched, watched_objects), ("", metrics_objects)])
+        .uninstall(&[
+            (&watched, watched_objects),
+            (&second, in_second),
+            ("", uninstalled),
+        ])
         .await
 }
 

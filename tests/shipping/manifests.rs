@@ -87,6 +87,20 @@ async fn chart_lints_and_renders_both_scopes() -> Result<()> {
     assert_hardened_deployment(deploy);
     assert_eq!(env_value(deploy, "WATCH_NAMESPACE"), Some("team-a"));
 
+    // A list: the same Role and RoleBinding in each namespace, still nothing more cluster-wide.
+    let listed = render(&["--set-string", "watchNamespace=team-a\\,team-b"]).await?;
+    assert_eq!(cluster_wide_names(&listed), cluster_wide);
+    for kind in ["Role", "RoleBinding"] {
+        let manager =
+            |d: &&Value| d["kind"] == kind && d["metadata"]["name"] == "ps-podset-operator-manager";
+        let namespaces: Vec<&Value> = (listed.iter().filter(manager))
+            .map(|d| &d["metadata"]["namespace"])
+            .collect();
+        assert_eq!(namespaces, ["team-a", "team-b"], "{kind}");
+    }
+    let deploy = find(&listed, "Deployment", "podset-operator")?;
+    assert_eq!(env_value(deploy, "WATCH_NAMESPACE"), Some("team-a,team-b"));
+
     // The ServiceMonitor only when asked for; no leader-election Role without election.
     let docs = render(&[
         "--set",
