@@ -12,8 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, ObjectList};
-use kube::core::PartialObjectMeta;
+use kube::api::ListParams;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{Instrument, info, warn};
@@ -135,11 +134,9 @@ impl Watching {
         let several = apis.len() > 1;
         let (mut uids, mut version) = (Vec::new(), String::new());
         for api in apis {
-            let list = list_pods(&api).await;
-            // The cache keeps only pods that name a controlling owner.
-            let owned = (list.items.iter()).filter(|p| controller_of(&p.metadata).is_some());
-            uids.extend(owned.filter_map(|p| p.metadata.uid.as_deref().map(Uid::from)));
-            version = list.metadata.resource_version.unwrap_or_default();
+            let (listed, at) = owned_pods(&api).await;
+            uids.extend(listed);
+            version = at;
         }
         // The cache's latest version is the latest any namespace's watch showed: with
         // several, one may lag another, so only the pods themselves tell it caught up.
@@ -151,18 +148,87 @@ impl Watching {
     }
 }
 
-/// A consistent list of the operator's pods' metadata through `api`, tried until it answers.
-async fn list_pods(api: &kube::Api<Pod>) -> ObjectList<PartialObjectMeta<Pod>> {
-    let params = ListParams::default().labels(&managed_pods());
+/// The UIDs of the pods through `api` that name a controlling owner (the pods the cache
+/// keeps), from one consistent list of their metadata, and the version it was made at.
+/// Read a page of [`PAGE`] at a time, keeping only the UIDs: at 100,000 pods one response
+/// would be hundreds of megabytes, past the memory a replica is given. Tried until it answers:
+/// a page that fails (its continue token expired, 410) starts the list again.
+async fn owned_pods(api: &kube::Api<Pod>) -> (Vec<Uid>, String) {
     let mut retry = Duration::from_millis(100);
     loop {
-        match api.list_metadata(&params).await {
-            Ok(list) => return list,
+        match owned_pods_once(api).await {
+            Ok(listed) => return listed,
             Err(e) => {
                 warn!(error = %e, ?retry, "could not list the pods to check the cache; retrying");
                 tokio::time::sleep(retry).await;
                 retry = (retry * 2).min(Duration::from_secs(5));
             }
         }
+    }
+}
+
+/// The pods a page of the check's list holds at most (as kube-controller-manager's lists).
+const PAGE: u32 = 500;
+
+async fn owned_pods_once(api: &kube::Api<Pod>) -> kube::Result<(Vec<Uid>, String)> {
+    let mut params = ListParams::default().labels(&managed_pods()).limit(PAGE);
+    let mut uids = Vec::new();
+    loop {
+        let page = api.list_metadata(&params).await?;
+        let owned = (page.items.iter()).filter(|p| controller_of(&p.metadata).is_some());
+        uids.extend(owned.filter_map(|p| p.metadata.uid.as_deref().map(Uid::from)));
+        // Every page of a list is of the first page's snapshot, and says its version.
+        let version = page.metadata.resource_version.unwrap_or_default();
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok((uids, version)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::fixtures::{Answer, Sent, scripted_context};
+    use serde_json::{Value, json};
+
+    fn pod(uid: &str, owned: bool) -> Value {
+        let owner = json!([{"apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+            "name": "web", "uid": "web-uid", "controller": true}]);
+        let mut meta = json!({"name": format!("p-{uid}"), "namespace": "ns", "uid": uid});
+        if owned {
+            meta["ownerReferences"] = owner;
+        }
+        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": meta})
+    }
+
+    fn page(items: Vec<Value>, next: &str) -> Answer {
+        Answer::Reply(
+            200,
+            json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                "metadata": {"resourceVersion": "7", "continue": next}, "items": items}),
+        )
+    }
+
+    /// The check's list goes a page at a time, each named by the last one's continue token,
+    /// and keeps the UIDs of owned pods; a page refused (its token expired) starts it again.
+    #[tokio::test(start_paused = true)]
+    async fn the_check_lists_the_pods_a_page_at_a_time() {
+        let (ctx, log) = scripted_context(|sent: &Sent, before: &[Sent]| {
+            match sent.path.contains("continue=t1") {
+                false => page(vec![pod("a", true), pod("x", false)], "t1"),
+                // The first second page meets an expired token.
+                true if before.len() == 1 => Answer::status(410, "Expired"),
+                true => page(vec![pod("b", true)], ""),
+            }
+        });
+        let api = kube::Api::<Pod>::namespaced(ctx.client.clone(), "ns");
+        let (uids, version) = owned_pods(&api).await;
+        assert_eq!(uids, [Uid::from("a"), Uid::from("b")]);
+        assert_eq!(version, "7");
+        let paths: Vec<String> = log.lock().iter().map(|s| s.path.clone()).collect();
+        assert_eq!(paths.len(), 4, "{paths:?}");
+        assert!(paths.iter().all(|p| p.contains(&format!("limit={PAGE}"))));
+        assert!(!paths[2].contains("continue"), "begun again: {paths:?}");
     }
 }
