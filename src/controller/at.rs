@@ -9,18 +9,16 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Patch, PatchParams};
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::{Api, ResourceExt};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::context::{Context, api_message, reconcile_within_deadline, retry_after};
 use super::fresh;
+use super::pods::{self, Created, Written};
 use crate::api::{At, AtPhase, AtStatus};
-use crate::client;
 use crate::error::{Error, Result};
-use crate::plan::admitted;
 use crate::plan::at::{self as plan, Step};
 use crate::pod::CachedPod;
 
@@ -181,7 +179,7 @@ async fn settle(at: &At, step: Step, ctx: &Context) -> Result<Outcome> {
 /// still gated or Pending (never started), and unchanged since the read; `false` otherwise (the next round sees it as
 /// it is): deleted, it would let the command run again.
 async fn discard(at: &At, uid: &str, ctx: &Context) -> Result<bool> {
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
+    let api = pods::api_for(at, ctx);
     let name = plan::pod_name(at);
     let live = read_pod(at, ctx).await?;
     let Some(pod) = live.filter(|p| p.uid().as_deref() == Some(uid)) else {
@@ -201,11 +199,10 @@ async fn discard(at: &At, uid: &str, ctx: &Context) -> Result<bool> {
         "deleting a pod that never ran and is not to run"
     );
     let version = pod.resource_version();
-    match client::delete_unchanged(&api, &name, uid, version).await {
-        Ok(()) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-        Err(e) => Err(Error::PodApi(e)),
+    match pods::delete_unchanged(&api, &name, uid, version).await {
+        Written::Sent | Written::Gone => Ok(true),
+        Written::Changed(_) => Ok(false),
+        Written::Refused(e) | Written::Unknown(e) => Err(Error::PodApi(e)),
     }
 }
 
@@ -223,7 +220,7 @@ async fn create(at: &At, ctx: &Context, now: Timestamp) -> Result<Outcome> {
         debug!("the At is gone or being deleted");
         return Ok(Outcome::Then(Action::await_change()));
     }
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
+    let api = pods::api_for(at, ctx);
     let pod_name = plan::pod_name(at);
     info!(command = %at.spec.command, "schedule due: creating pod");
     let blocked = |reason, message| {
@@ -231,22 +228,16 @@ async fn create(at: &At, ctx: &Context, now: Timestamp) -> Result<Outcome> {
         Ok(Outcome::record(status, Next::Retry))
     };
     let sent = plan::pod_for(at);
-    let pod = match client::create(&api, &sent).await {
+    let pod = match pods::create(&api, &sent).await {
         // Still gated, so it never ran: deleted, it is as if refused.
-        Ok(made) if let Some(message) = admitted::hidden(&sent, &made) => {
-            let uid = made.uid().unwrap_or_default();
-            if let Err(e) = client::delete_exact(&api, &pod_name, &uid).await {
-                warn!(pod = pod_name, error = %e, "could not delete a pod admission hid");
-            }
-            return blocked(plan::REASON_FAILED_CREATE, message);
-        }
-        Ok(made) => {
+        Created::Hidden { message, .. } => return blocked(plan::REASON_FAILED_CREATE, message),
+        Created::Made(made) => {
             if let Some(late) = plan::outcome::lateness(at, ctx.clock.now()) {
                 ctx.metrics.at_started(late);
             }
-            made
+            *made
         }
-        Err(kube::Error::Api(s)) if s.code == 409 => match read_pod(at, ctx).await? {
+        Created::Exists(_) => match read_pod(at, ctx).await? {
             Some(pod) if controlled_by(at, &pod) => pod,
             _ => {
                 let message = format!(
@@ -255,8 +246,8 @@ async fn create(at: &At, ctx: &Context, now: Timestamp) -> Result<Outcome> {
                 return blocked(plan::REASON_POD_NAME_TAKEN, message);
             }
         },
-        Err(e) if client::may_have_acted(&e) => return Err(Error::PodApi(e)),
-        Err(e) => {
+        Created::Unknown(e) => return Err(Error::PodApi(e)),
+        Created::Refused(e) => {
             let message = format!("creating pod {pod_name}: {}", api_message(&e));
             return blocked(plan::REASON_FAILED_CREATE, message);
         }
@@ -275,24 +266,14 @@ async fn release(at: &At, status: AtStatus, ctx: &Context) -> Result<Outcome> {
     let Some(written) = write_quietly(at, &status, ctx).await? else {
         return Ok(Outcome::Then(retry_after(at, ctx)));
     };
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
-    let ungate = serde_json::json!({
-        "metadata": { "uid": status.pod_uid },
-        "spec": { "schedulingGates": null },
-    });
-    match api
-        .patch(
-            &plan::pod_name(at),
-            &PatchParams::default(),
-            &Patch::Merge(&ungate),
-        )
-        .await
-    {
-        // Gone, or another pod now has the name (the UID is immutable: 422): the next
-        // reconcile finds the recorded pod gone.
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 422 => {}
-        Err(e) => return Err(Error::PodApi(e)),
+    let (api, uid) = (pods::api_for(at, ctx), status.pod_uid.as_deref());
+    match pods::ungate(&api, &plan::pod_name(at), uid.unwrap_or_default()).await {
+        // Gone, or another pod now has the name: the next reconcile finds the recorded pod
+        // gone.
+        Written::Sent | Written::Gone => {}
+        Written::Changed(e) | Written::Refused(e) | Written::Unknown(e) => {
+            return Err(Error::PodApi(e));
+        }
     }
     // Told once the pod may run: the events are not what it waits for.
     announce(at, &status, ctx).await;
@@ -304,8 +285,8 @@ async fn release(at: &At, status: AtStatus, ctx: &Context) -> Result<Outcome> {
 }
 
 async fn read_pod(at: &At, ctx: &Context) -> Result<Option<Pod>> {
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
-    api.get_opt(&plan::pod_name(at))
+    pods::api_for(at, ctx)
+        .get_opt(&plan::pod_name(at))
         .await
         .map_err(Error::ApiRead)
 }

@@ -13,6 +13,7 @@ pub(crate) mod fixtures;
 mod fresh;
 mod gone;
 mod kept;
+mod pods;
 pub mod podset;
 mod replacing;
 mod resync;

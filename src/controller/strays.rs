@@ -7,15 +7,15 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use parking_lot::Mutex;
 use tracing::{info, warn};
 
 use super::context::{Context, publish};
+use super::pods::{self, Written};
 use crate::cache::PodChange;
-use crate::client;
 use crate::error::{Error, Result};
 use crate::plan;
 use crate::plan::release::Stray;
@@ -168,7 +168,7 @@ pub async fn release<K: Resource<DynamicType = ()>>(owner: &K, ctx: &Context) ->
     if vanished.is_empty() {
         return Ok(());
     }
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace().unwrap_or_default());
+    let api = pods::api_for(owner, ctx);
     while let Some(pod) = vanished.pop() {
         if let Err(e) = release_one(&api, &pod, owner, ctx).await {
             vanished.push(pod);
@@ -205,22 +205,17 @@ async fn release_one<K: Resource<DynamicType = ()>>(
             return Ok(());
         };
         let sent = match &stray {
-            Stray::Release(patch) => {
-                let params = PatchParams::default();
-                api.patch(name, &params, &Patch::Json::<()>(patch.clone()))
-                    .await
-                    .map(drop)
-            }
-            Stray::Delete => client::delete_exact(api, name, &vanished.uid.to_string()).await,
+            Stray::Release(patch) => pods::patch_tested(api, name, patch.clone()).await,
+            Stray::Delete => pods::delete(api, name, &vanished.uid).await,
         };
         match sent {
-            Ok(()) => break stray,
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-            // Changed since it was read (a failed test is 422): read again, for it may have
-            // been handed to another PodSet, whose it now is to release (sim seed 3030877:
-            // dropped here, it ran on under that PodSet, counted by neither).
-            Err(kube::Error::Api(s)) if [409, 422].contains(&s.code) && reads < RELEASE_READS => {}
-            Err(e) => return Err(e),
+            Written::Sent => break stray,
+            Written::Gone => return Ok(()),
+            // Changed since it was read: read again, for it may have been handed to another
+            // PodSet, whose it now is to release (sim seed 3030877: dropped here, it ran on
+            // under that PodSet, counted by neither).
+            Written::Changed(_) if reads < RELEASE_READS => {}
+            Written::Changed(e) | Written::Refused(e) | Written::Unknown(e) => return Err(e),
         }
     };
     let label = format!(

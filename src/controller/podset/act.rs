@@ -10,9 +10,10 @@ use kube::runtime::events::EventType;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::calls::{Created, Deleted, create, delete, pods_api, prefix};
+use super::calls::{create, prefix};
 use crate::api::PodSet;
 use crate::controller::context::{Context, api_message, publish};
+use crate::controller::pods::{self, Created, Written};
 use crate::expectations::{Answer, Unanswered, Write};
 use crate::plan::name;
 use crate::plan::podset::{self as plan, Failure, Outcome, Plan};
@@ -62,7 +63,7 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
         ps.uid().unwrap_or_default(),
         ps.namespace().unwrap_or_default(),
     );
-    let (api, template) = (pods_api(ps, ctx), plan::pod_for(ps));
+    let (api, template) = (pods::api_for(ps, ctx), plan::pod_for(ps));
     let mut created = Vec::new();
     let mut error = None;
     for batch in plan::slow_start_batches(n) {
@@ -114,7 +115,7 @@ async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> 
         ps.uid().unwrap_or_default(),
         ps.namespace().unwrap_or_default(),
     );
-    let api = pods_api(ps, ctx);
+    let api = pods::api_for(ps, ctx);
     let writes: Vec<Write> = victims
         .iter()
         .map(|p| Write::Delete(p.uid.clone(), p.name.to_string()))
@@ -126,17 +127,17 @@ async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> 
             ctx,
             &uid,
             write,
-            delete(&api, &pod.name, &pod.uid),
-            Deleted::answer,
+            pods::delete(&api, &pod.name, &pod.uid),
+            Written::answer,
         )
     });
     let mut deleted = Vec::new();
     let mut error = None;
     for (pod, result) in victims.iter().zip(join_all(sends).await) {
         match result {
-            Deleted::Sent => deleted.push(pod.name.to_string()),
-            Deleted::Gone => {}
-            Deleted::Unknown(e) | Deleted::Refused(e) => {
+            Written::Sent => deleted.push(pod.name.to_string()),
+            Written::Gone => {}
+            Written::Unknown(e) | Written::Refused(e) | Written::Changed(e) => {
                 error.get_or_insert(api_message(&e));
             }
         }

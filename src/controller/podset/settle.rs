@@ -8,9 +8,10 @@ use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
 use super::act::{Verb, expected, report};
-use super::calls::{Created, Deleted, create, delete, pods_api};
+use super::calls::create;
 use crate::api::PodSet;
 use crate::controller::context::{Context, api_message};
+use crate::controller::pods::{self, Created, Written};
 use crate::expectations::{Answer, Unsettled, Write};
 use crate::plan::podset::{self as plan, Outcome};
 use crate::uid::Uid;
@@ -21,7 +22,7 @@ pub(super) async fn settle(ps: &PodSet, ctx: &Context) -> Outcome {
     if unsettled == Unsettled::default() {
         return Outcome::NotActed;
     }
-    let (api, template) = (pods_api(ps, ctx), plan::pod_for(ps));
+    let (api, template) = (pods::api_for(ps, ctx), plan::pod_for(ps));
     let (uid, api, template) = (&uid, &api, &template);
     let creates = unsettled.creates.iter().map(|name| {
         let write = Write::Create(name.clone());
@@ -138,17 +139,17 @@ async fn look_up(api: &Api<Pod>, name: &str) -> Result<Answer, kube::Error> {
 /// while that is. A refusal says nothing of the first send, so the pod is looked up, as a
 /// refused create's is.
 async fn resend_delete(api: &Api<Pod>, name: &str, uid: &Uid) -> Resent {
-    let (answer, error) = match delete(api, name, uid).await {
-        Deleted::Sent => {
+    let (answer, error) = match pods::delete(api, name, uid).await {
+        Written::Sent => {
             return Resent {
                 answer: Answer::Deleting,
                 by_this_send: true,
                 error: None,
             };
         }
-        Deleted::Gone => (Answer::Nothing, None),
-        Deleted::Unknown(e) => (Answer::Unknown, Some(e)),
-        Deleted::Refused(e) => {
+        Written::Gone => (Answer::Nothing, None),
+        Written::Unknown(e) => (Answer::Unknown, Some(e)),
+        Written::Refused(e) | Written::Changed(e) => {
             let answer = match api.get_opt(name).await {
                 Ok(Some(pod)) if pod.metadata.uid.as_deref().is_some_and(|u| uid == u) => {
                     if pod.meta().deletion_timestamp.is_some() {

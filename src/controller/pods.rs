@@ -1,0 +1,164 @@
+//! Every pod write of both controllers, and what each answer means, in one place (the
+//! ReplicaSet controller's `PodControlInterface`): a create that checks admission left the pod
+//! the operator's; deletes guarded by UID, or by UID and version; the At's ungate; a stray's
+//! release. Only here is an answer's code read: 404 gone; 409 a create's name taken, or a
+//! delete's precondition failed; 422 a patch naming another pod's UID, or a failed test.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+use tracing::warn;
+
+use super::context::{Context, api_message};
+use crate::client;
+use crate::expectations::Answer;
+use crate::plan::admitted;
+use crate::uid::Uid;
+
+/// The pods of `owner`'s namespace.
+pub(super) fn api_for<K: Resource>(owner: &K, ctx: &Context) -> Api<Pod> {
+    Api::namespaced(ctx.client.clone(), &owner.namespace().unwrap_or_default())
+}
+
+/// What the API server answered to a create.
+pub(super) enum Created {
+    /// This pod.
+    Made(Box<Pod>),
+    /// 409 AlreadyExists: a pod has the name.
+    Exists(kube::Error),
+    /// Turned away before anything was stored.
+    Refused(kube::Error),
+    /// The reply was lost: the pod may have been made.
+    Unknown(kube::Error),
+    /// Made, but admission changed what the operator finds its pods by (why, in words): it
+    /// is deleted at once, as the operator would never see it; `left`, its UID, if that
+    /// delete failed: its PodSet's next reconcile deletes it (`controller::strays`).
+    Hidden { message: String, left: Option<Uid> },
+}
+
+impl Created {
+    /// What it says of the expected create.
+    pub(super) fn answer(&self) -> Answer {
+        match self {
+            Created::Made(pod) => Answer::Made(uid_of(pod)),
+            // Refused, or the name was taken (a one in 14 million chance): no pod of ours.
+            // A pod admission hid was deleted: its watch will never show it.
+            Created::Exists(_) | Created::Refused(_) | Created::Hidden { .. } => Answer::Nothing,
+            Created::Unknown(_) => Answer::Unknown,
+        }
+    }
+
+    /// The API server's words for a create that made no pod of ours, or may not have.
+    pub(super) fn error(&self) -> Option<String> {
+        match self {
+            Created::Made(_) => None,
+            Created::Exists(e) | Created::Refused(e) | Created::Unknown(e) => Some(api_message(e)),
+            Created::Hidden { message, .. } => Some(message.clone()),
+        }
+    }
+}
+
+/// Creates `pod` (named).
+pub(super) async fn create(api: &Api<Pod>, pod: &Pod) -> Created {
+    match client::create(api, pod).await {
+        Ok(made) => {
+            let Some(message) = admitted::hidden(pod, &made) else {
+                return Created::Made(Box::new(made));
+            };
+            let (name, uid) = (made.name_any(), uid_of(&made));
+            let left = match delete(api, &name, &uid).await {
+                Written::Refused(e) | Written::Unknown(e) | Written::Changed(e) => {
+                    warn!(pod = name, error = %e, "could not delete a pod admission hid");
+                    Some(uid)
+                }
+                Written::Sent | Written::Gone => None,
+            };
+            Created::Hidden { message, left }
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
+            Created::Exists(kube::Error::Api(s))
+        }
+        Err(e) if client::may_have_acted(&e) => Created::Unknown(e),
+        Err(e) => Created::Refused(e),
+    }
+}
+
+/// What the API server answered to a delete or a patch.
+pub(super) enum Written {
+    Sent,
+    /// Gone already, or another pod has the name now: nothing of it to write.
+    Gone,
+    /// Changed since it was read (a version's precondition or a patch's test failed): not
+    /// written.
+    Changed(kube::Error),
+    Refused(kube::Error),
+    /// The reply was lost: it may have been carried out.
+    Unknown(kube::Error),
+}
+
+impl Written {
+    /// What a delete's answer says of the expected delete.
+    pub(super) fn answer(&self) -> Answer {
+        match self {
+            Written::Sent => Answer::Deleting,
+            Written::Gone | Written::Changed(_) | Written::Refused(_) => Answer::Nothing,
+            Written::Unknown(_) => Answer::Unknown,
+        }
+    }
+}
+
+/// Deletes pod `name` if it is still the one with `uid` (409: another pod has the name).
+pub(super) async fn delete(api: &Api<Pod>, name: &str, uid: &Uid) -> Written {
+    let sent = client::delete_exact(api, name, &uid.to_string()).await;
+    written(sent, |_| Written::Gone)
+}
+
+/// Deletes pod `name` if it is still the one with `uid`, unchanged since `version`.
+pub(super) async fn delete_unchanged(
+    api: &Api<Pod>,
+    name: &str,
+    uid: &str,
+    version: Option<String>,
+) -> Written {
+    let sent = client::delete_unchanged(api, name, uid, version).await;
+    written(sent, Written::Changed)
+}
+
+/// Takes the scheduling gates off pod `name` if it is still the one with `uid` (a UID is
+/// immutable: naming another pod's is refused, 422).
+pub(super) async fn ungate(api: &Api<Pod>, name: &str, uid: &str) -> Written {
+    let ungate = serde_json::json!({
+        "metadata": { "uid": uid },
+        "spec": { "schedulingGates": null },
+    });
+    let patch = Patch::Merge(&ungate);
+    match api.patch(name, &PatchParams::default(), &patch).await {
+        Err(kube::Error::Api(s)) if s.code == 422 => Written::Gone,
+        sent => written(sent.map(drop), |_| Written::Gone),
+    }
+}
+
+/// Sends the JSON patch `patch` to pod `name`; its tests guard what it changes (422 when
+/// one fails).
+pub(super) async fn patch_tested(api: &Api<Pod>, name: &str, patch: json_patch::Patch) -> Written {
+    let params = PatchParams::default();
+    match api.patch(name, &params, &Patch::Json::<()>(patch)).await {
+        Err(kube::Error::Api(s)) if s.code == 422 => Written::Changed(kube::Error::Api(s)),
+        sent => written(sent.map(drop), Written::Changed),
+    }
+}
+
+/// A write's answer: 404 is gone, 409 what `conflict` makes of it.
+fn written(sent: kube::Result<()>, conflict: impl FnOnce(kube::Error) -> Written) -> Written {
+    match sent {
+        Ok(()) => Written::Sent,
+        Err(kube::Error::Api(s)) if s.code == 404 => Written::Gone,
+        Err(kube::Error::Api(s)) if s.code == 409 => conflict(kube::Error::Api(s)),
+        Err(e) if client::may_have_acted(&e) => Written::Unknown(e),
+        Err(e) => Written::Refused(e),
+    }
+}
+
+fn uid_of(pod: &Pod) -> Uid {
+    Uid::from(pod.metadata.uid.as_deref().unwrap_or_default())
+}
