@@ -179,7 +179,7 @@ async fn settle(at: &At, step: Step, ctx: &Context) -> Result<Outcome> {
 /// still gated or Pending (never started), and unchanged since the read; `false` otherwise (the next round sees it as
 /// it is): deleted, it would let the command run again.
 async fn discard(at: &At, uid: &str, ctx: &Context) -> Result<bool> {
-    let api = pods::api_for(at, ctx);
+    let api = ctx.api::<Pod>(at);
     let name = plan::pod_name(at);
     let live = read_pod(at, ctx).await?;
     let Some(pod) = live.filter(|p| p.uid().as_deref() == Some(uid)) else {
@@ -220,7 +220,7 @@ async fn create(at: &At, ctx: &Context, now: Timestamp) -> Result<Outcome> {
         debug!("the At is gone or being deleted");
         return Ok(Outcome::Then(Action::await_change()));
     }
-    let api = pods::api_for(at, ctx);
+    let api = ctx.api::<Pod>(at);
     let pod_name = plan::pod_name(at);
     info!(command = %at.spec.command, "schedule due: creating pod");
     let blocked = |reason, message| {
@@ -266,7 +266,7 @@ async fn release(at: &At, status: AtStatus, ctx: &Context) -> Result<Outcome> {
     let Some(written) = write_quietly(at, &status, ctx).await? else {
         return Ok(Outcome::Then(retry_after(at, ctx)));
     };
-    let (api, uid) = (pods::api_for(at, ctx), status.pod_uid.as_deref());
+    let (api, uid) = (ctx.api::<Pod>(at), status.pod_uid.as_deref());
     match pods::ungate(&api, &plan::pod_name(at), uid.unwrap_or_default()).await {
         // Gone, or another pod now has the name: the next reconcile finds the recorded pod
         // gone.
@@ -285,7 +285,7 @@ async fn release(at: &At, status: AtStatus, ctx: &Context) -> Result<Outcome> {
 }
 
 async fn read_pod(at: &At, ctx: &Context) -> Result<Option<Pod>> {
-    pods::api_for(at, ctx)
+    ctx.api::<Pod>(at)
         .get_opt(&plan::pod_name(at))
         .await
         .map_err(Error::ApiRead)

@@ -89,6 +89,14 @@ impl Context {
         self.at_statuses.observed(uid, resource_version);
     }
 
+    /// The API of `T` in `obj`'s namespace: `obj`'s own kind, or its pods.
+    pub fn api<T>(&self, obj: &impl Resource) -> Api<T>
+    where
+        T: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &obj.namespace().unwrap_or_default())
+    }
+
     /// Drops everything kept for an object that was deleted.
     pub(super) fn forget(&self, uid: &str) {
         self.metrics.unconverged.forget(uid, Instant::now());

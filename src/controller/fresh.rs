@@ -2,7 +2,7 @@
 //! be trusted with: pods made for one deleted behind a quiet watch are removed by the
 //! garbage collector, and each removal brings the next round.
 
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
 use crate::controller::context::{Context, read_by_name};
@@ -28,18 +28,10 @@ where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let now = read_by_name(&api_of(obj, ctx), obj).await?;
+    let now = read_by_name(&ctx.api(obj), obj).await?;
     if now.is_none() {
         ctx.gone
             .found(&obj.uid().unwrap_or_default(), Instant::now());
     }
     Ok(now)
-}
-
-/// The API of `obj`'s kind in its namespace.
-pub fn api_of<K>(obj: &K, ctx: &Context) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default())
 }

@@ -6,19 +6,14 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use tracing::warn;
 
-use super::context::{Context, api_message};
+use super::context::api_message;
 use crate::client;
 use crate::expectations::Answer;
 use crate::plan::admitted;
 use crate::uid::Uid;
-
-/// The pods of `owner`'s namespace.
-pub(super) fn api_for<K: Resource>(owner: &K, ctx: &Context) -> Api<Pod> {
-    Api::namespaced(ctx.client.clone(), &owner.namespace().unwrap_or_default())
-}
 
 /// What the API server answered to a create.
 pub(super) enum Created {

@@ -16,6 +16,7 @@ use tracing::{info, warn};
 use super::context::{Context, publish};
 use super::pods::{self, Written};
 use crate::cache::PodChange;
+use crate::client;
 use crate::error::{Error, Result};
 use crate::plan;
 use crate::plan::release::Stray;
@@ -121,10 +122,9 @@ async fn list_strays_in(api: &Api<Pod>, ctx: &Context) -> kube::Result<()> {
         crate::api::MANAGED_BY_LABEL,
         crate::api::MANAGED_BY_VALUE
     );
-    let mut params = ListParams::default().labels(&selector).limit(500);
-    loop {
-        let page = api.list_metadata(&params).await?;
-        for pod in &page.items {
+    let params = ListParams::default().labels(&selector);
+    let listed = client::list_metadata_paged(api, &params, |page| {
+        for pod in &page {
             let meta = &pod.metadata;
             let owner = crate::pod::controller_of(meta);
             if let (Some(owner), Some(name), Some(uid)) = (owner, &meta.name, &meta.uid)
@@ -136,11 +136,8 @@ async fn list_strays_in(api: &Api<Pod>, ctx: &Context) -> kube::Result<()> {
                     .suspect(&owner_uid, name, &Uid::from(uid.as_str()));
             }
         }
-        match page.metadata.continue_ {
-            Some(token) if !token.is_empty() => params = params.continue_token(&token),
-            _ => return Ok(()),
-        }
-    }
+    });
+    listed.await.map(drop)
 }
 
 /// `pod`, out of the watch, was handed to another PodSet since it vanished (its controller
@@ -168,7 +165,7 @@ pub async fn release<K: Resource<DynamicType = ()>>(owner: &K, ctx: &Context) ->
     if vanished.is_empty() {
         return Ok(());
     }
-    let api = pods::api_for(owner, ctx);
+    let api = ctx.api::<Pod>(owner);
     while let Some(pod) = vanished.pop() {
         if let Err(e) = release_one(&api, &pod, owner, ctx).await {
             vanished.push(pod);

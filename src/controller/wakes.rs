@@ -44,14 +44,8 @@ impl Wakes {
         let Some(relisted) = self.relisted.take() else {
             return Vec::new();
         };
-        let gone: Vec<Uid> = (self.seen.keys())
-            .filter(|uid| !relisted.contains(*uid))
-            .cloned()
-            .collect();
-        for uid in &gone {
-            self.seen.remove(uid);
-        }
-        gone
+        let gone = self.seen.extract_if(|uid, _| !relisted.contains(uid));
+        gone.map(|(uid, _)| uid).collect()
     }
 
     pub fn forget(&mut self, uid: &str) {

@@ -20,6 +20,7 @@ use tracing::{Instrument, info, warn};
 use super::context::Context;
 use super::routing::{managed_pods, watch_pods};
 use super::{Exported, STARTUP_GRACE, Settings};
+use crate::client;
 use crate::health::Health;
 use crate::pod::controller_of;
 use crate::uid::Uid;
@@ -130,19 +131,17 @@ impl Watching {
     /// Whether the watch shows, within [`CATCH_UP`], what a consistent list of the pods'
     /// metadata shows now.
     async fn caught_up(&self) -> bool {
-        let apis = self.settings.scope.apis::<Pod>(&self.client);
-        let several = apis.len() > 1;
-        let (mut uids, mut version) = (Vec::new(), String::new());
-        for api in apis {
-            let (listed, at) = owned_pods(&api).await;
-            uids.extend(listed);
-            version = at;
+        let mut lists = Vec::new();
+        for api in self.settings.scope.apis::<Pod>(&self.client) {
+            lists.push(owned_pods(&api).await);
         }
         // The cache's latest version is the latest any namespace's watch showed: with
         // several, one may lag another, so only the pods themselves tell it caught up.
-        if several {
-            version.clear();
-        }
+        let version = match lists.as_slice() {
+            [(_, version)] => version.clone(),
+            _ => String::new(),
+        };
+        let uids: Vec<Uid> = lists.into_iter().flat_map(|(uids, _)| uids).collect();
         let caught_up = self.ctx.pods.caught_up(&version, &uids);
         tokio::time::timeout(CATCH_UP, caught_up).await.is_ok()
     }
@@ -150,7 +149,7 @@ impl Watching {
 
 /// The UIDs of the pods through `api` that name a controlling owner (the pods the cache
 /// keeps), from one consistent list of their metadata, and the version it was made at.
-/// Read a page of [`PAGE`] at a time, keeping only the UIDs: at 100,000 pods one response
+/// Read a page at a time, keeping only the UIDs: at 100,000 pods one response
 /// would be hundreds of megabytes, past the memory a replica is given. Tried until it answers:
 /// a page that fails (its continue token expired, 410) starts the list again.
 async fn owned_pods(api: &kube::Api<Pod>) -> (Vec<Uid>, String) {
@@ -167,23 +166,15 @@ async fn owned_pods(api: &kube::Api<Pod>) -> (Vec<Uid>, String) {
     }
 }
 
-/// The pods a page of the check's list holds at most (as kube-controller-manager's lists).
-const PAGE: u32 = 500;
-
 async fn owned_pods_once(api: &kube::Api<Pod>) -> kube::Result<(Vec<Uid>, String)> {
-    let mut params = ListParams::default().labels(&managed_pods()).limit(PAGE);
+    let params = ListParams::default().labels(&managed_pods());
     let mut uids = Vec::new();
-    loop {
-        let page = api.list_metadata(&params).await?;
-        let owned = (page.items.iter()).filter(|p| controller_of(&p.metadata).is_some());
+    let version = client::list_metadata_paged(api, &params, |page| {
+        let owned = page.iter().filter(|p| controller_of(&p.metadata).is_some());
         uids.extend(owned.filter_map(|p| p.metadata.uid.as_deref().map(Uid::from)));
-        // Every page of a list is of the first page's snapshot, and says its version.
-        let version = page.metadata.resource_version.unwrap_or_default();
-        match page.metadata.continue_ {
-            Some(token) if !token.is_empty() => params = params.continue_token(&token),
-            _ => return Ok((uids, version)),
-        }
-    }
+    });
+    let version = version.await?;
+    Ok((uids, version))
 }
 
 #[cfg(test)]
@@ -228,7 +219,11 @@ mod tests {
         assert_eq!(version, "7");
         let paths: Vec<String> = log.lock().iter().map(|s| s.path.clone()).collect();
         assert_eq!(paths.len(), 4, "{paths:?}");
-        assert!(paths.iter().all(|p| p.contains(&format!("limit={PAGE}"))));
+        assert!(
+            paths
+                .iter()
+                .all(|p| p.contains(&format!("limit={}", client::PAGE)))
+        );
         assert!(!paths[2].contains("continue"), "begun again: {paths:?}");
     }
 }

@@ -17,20 +17,22 @@ use kube::runtime::watcher::{self, Event};
 
 type Item<K> = watcher::Result<Event<K>>;
 
-/// One watch of what `watches` watch. One watch is returned as it is.
+/// One watch of what `watches` (each with the namespace it watches) watch. One watch is
+/// returned as it is.
 pub(super) fn merged<K>(
-    mut watches: Vec<BoxStream<'static, Item<K>>>,
+    mut watches: Vec<(String, BoxStream<'static, Item<K>>)>,
     removed: fn(ObjectMeta) -> K,
 ) -> BoxStream<'static, Item<K>>
 where
     K: Resource + Clone + Send + 'static,
 {
     if watches.len() == 1
-        && let Some(only) = watches.pop()
+        && let Some((_, only)) = watches.pop()
     {
         return only;
     }
-    let mut merge = Merge::new(watches.len(), removed);
+    let (namespaces, watches): (Vec<String>, Vec<_>) = watches.into_iter().unzip();
+    let mut merge = Merge::new(namespaces, removed);
     let tagged = (watches.into_iter().enumerate()).map(|(i, w)| w.map(move |e| (i, e)));
     stream::select_all(tagged)
         .flat_map(move |(i, event)| stream::iter(merge.step(i, event)))
@@ -66,10 +68,10 @@ struct Space<K> {
     again: HashMap<String, K>,
 }
 
-impl<K> Default for Space<K> {
-    fn default() -> Self {
+impl<K> Space<K> {
+    fn new(namespace: String) -> Self {
         Self {
-            namespace: String::new(),
+            namespace,
             shown: HashMap::new(),
             relisted: None,
             listed: false,
@@ -79,9 +81,9 @@ impl<K> Default for Space<K> {
 }
 
 impl<K: Resource + Clone> Merge<K> {
-    fn new(spaces: usize, removed: fn(ObjectMeta) -> K) -> Self {
+    fn new(namespaces: Vec<String>, removed: fn(ObjectMeta) -> K) -> Self {
         Self {
-            spaces: (0..spaces).map(|_| Space::default()).collect(),
+            spaces: namespaces.into_iter().map(Space::new).collect(),
             removed,
             started: false,
             listed: false,
@@ -178,9 +180,6 @@ impl<K> Space<K> {
     fn saw(&mut self, meta: &ObjectMeta) -> Option<ObjectMeta> {
         let name = meta.name.clone().unwrap_or_default();
         let uid = meta.uid.clone().unwrap_or_default();
-        if let Some(ns) = &meta.namespace {
-            self.namespace.clone_from(ns);
-        }
         if let Some(relisted) = self.relisted.as_mut() {
             relisted.insert(name.clone());
         }
@@ -199,16 +198,13 @@ impl<K> Space<K> {
         let Some(relisted) = self.relisted.take() else {
             return Vec::new();
         };
-        let gone: Vec<String> = (self.shown.keys())
-            .filter(|name| !relisted.contains(*name))
-            .cloned()
+        let gone: Vec<_> = (self.shown)
+            .extract_if(|name, _| !relisted.contains(name))
             .collect();
-        let gone = gone.into_iter().filter_map(|name| {
-            self.again.remove(&name);
-            let uid = self.shown.remove(&name)?;
-            Some(self.meta(name, uid))
-        });
-        gone.collect()
+        for (name, _) in &gone {
+            self.again.remove(name);
+        }
+        gone.into_iter().map(|(n, uid)| self.meta(n, uid)).collect()
     }
 
     fn meta(&self, name: String, uid: String) -> ObjectMeta {

@@ -41,24 +41,25 @@ impl Scope {
         Ok(Self::Namespaces(names))
     }
 
-    /// One namespace (the seeds' `WATCH_NAMESPACE=myproject`).
-    pub fn one(namespace: &str) -> Self {
-        Self::Namespaces(vec![namespace.to_string()])
+    /// The namespace each watch or list of the scope names: one per namespace, or none
+    /// (all of them).
+    fn each(&self) -> Vec<Option<&str>> {
+        match self {
+            Self::All => vec![None],
+            Self::Namespaces(names) => names.iter().map(|ns| Some(ns.as_str())).collect(),
+        }
     }
 
-    /// The APIs of `K` a watch or list of the scope goes through: one per namespace, or one
-    /// over all of them.
+    /// The APIs of `K` a watch or list of the scope goes through.
     pub fn apis<K>(&self, client: &Client) -> Vec<Api<K>>
     where
         K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
     {
-        match self {
-            Self::All => vec![Api::all(client.clone())],
-            Self::Namespaces(names) => names
-                .iter()
-                .map(|ns| Api::namespaced(client.clone(), ns))
-                .collect(),
-        }
+        let api = |ns: Option<&str>| match ns {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        self.each().into_iter().map(api).collect()
     }
 
     /// Watches `K` across the scope as one watch would ([`merge`] when it takes more than
@@ -78,8 +79,12 @@ impl Scope {
             + Send
             + 'static,
     {
-        let watches: Vec<_> = (self.apis::<K>(client).into_iter())
-            .map(|api| watcher(api, config.clone()).default_backoff().boxed())
+        let each = self
+            .each()
+            .into_iter()
+            .map(|ns| ns.unwrap_or_default().to_string());
+        let watches = (each.zip(self.apis::<K>(client)))
+            .map(|(ns, api)| (ns, watcher(api, config.clone()).default_backoff().boxed()))
             .collect();
         merge::merged(watches, removed)
     }
@@ -101,7 +106,10 @@ mod tests {
     #[test]
     fn a_list_is_checked_sorted_and_counted_once() {
         assert_eq!(Scope::parse(""), Ok(Scope::All));
-        assert_eq!(Scope::parse("team-a"), Ok(Scope::one("team-a")));
+        assert_eq!(
+            Scope::parse("team-a"),
+            Ok(Scope::Namespaces(vec!["team-a".into()]))
+        );
         let both = Scope::Namespaces(vec!["a".into(), "b".into()]);
         assert_eq!(Scope::parse("b,a"), Ok(both.clone()));
         assert_eq!(Scope::parse("b, a ,b"), Ok(both.clone()));

@@ -46,7 +46,7 @@ pub(super) async fn write_quietly(at: &At, status: &AtStatus, ctx: &Context) -> 
     if alike(at.status.as_ref(), Some(status)) {
         return Ok(Some(at.clone()));
     }
-    let api: Api<At> = Api::namespaced(ctx.client.clone(), &at.namespace().unwrap_or_default());
+    let api: Api<At> = ctx.api(at);
     let patch = status_patch(&at.resource_version().unwrap_or_default(), status);
     let written = match api
         .patch_status(

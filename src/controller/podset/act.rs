@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::future::join_all;
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use tokio::time::Instant;
@@ -63,7 +64,7 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
         ps.uid().unwrap_or_default(),
         ps.namespace().unwrap_or_default(),
     );
-    let (api, template) = (pods::api_for(ps, ctx), plan::pod_for(ps));
+    let (api, template) = (ctx.api::<Pod>(ps), plan::pod_for(ps));
     let mut created = Vec::new();
     let mut error = None;
     for batch in plan::slow_start_batches(n) {
@@ -115,7 +116,7 @@ async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> 
         ps.uid().unwrap_or_default(),
         ps.namespace().unwrap_or_default(),
     );
-    let api = pods::api_for(ps, ctx);
+    let api = ctx.api::<Pod>(ps);
     let writes: Vec<Write> = victims
         .iter()
         .map(|p| Write::Delete(p.uid.clone(), p.name.to_string()))

@@ -22,7 +22,7 @@ pub(super) async fn settle(ps: &PodSet, ctx: &Context) -> Outcome {
     if unsettled == Unsettled::default() {
         return Outcome::NotActed;
     }
-    let (api, template) = (pods::api_for(ps, ctx), plan::pod_for(ps));
+    let (api, template) = (ctx.api::<Pod>(ps), plan::pod_for(ps));
     let (uid, api, template) = (&uid, &api, &template);
     let creates = unsettled.creates.iter().map(|name| {
         let write = Write::Create(name.clone());

@@ -10,7 +10,7 @@ use kube::api::Patch;
 
 use crate::api::{PodSet, PodSetStatus};
 use crate::controller::context::{Context, publish, status_patch, status_patch_params};
-use crate::controller::fresh::{api_of, read};
+use crate::controller::fresh::read;
 use crate::controller::kept::kept;
 use crate::error::{Error, Result};
 use crate::plan::health;
@@ -110,7 +110,8 @@ async fn patch(ps: &PodSet, over: &str, status: &PodSetStatus, ctx: &Context) ->
     let body = status_patch(over, status);
     let name = ps.name_any();
     let params = status_patch_params();
-    match api_of(ps, ctx)
+    match ctx
+        .api::<PodSet>(ps)
         .patch_status(&name, &params, &Patch::Merge(&body))
         .await
     {

@@ -40,6 +40,34 @@ fn shown(event: &Event<Pod>) -> String {
     }
 }
 
+/// A merge of two watches, of namespaces `a` and `b`.
+fn two() -> Merge<Pod> {
+    Merge::new(vec!["a".into(), "b".into()], removed)
+}
+
+/// Hands `event` of watch `i` to `merge`, and what it shows to `reader`.
+fn deliver(merge: &mut Merge<Pod>, reader: &mut Reader, i: usize, event: Event<Pod>) {
+    for shown in merge.step(i, Ok(event)) {
+        reader.read(shown.expect("no error fed"));
+    }
+}
+
+/// The events of a list of namespace `ns` showing `objects` (name, UID), as watch `i`'s.
+fn list<'a>(
+    i: usize,
+    ns: &str,
+    objects: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Vec<(usize, Event<Pod>)> {
+    let mut events = vec![(i, Event::Init)];
+    events.extend(
+        objects
+            .into_iter()
+            .map(|(n, u)| (i, Event::InitApply(pod(ns, n, u)))),
+    );
+    events.push((i, Event::InitDone));
+    events
+}
+
 fn feed(merge: &mut Merge<Pod>, events: Vec<(usize, Event<Pod>)>) -> Vec<String> {
     let out = events.into_iter().flat_map(|(i, e)| merge.step(i, Ok(e)));
     out.map(|e| shown(&e.expect("no error fed"))).collect()
@@ -47,7 +75,7 @@ fn feed(merge: &mut Merge<Pod>, events: Vec<(usize, Event<Pod>)>) -> Vec<String>
 
 #[test]
 fn one_list_once_every_namespace_listed_and_changes_held_until_then() {
-    let mut merge = Merge::new(2, removed);
+    let mut merge = two();
     let out = feed(
         &mut merge,
         vec![
@@ -75,29 +103,19 @@ fn one_list_once_every_namespace_listed_and_changes_held_until_then() {
 
 #[test]
 fn a_namespace_listing_again_drops_only_its_own_unseen_objects() {
-    let mut merge = Merge::new(2, removed);
-    let listed = |ns: &'static str, names: &[(&'static str, &'static str)], i| {
-        let mut events = vec![(i, Event::Init)];
-        events.extend(
-            names
-                .iter()
-                .map(|(n, u)| (i, Event::InitApply(pod(ns, n, u)))),
-        );
-        events.push((i, Event::InitDone));
-        events
-    };
-    let mut first = listed("a", &[("x", "1"), ("y", "2")], 0);
-    first.extend(listed("b", &[("x", "3")], 1));
+    let mut merge = two();
+    let mut first = list(0, "a", [("x", "1"), ("y", "2")]);
+    first.extend(list(1, "b", [("x", "3")]));
     feed(&mut merge, first);
     // a's watch lost its place: y was deleted and x made again meanwhile, z made.
-    let out = feed(&mut merge, listed("a", &[("x", "9"), ("z", "4")], 0));
+    let out = feed(&mut merge, list(0, "a", [("x", "9"), ("z", "4")]));
     let want = ["Delete:a/x@1", "Apply:a/x@9", "Apply:a/z@4", "Delete:a/y@2"];
     assert_eq!(out, want, "b's x is left alone");
 }
 
 #[test]
 fn a_first_list_begun_again_drops_what_only_the_earlier_one_showed() {
-    let mut merge = Merge::new(2, removed);
+    let mut merge = two();
     let out = feed(
         &mut merge,
         vec![
@@ -122,14 +140,15 @@ fn a_first_list_begun_again_drops_what_only_the_earlier_one_showed() {
 
 #[test]
 fn an_error_passes_through_and_one_watch_is_left_as_it_is() {
-    let mut merge = Merge::<Pod>::new(2, removed);
+    let mut merge = two();
     let failed = merge.step(1, Err(watcher::Error::NoResourceVersion));
     assert!(
         matches!(failed.as_slice(), [Err(_)]),
         "no Init for an error"
     );
     let one = stream::iter(vec![Ok(Event::Apply(pod("a", "x", "1")))]).boxed();
-    let out = futures::executor::block_on(merged(vec![one], removed).collect::<Vec<_>>());
+    let out =
+        futures::executor::block_on(merged(vec![("a".into(), one)], removed).collect::<Vec<_>>());
     assert_eq!(out.len(), 1);
     assert_eq!(shown(out[0].as_ref().unwrap()), "Apply:a/x@1");
 }
@@ -182,18 +201,6 @@ impl Reader {
     }
 }
 
-/// A tiny seeded generator (no dependency): xorshift.
-struct Draw(u64);
-
-impl Draw {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 /// Each namespace's watch is driven as a real one behaves (lists, changes, lists again
 /// after changes it did not see, lists cut short), interleaved at random: whenever every
 /// watch is between lists, the merged watch's reader holds exactly what readers of each
@@ -201,9 +208,10 @@ impl Draw {
 #[test]
 fn a_reader_of_the_merged_watch_holds_every_namespace_s_objects() {
     for seed in 1..=400u64 {
-        let mut draw = Draw(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-        let spaces = 2 + draw.below(3) as usize;
-        let mut merge = Merge::new(spaces, removed);
+        let mut draw = fastrand::Rng::with_seed(seed);
+        let spaces = draw.usize(2..=4);
+        let names: Vec<String> = (0..spaces).map(|i| format!("ns{i}")).collect();
+        let mut merge = Merge::new(names.clone(), removed);
         let mut reader = Reader::default();
         let mut own: Vec<Reader> = (0..spaces).map(|_| Reader::default()).collect();
         let mut truth: Vec<BTreeMap<String, String>> = vec![BTreeMap::new(); spaces];
@@ -211,49 +219,46 @@ fn a_reader_of_the_merged_watch_holds_every_namespace_s_objects() {
         let mut pending: Vec<VecDeque<Event<Pod>>> = vec![VecDeque::new(); spaces];
         let mut uid = 0;
         for i in 0..spaces {
-            for _ in 0..draw.below(4) {
+            for _ in 0..draw.usize(..4) {
                 uid += 1;
-                truth[i].insert(format!("p{}", draw.below(4)), uid.to_string());
+                truth[i].insert(format!("p{}", draw.usize(..4)), uid.to_string());
             }
-            pending[i].extend(list(i, &truth[i]));
+            pending[i].extend(listed(&names[i], &truth[i]));
         }
         for _ in 0..60 {
-            let i = draw.below(spaces as u64) as usize;
-            let name = format!("p{}", draw.below(4));
-            let ns = format!("ns{i}");
-            match draw.below(6) {
+            let i = draw.usize(..spaces);
+            let name = format!("p{}", draw.usize(..4));
+            let ns = &names[i];
+            match draw.usize(..6) {
                 // A change the watch shows: an update, or a new object.
                 0 | 1 => {
                     uid += 1;
                     let now = truth[i].entry(name.clone()).or_insert(uid.to_string());
-                    pending[i].push_back(Event::Apply(pod(&ns, &name, now)));
+                    pending[i].push_back(Event::Apply(pod(ns, &name, now)));
                 }
                 2 => {
                     if let Some(gone) = truth[i].remove(&name) {
-                        pending[i].push_back(Event::Delete(pod(&ns, &name, &gone)));
+                        pending[i].push_back(Event::Delete(pod(ns, &name, &gone)));
                     }
                 }
                 // Changes unseen, then a list again; the list under way, if any, failing
                 // before its end (a watch lists again from the start).
                 3 => {
-                    if draw.below(2) == 0 && matches!(pending[i].back(), Some(Event::InitDone)) {
+                    if draw.bool() && matches!(pending[i].back(), Some(Event::InitDone)) {
                         pending[i].pop_back();
                     }
                     uid += 1;
                     truth[i].insert(name, uid.to_string());
                     let first = truth[i].keys().next().cloned();
                     first.map(|f| truth[i].remove(&f));
-                    pending[i].extend(list(i, &truth[i]));
+                    pending[i].extend(listed(ns, &truth[i]));
                 }
                 // Deliver some events.
                 _ => {
-                    for _ in 0..=draw.below(4) {
+                    for _ in 0..=draw.usize(..4) {
                         if let Some(event) = pending[i].pop_front() {
                             own[i].read(event.clone());
-                            merge
-                                .step(i, Ok(event))
-                                .into_iter()
-                                .for_each(|e| reader.read(e.unwrap()));
+                            deliver(&mut merge, &mut reader, i, event);
                         }
                     }
                     agrees(seed, &reader, &own);
@@ -263,10 +268,7 @@ fn a_reader_of_the_merged_watch_holds_every_namespace_s_objects() {
         for (i, events) in pending.iter_mut().enumerate() {
             for event in events.drain(..) {
                 own[i].read(event.clone());
-                merge
-                    .step(i, Ok(event))
-                    .into_iter()
-                    .for_each(|e| reader.read(e.unwrap()));
+                deliver(&mut merge, &mut reader, i, event);
             }
         }
         agrees(seed, &reader, &own);
@@ -292,22 +294,15 @@ fn agrees(seed: u64, merged: &Reader, own: &[Reader]) {
     assert_eq!(merged.by_uid, by_uid, "seed {seed}: by UID");
 }
 
-/// The events of one namespace's list of `objects`.
-fn list(i: usize, objects: &BTreeMap<String, String>) -> Vec<Event<Pod>> {
-    let ns = format!("ns{i}");
-    let mut events = vec![Event::Init];
-    events.extend(
-        objects
-            .iter()
-            .map(|(n, u)| Event::InitApply(pod(&ns, n, u))),
-    );
-    events.push(Event::InitDone);
-    events
+/// The events of a list of namespace `ns` showing `objects`.
+fn listed(ns: &str, objects: &BTreeMap<String, String>) -> Vec<Event<Pod>> {
+    let objects = objects.iter().map(|(n, u)| (n.as_str(), u.as_str()));
+    list(0, ns, objects).into_iter().map(|(_, e)| e).collect()
 }
 
 #[test]
 fn a_first_list_begun_again_with_an_object_made_again_shows_the_new_one() {
-    let mut merge = Merge::new(2, removed);
+    let mut merge = two();
     let mut reader = Reader::default();
     let events = vec![
         (0, Event::Init),
@@ -319,10 +314,7 @@ fn a_first_list_begun_again_with_an_object_made_again_shows_the_new_one() {
         (1, Event::InitDone),
     ];
     for (i, e) in events {
-        merge
-            .step(i, Ok(e))
-            .into_iter()
-            .for_each(|e| reader.read(e.unwrap()));
+        deliver(&mut merge, &mut reader, i, e);
     }
     let key = ("a".to_string(), "x".to_string());
     assert_eq!(reader.by_name.get(&key).map(String::as_str), Some("2"));
