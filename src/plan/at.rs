@@ -26,25 +26,13 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use jiff::civil::DateTime;
-use jiff::tz::TimeZone;
 use kube::{Resource, ResourceExt};
 
 use crate::api::decoded::Reported;
 use crate::api::{At, AtPhase, AtStatus};
-use crate::conditions;
 use crate::pod::CachedPod;
 use crate::uid::Uid;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-/// The only shape `spec.schedule` has (the CRD's pattern enforces it).
-const SCHEDULE_FORMAT: &str = "%Y-%m-%dT%H:%M:%SZ";
-
-/// The longest single wait. The wait is timed on the monotonic clock but computed from the
-/// wall clock, which can be stepped (NTP, a VM resumed): a look every minute bounds how late a
-/// clock stepped back and then corrected can make an At. It costs a reconcile a minute per
-/// waiting At, and no request.
-pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
 /// Whether the schedule is valid and the current spec is (or was) the one that runs.
 pub const CONDITION_SCHEDULED: &str = "Scheduled";
@@ -82,24 +70,6 @@ impl Reported for At {
     }
 }
 
-/// Parses `spec.schedule` as a UTC time. The schema's pattern lets through dates that do not
-/// exist (February 30th, hour 25); those are refused here, with jiff's explanation.
-pub fn parse_schedule(schedule: &str) -> Result<Timestamp, String> {
-    DateTime::strptime(SCHEDULE_FORMAT, schedule)
-        .and_then(|dt| dt.to_zoned(TimeZone::UTC))
-        .map(|z| z.timestamp())
-        .map_err(|e| {
-            format!("schedule {schedule:?} is not a valid UTC time (YYYY-MM-DDThh:mm:ssZ): {e}")
-        })
-}
-
-/// How long until `schedule`, or `None` once it is due (a past schedule is due at once).
-pub fn until_due(schedule: Timestamp, now: Timestamp) -> Option<Duration> {
-    Duration::try_from(schedule.duration_since(now))
-        .ok()
-        .filter(|d| !d.is_zero())
-}
-
 /// The deterministic name of an At's pod: a second create can only fail, so nothing ever
 /// runs the command twice, even across operator restarts.
 pub fn pod_name(at: &At) -> String {
@@ -110,31 +80,147 @@ pub fn pod_name(at: &At) -> String {
 /// recorded it.
 pub const GATE: &str = "cnat.programming-kubernetes.info/recorded";
 
-/// What an At needs next.
+/// What the shell knows of an At when it decides.
+pub struct Seen<'a> {
+    /// The At, as this instance last wrote or read it.
+    pub at: &'a At,
+    /// Its pod (the one of its name that it controls), as the cache shows it.
+    pub pod: Option<&'a CachedPod>,
+    /// A write found it deleted, though its watch has not said so yet.
+    pub gone: bool,
+    /// The cache's word that it exists is in doubt (its last reconcile failed): it is read
+    /// from the API server before its pod is made.
+    pub in_doubt: bool,
+    pub now: Timestamp,
+}
+
+/// What an At needs next: a request, or what a reconcile ends with.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Step {
     /// Record this status and look again at this time: PENDING, not due yet (the schedule,
-    /// or [`MAX_WAIT`] from now); or RUNNING, its command not started, until its start
-    /// deadline. A time, not a duration: the wait is armed after the write, and counted from
-    /// then.
+    /// or [`MAX_WAIT`] from now); RUNNING, its command not started, until its start
+    /// deadline; or RUNNING with a pod the watch does not show ([`UNWATCHED_POD_POLL`]). A
+    /// time, not a duration: the wait is armed after the write, and counted from then.
     Wait(AtStatus, Timestamp),
-    /// Due, with no pod of this At in the cache: create it (gated), then record it and
-    /// release it ([`made`]).
-    Create,
+    /// Due, with no pod of this At in the cache: create it (gated), after reading the At if
+    /// `read_first`; answered by the pod made or found.
+    Create { read_first: bool },
     /// Record this status, which names the pod, then release the pod from its gate.
     Release(AtStatus),
     /// RUNNING with its pod recorded, yet the cache shows none, or another (it can lag, or
-    /// the pod left the operator's watch): read it live, then act on [`confirmed`].
+    /// the pod left the operator's watch): read it live.
     Confirm,
     /// Delete this pod, which never ran (gated, and not to be released; or not started by
     /// its start deadline), then do the step.
     Discard(Uid, Box<Step>),
     /// Record this status; nothing else happens until the At or its pod changes.
     Record(AtStatus),
+    /// Record this status, which says what stands in the way, and try again with a growing
+    /// delay.
+    Report(AtStatus),
+    /// Nothing to write: the At is gone.
+    End,
+    /// Nothing written: something changed under a write; try again with a growing delay.
+    Again,
 }
 
-/// The next step for `at`, given its pod as the cache shows it.
-pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
+/// What a request of a [`Step`] came to.
+#[derive(Debug, PartialEq)]
+pub enum Answer {
+    /// The At's pod as the API server has it (made, found by a create, or read live); `None`
+    /// if it has none.
+    Pod(Option<CachedPod>),
+    /// The pod's name is taken by a pod this At does not control.
+    Taken,
+    /// The create was refused (or admission hid the pod, deleted since), saying why.
+    Refused(String),
+    /// Read first, the At is gone or being deleted.
+    Gone,
+    /// The status is recorded and the pod released.
+    Released,
+    /// The pod is deleted.
+    Discarded,
+    /// A write met a change: the At's version moved on, or the pod to delete was released by
+    /// someone else.
+    Changed,
+}
+
+/// How often a RUNNING At whose pod the watch does not show reads its pod: no event may
+/// come (its create's reply or event not in yet, or the operator's label taken off it).
+pub const UNWATCHED_POD_POLL: Duration = Duration::from_secs(15);
+
+/// The one step for the At seen.
+pub fn decide(seen: &Seen) -> Step {
+    if seen.gone {
+        // Each pod made for it would be removed by the garbage collector, and that removal
+        // would bring the next round (found by the Sieve walkthrough of an At deleted before
+        // it is due).
+        return Step::End;
+    }
+    let step = doubting(step_for(seen.at, seen.pod, seen.now), seen.in_doubt);
+    unwatched(seen, step)
+}
+
+/// What follows `step`, which came to `answer`. A reconcile makes at most one create and one
+/// live read: a pod made or found that calls for another is left to the next round.
+pub fn after(seen: &Seen, step: Step, answer: Answer) -> Step {
+    let (at, now) = (seen.at, seen.now);
+    let next = match (step, answer) {
+        (_, Answer::Gone) => Step::End,
+        (_, Answer::Changed) => Step::Again,
+        (Step::Discard(_, then), Answer::Discarded) => *then,
+        (Step::Release(status), Answer::Released) => Step::Record(status),
+        (_, Answer::Pod(pod)) => match confirmed(at, pod.as_ref(), now) {
+            Step::Discard(uid, then) if !matches!(*then, Step::Record(_)) => {
+                Step::Discard(uid, Box::new(Step::Again))
+            }
+            Step::Create { .. } | Step::Confirm => Step::Again,
+            step => step,
+        },
+        (_, Answer::Taken) => {
+            let message = format!(
+                "pod {} exists and is not controlled by this At; it is left alone, and the command runs once the name is free",
+                pod_name(at)
+            );
+            Step::Report(blocked(at, REASON_POD_NAME_TAKEN, message, now))
+        }
+        (_, Answer::Refused(message)) => {
+            Step::Report(blocked(at, REASON_FAILED_CREATE, message, now))
+        }
+        (step, answer) => unreachable!("{step:?} cannot come to {answer:?}"),
+    };
+    unwatched(seen, next)
+}
+
+/// `step`, its creates reading the At first if it is in doubt.
+fn doubting(step: Step, in_doubt: bool) -> Step {
+    match step {
+        Step::Create { .. } => Step::Create {
+            read_first: in_doubt,
+        },
+        Step::Discard(uid, then) => Step::Discard(uid, Box::new(doubting(*then, in_doubt))),
+        other => other,
+    }
+}
+
+/// `step`, a RUNNING At's record looking again in [`UNWATCHED_POD_POLL`] while the watch
+/// does not show its pod: no event may come.
+fn unwatched(seen: &Seen, step: Step) -> Step {
+    match step {
+        Step::Record(status)
+            if seen.pod.is_none()
+                && status.phase == Some(AtPhase::Running)
+                && status.pod_uid.is_some() =>
+        {
+            Step::Wait(status, seen.now + UNWATCHED_POD_POLL)
+        }
+        Step::Discard(uid, then) => Step::Discard(uid, Box::new(unwatched(seen, *then))),
+        other => other,
+    }
+}
+
+/// The next step for `at`, given its pod as the cache shows it, or as read live.
+fn step_for(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
     let previous = at.status.clone().unwrap_or_default();
     if at.meta().deletion_timestamp.is_some() {
         // The garbage collector is removing the pod; starting or finishing now means nothing.
@@ -143,7 +229,7 @@ pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
     match (previous.phase, pod) {
         // Not the recorded pod, which a lagging cache may still show gated though it ran.
         (Some(AtPhase::Done), Some(pod)) if pod.gated && recorded(&previous, pod) != Some(true) => {
-            Step::Discard(pod.uid.clone(), Box::new(decide(at, None, now)))
+            Step::Discard(pod.uid.clone(), Box::new(step_for(at, None, now)))
         }
         (Some(AtPhase::Done), _) => Step::Record(AtStatus {
             conditions: after_start_conditions(at, &previous, None, now),
@@ -159,7 +245,7 @@ pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
         {
             Step::Confirm
         }
-        (Some(AtPhase::Running), None) => Step::Create,
+        (Some(AtPhase::Running), None) => CREATE,
         (None | Some(AtPhase::Pending), None) => match parse_schedule(&at.spec.schedule) {
             Err(message) => Step::Record(blocked(at, REASON_INVALID_SCHEDULE, message, now)),
             Ok(due) => match until_due(due, now) {
@@ -167,84 +253,31 @@ pub fn decide(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
                     Step::Wait(pending(at, scheduled(at), now), now + MAX_WAIT)
                 }
                 Some(_) => Step::Wait(pending(at, scheduled(at), now), due),
-                None => Step::Create,
+                None => CREATE,
             },
         },
     }
 }
 
-/// What to do about `pod`, a pod this At controls: the pod it recorded; a gated one of a
-/// PENDING At ([`unrecorded`]); one to record and release (created gated by an operator from
-/// before this order, which recorded RUNNING first); or, ungated yet never recorded (created
-/// by an operator from before the gate), one that may have run, recorded as it is.
-pub fn seen(at: &At, pod: &CachedPod, now: Timestamp) -> Step {
-    let status = at.status.clone().unwrap_or_default();
-    let running = status.phase == Some(AtPhase::Running);
-    match recorded(&status, pod) {
-        // A gated one never ran, and is never recorded now: it is not left behind.
-        Some(false) if pod.gated => {
-            Step::Discard(pod.uid.clone(), Box::new(Step::Record(vanished(at, now))))
-        }
-        Some(false) => Step::Record(vanished(at, now)),
-        None if pod.gated && !running => unrecorded(at, pod, now),
-        _ if pod.gated => Step::Release(progress(at, pod, now)),
-        _ => deadline::unstarted(at, pod, progress(at, pod, now), now),
-    }
-}
-
-/// Whether `pod` is the pod `status` records; `None` when it records none.
-fn recorded(status: &AtStatus, pod: &CachedPod) -> Option<bool> {
-    let uid = status.pod_uid.as_deref()?;
-    Some(pod.uid == *uid)
-}
-
-/// A gated pod of an At that shows no pod recorded and is not RUNNING. Made from the At's
-/// current generation, it is recorded and released once the At is due, whoever made it (a
-/// create whose reply was lost, a predecessor that crashed), and never deleted: the copy
-/// read may be stale, the pod recorded. Made from an older one, it can never be recorded,
-/// and is deleted unreleased (as is one saying nothing: from an operator version before the
-/// annotation, which made pods only for Ats it had recorded RUNNING). Made from a newer one,
-/// the copy read is stale, and nothing is done until the newer one is read.
-fn unrecorded(at: &At, pod: &CachedPod, now: Timestamp) -> Step {
-    let generation = at.meta().generation.unwrap_or_default();
-    match pod.made_from() {
-        Some(g) if g > generation => Step::Record(at.status.clone().unwrap_or_default()),
-        // Not due by this clock (made by a host whose clock ran ahead, or the copy read is
-        // stale and the pod recorded already): it stays gated, and is released when due.
-        Some(g) if g == generation => match decide(at, None, now) {
-            Step::Create => Step::Release(progress(at, pod, now)),
-            other => other,
-        },
-        _ => Step::Discard(pod.uid.clone(), Box::new(decide(at, None, now))),
-    }
-}
-
-/// What a live read of a RUNNING At's recorded pod settles: `live` is the pod of the At's
-/// name if it exists and this At controls it.
-pub fn confirmed(at: &At, live: Option<&CachedPod>, now: Timestamp) -> Step {
-    match live {
-        Some(pod) => seen(at, pod, now),
-        None => Step::Record(vanished(at, now)),
-    }
-}
-
-/// A status written by an operator from before the gate: RUNNING, Started, no UID. Its pod
-/// was created ungated and may have run.
-fn legacy_started(status: &AtStatus) -> bool {
-    conditions::find(&status.conditions, CONDITION_COMPLETED)
-        .is_some_and(|c| c.reason == REASON_STARTED)
-}
+/// A create, the At's existence not in doubt ([`decide`] says whether it is).
+const CREATE: Step = Step::Create { read_first: false };
 
 mod deadline;
 mod events;
 pub mod outcome;
 mod pod;
+mod recorded;
+mod schedule;
 mod status;
 pub use deadline::REASON_DEADLINE_EXCEEDED;
 pub use events::{StatusEvent, status_events};
 pub use pod::pod_for;
+use recorded::{confirmed, legacy_started, recorded, seen};
+pub use schedule::{MAX_WAIT, parse_schedule, until_due};
 use status::{after_start_conditions, pending, scheduled, vanished};
 pub use status::{blocked, progress};
+#[cfg(test)]
+mod after_tests;
 #[cfg(test)]
 mod pod_tests;
 #[cfg(test)]

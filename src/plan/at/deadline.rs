@@ -80,7 +80,7 @@ fn exceeded(at: &At, pod: &CachedPod, previous: AtStatus, now: Timestamp) -> AtS
 mod tests {
     use super::super::tests::{at_with, condition, pod, ts};
     use super::*;
-    use crate::plan::at::decide;
+    use crate::plan::at::step_for;
 
     /// A RUNNING At, started at 10:12:00, whose recorded pod is `pod-uid`.
     fn running(deadline: Option<i64>) -> At {
@@ -97,7 +97,7 @@ mod tests {
 
     #[test]
     fn without_a_deadline_an_unstarted_command_is_waited_for() {
-        let step = decide(
+        let step = step_for(
             &running(None),
             Some(&pod(Phase::Pending)),
             ts("2019-04-13T10:12:00Z"),
@@ -108,7 +108,7 @@ mod tests {
     #[test]
     fn an_unstarted_command_is_looked_at_again_at_its_deadline_then_given_up() {
         let at = running(Some(300));
-        let before = decide(&at, Some(&pod(Phase::Pending)), ts("2019-04-12T10:13:00Z"));
+        let before = step_for(&at, Some(&pod(Phase::Pending)), ts("2019-04-12T10:13:00Z"));
         match before {
             Step::Wait(s, wake) => {
                 assert_eq!(s.phase, Some(AtPhase::Running));
@@ -116,7 +116,7 @@ mod tests {
             }
             other => panic!("expected a wait for the deadline, got {other:?}"),
         }
-        let past = decide(&at, Some(&pod(Phase::Pending)), ts("2019-04-12T10:17:00Z"));
+        let past = step_for(&at, Some(&pod(Phase::Pending)), ts("2019-04-12T10:17:00Z"));
         let Step::Discard(uid, then) = past else {
             panic!("expected the pod deleted, got {past:?}");
         };
@@ -135,7 +135,7 @@ mod tests {
     #[test]
     fn a_started_command_has_no_start_deadline() {
         let at = running(Some(300));
-        let step = decide(&at, Some(&pod(Phase::Running)), ts("2019-04-13T10:12:00Z"));
+        let step = step_for(&at, Some(&pod(Phase::Running)), ts("2019-04-13T10:12:00Z"));
         assert!(matches!(step, Step::Record(s) if s.phase == Some(AtPhase::Running)));
     }
 }

@@ -3,13 +3,14 @@
 
 use super::tests::{SCHEDULE, at_with, condition, exited, pod, record, ts};
 use super::*;
+use crate::conditions;
 use crate::pod::{Ended, Notes, Phase, Trouble};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::events::EventType;
 
 #[test]
 fn created_pod_means_running_then_done_with_the_outcome() {
-    let at = at_with(Some(record(decide(
+    let at = at_with(Some(record(step_for(
         &at_with(None),
         None,
         ts("2019-04-12T10:11:00Z"),
@@ -38,13 +39,13 @@ fn created_pod_means_running_then_done_with_the_outcome() {
 
     let at = at_with(Some(running.clone()));
     assert_eq!(
-        decide(&at, Some(&pod(Phase::Running)), now),
+        step_for(&at, Some(&pod(Phase::Running)), now),
         Step::Record(running.clone()),
         "running: nothing new"
     );
 
     let ok = exited(Phase::Succeeded, 0);
-    let done = record(decide(&at, Some(&ok), ts("2019-04-12T10:12:09Z")));
+    let done = record(step_for(&at, Some(&ok), ts("2019-04-12T10:12:09Z")));
     assert_eq!(done.phase, Some(AtPhase::Done));
     assert_eq!(done.succeeded, Some(true));
     assert_eq!(done.completion_time, Some(Time(ts("2019-04-12T10:12:09Z"))));
@@ -68,7 +69,7 @@ fn created_pod_means_running_then_done_with_the_outcome() {
         }),
         ..Notes::default()
     }));
-    let failed = record(decide(&at, Some(&bad), ts("2019-04-12T10:12:09Z")));
+    let failed = record(step_for(&at, Some(&bad), ts("2019-04-12T10:12:09Z")));
     assert_eq!(
         (failed.phase, failed.succeeded),
         (Some(AtPhase::Done), Some(false))
@@ -94,7 +95,7 @@ fn created_pod_means_running_then_done_with_the_outcome() {
 #[test]
 fn a_pod_in_trouble_is_told_with_a_warning_and_cleared_once_it_runs() {
     let now = ts("2019-04-12T10:12:01Z");
-    let pending = decide(&at_with(None), None, ts("2019-04-12T10:11:00Z"));
+    let pending = step_for(&at_with(None), None, ts("2019-04-12T10:11:00Z"));
     let at = at_with(Some(record(pending)));
     let mut stuck = pod(Phase::Pending);
     stuck.notes = Some(Box::new(Notes {
@@ -134,7 +135,7 @@ fn a_pod_in_trouble_is_told_with_a_warning_and_cleared_once_it_runs() {
 #[test]
 fn a_pod_of_ours_counts_as_started_even_if_the_phase_lags() {
     // The pod was created but writing RUNNING failed (or the At read is stale).
-    let status = record(decide(
+    let status = record(step_for(
         &at_with(None),
         Some(&pod(Phase::Succeeded)),
         ts("2019-04-12T10:13:00Z"),
@@ -154,7 +155,7 @@ fn a_recorded_pod_missing_is_confirmed_then_done_as_vanished() {
     let running = progress(&at_with(None), &pod(Phase::Running), ts(SCHEDULE));
     assert_eq!(running.pod_uid.as_deref(), Some("pod-uid"), "recorded");
     let at = at_with(Some(running.clone()));
-    assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Confirm);
+    assert_eq!(step_for(&at, None, ts(SCHEDULE)), Step::Confirm);
     assert_eq!(
         confirmed(&at, Some(&pod(Phase::Running)), ts(SCHEDULE)),
         Step::Record(running.clone()),
@@ -184,7 +185,7 @@ fn a_recorded_pod_missing_is_confirmed_then_done_as_vanished() {
     );
     // DONE is final: no pod, no rerun.
     assert_eq!(
-        decide(
+        step_for(
             &at_with(Some(gone.clone())),
             None,
             ts("2019-04-12T11:00:00Z")
@@ -203,7 +204,7 @@ fn starting_before_the_create(at: &At) -> AtStatus {
 }
 
 /// A gated pod made from generation `made_from` of the At.
-fn gated_from(made_from: Option<i64>) -> CachedPod {
+pub(super) fn gated_from(made_from: Option<i64>) -> CachedPod {
     CachedPod {
         gated: true,
         notes: Some(Box::new(Notes {
@@ -215,7 +216,7 @@ fn gated_from(made_from: Option<i64>) -> CachedPod {
 }
 
 /// A gated pod made from the At's current generation (1).
-fn gated() -> CachedPod {
+pub(super) fn gated() -> CachedPod {
     gated_from(Some(1))
 }
 
@@ -226,14 +227,14 @@ fn gated() -> CachedPod {
 #[test]
 fn running_without_a_recorded_pod_creates_it() {
     let at = at_with(Some(starting_before_the_create(&at_with(None))));
-    assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Create);
+    assert_eq!(step_for(&at, None, ts(SCHEDULE)), CREATE);
     assert_eq!(
-        decide(&at, None, ts("2030-01-01T00:00:00Z")),
-        Step::Create,
+        step_for(&at, None, ts("2030-01-01T00:00:00Z")),
+        CREATE,
         "no window to wait out"
     );
     assert!(matches!(
-        decide(&at, Some(&gated()), ts(SCHEDULE)),
+        step_for(&at, Some(&gated()), ts(SCHEDULE)),
         Step::Release(s) if s.pod_uid.as_deref() == Some("pod-uid")
     ));
 }
@@ -244,7 +245,7 @@ fn running_without_a_recorded_pod_creates_it() {
 #[test]
 fn a_pod_of_the_current_spec_is_recorded_then_released() {
     let at = at_with(None);
-    let Step::Release(recorded) = decide(&at, Some(&gated()), ts(SCHEDULE)) else {
+    let Step::Release(recorded) = step_for(&at, Some(&gated()), ts(SCHEDULE)) else {
         panic!("a gated pod of the current spec is recorded and released");
     };
     assert_eq!(recorded.phase, Some(AtPhase::Running));
@@ -260,14 +261,14 @@ fn a_pod_of_the_current_spec_is_recorded_then_released() {
     );
     let at = at_with(Some(recorded.clone()));
     assert_eq!(
-        decide(&at, Some(&gated()), ts(SCHEDULE)),
+        step_for(&at, Some(&gated()), ts(SCHEDULE)),
         Step::Release(recorded.clone()),
         "the release did not land: again"
     );
     let mut another = gated();
     another.uid = "another-uid".into();
     assert_eq!(
-        decide(&at, Some(&another), ts(SCHEDULE)),
+        step_for(&at, Some(&another), ts(SCHEDULE)),
         Step::Confirm,
         "the cache may lag: another pod there is read live"
     );
@@ -298,28 +299,28 @@ fn a_gated_pod_not_of_the_at_as_read_is_deleted_unreleased() {
     edited.metadata.generation = Some(2);
     for stale in [gated_from(Some(1)), gated_from(None)] {
         assert_eq!(
-            decide(&edited, Some(&stale), ts(SCHEDULE)),
-            Step::Discard(uid.clone(), Box::new(Step::Create)),
+            step_for(&edited, Some(&stale), ts(SCHEDULE)),
+            Step::Discard(uid.clone(), Box::new(CREATE)),
             "{stale:?}"
         );
     }
     let early = ts("2019-04-12T10:11:00Z");
-    let wait = decide(&edited, None, early);
+    let wait = step_for(&edited, None, early);
     assert!(matches!(wait, Step::Wait(..)));
     assert_eq!(
-        decide(&edited, Some(&gated_from(Some(2))), early),
+        step_for(&edited, Some(&gated_from(Some(2))), early),
         wait,
         "of the current spec, not due by this clock: it waits, gated (the copy may be stale)"
     );
     assert_eq!(
-        decide(&at_with(None), Some(&gated_from(Some(2))), ts(SCHEDULE)),
+        step_for(&at_with(None), Some(&gated_from(Some(2))), ts(SCHEDULE)),
         Step::Record(AtStatus::default()),
         "made from a newer spec than the copy read"
     );
     let mut ran = pod(Phase::Succeeded);
     ran.uid = "ran-uid".into();
     let done = at_with(Some(progress(&at_with(None), &ran, ts(SCHEDULE))));
-    let Step::Discard(discarded, then) = decide(&done, Some(&gated()), ts(SCHEDULE)) else {
+    let Step::Discard(discarded, then) = step_for(&done, Some(&gated()), ts(SCHEDULE)) else {
         panic!("a gated pod of a DONE At is deleted");
     };
     assert_eq!(discarded, uid);
@@ -328,7 +329,7 @@ fn a_gated_pod_not_of_the_at_as_read_is_deleted_unreleased() {
     ran_gated.uid = "ran-uid".into();
     assert!(
         matches!(
-            decide(&done, Some(&ran_gated), ts(SCHEDULE)),
+            step_for(&done, Some(&ran_gated), ts(SCHEDULE)),
             Step::Record(_)
         ),
         "the recorded pod, shown gated by a lagging cache, ran: it is kept"
@@ -342,8 +343,8 @@ fn a_pod_from_before_the_gate_is_taken_as_it_is() {
     let mut legacy = progress(&at_with(None), &pod(Phase::Running), ts(SCHEDULE));
     legacy.pod_uid = None;
     let at = at_with(Some(legacy));
-    assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Confirm);
+    assert_eq!(step_for(&at, None, ts(SCHEDULE)), Step::Confirm);
     assert!(
-        matches!(decide(&at, Some(&pod(Phase::Running)), ts(SCHEDULE)), Step::Record(s) if s.pod_uid.is_some())
+        matches!(step_for(&at, Some(&pod(Phase::Running)), ts(SCHEDULE)), Step::Record(s) if s.pod_uid.is_some())
     );
 }

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::api::AtSpec;
+use crate::conditions;
 use crate::pod::Phase;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::events::EventType;
@@ -134,7 +135,7 @@ fn time_until_due() {
 fn new_at_waits_exactly_until_due_then_starts() {
     let mut far = at_with(None);
     far.spec.schedule = "3000-01-01T00:00:00Z".into();
-    match decide(&far, None, ts(SCHEDULE)) {
+    match step_for(&far, None, ts(SCHEDULE)) {
         Step::Wait(status, wake) => assert_eq!(
             (status.phase, wake),
             (Some(AtPhase::Pending), ts(SCHEDULE) + MAX_WAIT)
@@ -142,7 +143,7 @@ fn new_at_waits_exactly_until_due_then_starts() {
         other => panic!("expected Wait, got {other:?}"),
     }
     let at = at_with(None);
-    match decide(&at, None, ts("2019-04-12T10:11:50Z")) {
+    match step_for(&at, None, ts("2019-04-12T10:11:50Z")) {
         Step::Wait(status, wake) => {
             assert_eq!(wake, ts(SCHEDULE), "woken when due");
             assert_eq!(status.phase, Some(AtPhase::Pending));
@@ -154,26 +155,29 @@ fn new_at_waits_exactly_until_due_then_starts() {
         }
         other => panic!("expected Wait, got {other:?}"),
     }
-    assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Create);
+    assert_eq!(step_for(&at, None, ts(SCHEDULE)), CREATE);
     assert_eq!(
-        decide(&at, None, ts("2025-01-01T00:00:00Z")),
-        Step::Create,
+        step_for(&at, None, ts("2025-01-01T00:00:00Z")),
+        CREATE,
         "a past schedule runs at once"
     );
 }
 
 #[test]
 fn pending_status_is_stable_while_waiting() {
-    let first = record(decide(&at_with(None), None, ts("2019-04-12T10:11:00Z")));
+    let first = record(step_for(&at_with(None), None, ts("2019-04-12T10:11:00Z")));
     let at = at_with(Some(first.clone()));
-    assert_eq!(record(decide(&at, None, ts("2019-04-12T10:11:30Z"))), first);
+    assert_eq!(
+        record(step_for(&at, None, ts("2019-04-12T10:11:30Z"))),
+        first
+    );
 }
 
 #[test]
 fn invalid_date_is_reported_not_retried() {
     let mut at = at_with(None);
     at.spec.schedule = "2019-02-30T10:00:00Z".into();
-    let status = record(decide(&at, None, ts(SCHEDULE)));
+    let status = record(step_for(&at, None, ts(SCHEDULE)));
     assert_eq!(status.phase, Some(AtPhase::Pending));
     assert_eq!(
         condition(&status, CONDITION_SCHEDULED),
@@ -193,7 +197,7 @@ fn invalid_date_is_reported_not_retried() {
     // Unchanged, it is recorded again identically: no new write, no new event.
     let mut again = at_with(Some(status.clone()));
     again.spec.schedule = "2019-02-30T10:00:00Z".into();
-    let same = record(decide(&again, None, ts("2019-04-12T11:00:00Z")));
+    let same = record(step_for(&again, None, ts("2019-04-12T11:00:00Z")));
     assert_eq!(same, status);
     assert!(super::status_events(Some(&status), &same).is_empty());
 }
@@ -204,13 +208,13 @@ fn done_is_final_and_says_spec_changes_are_ignored() {
     let done = progress(&at_with(None), &ok, ts(SCHEDULE));
     let mut at = at_with(Some(done.clone()));
     assert_eq!(
-        decide(&at, None, ts("2030-01-01T00:00:00Z")),
+        step_for(&at, None, ts("2030-01-01T00:00:00Z")),
         Step::Record(done.clone())
     );
     // Someone edits the spec: a new schedule in the future and a new command.
     at.metadata.generation = Some(2);
     at.spec.schedule = "2031-01-01T00:00:00Z".into();
-    let edited = record(decide(&at, None, ts("2030-01-01T00:00:00Z")));
+    let edited = record(step_for(&at, None, ts("2030-01-01T00:00:00Z")));
     assert_eq!(
         (edited.phase, edited.succeeded),
         (Some(AtPhase::Done), Some(true))
@@ -231,7 +235,7 @@ fn done_is_final_and_says_spec_changes_are_ignored() {
     let mut at = at_with(Some(edited.clone()));
     at.metadata.generation = Some(2);
     assert_eq!(
-        decide(&at, None, ts("2030-01-02T00:00:00Z")),
+        step_for(&at, None, ts("2030-01-02T00:00:00Z")),
         Step::Record(edited),
         "stable once said"
     );
@@ -253,7 +257,7 @@ fn blocked_create_stays_pending_and_recovers() {
     );
     assert_eq!(status_events(None, &taken)[0].type_, EventType::Warning);
     let at = at_with(Some(taken));
-    assert_eq!(decide(&at, None, ts(SCHEDULE)), Step::Create, "retried");
+    assert_eq!(step_for(&at, None, ts(SCHEDULE)), CREATE, "retried");
     let running = progress(&at, &pod(Phase::Pending), ts(SCHEDULE));
     assert_eq!(
         condition(&running, CONDITION_SCHEDULED),
@@ -266,7 +270,7 @@ fn deleting_at_does_nothing() {
     let mut at = at_with(None);
     at.metadata.deletion_timestamp = Some(Time(ts(SCHEDULE)));
     assert_eq!(
-        decide(&at, None, ts("2030-01-01T00:00:00Z")),
+        step_for(&at, None, ts("2030-01-01T00:00:00Z")),
         Step::Record(AtStatus::default())
     );
 }

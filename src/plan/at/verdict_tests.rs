@@ -3,6 +3,7 @@
 
 use super::tests::{at_with, pod, record, ts};
 use super::*;
+use crate::conditions;
 use crate::pod::Phase;
 
 /// An At's pod, read from the API, with these container statuses (`init`: native sidecars).
@@ -89,7 +90,7 @@ fn the_verdict_is_the_command_containers_alone() {
         ),
     ];
     for (pod, succeeded, message) in cases {
-        let done = record(decide(&at, Some(&pod), now));
+        let done = record(step_for(&at, Some(&pod), now));
         assert_eq!(
             (done.phase, done.succeeded),
             (Some(AtPhase::Done), Some(succeeded)),
@@ -107,7 +108,7 @@ fn the_verdict_is_the_command_containers_alone() {
             container("busybox", None)
         ]),
     );
-    let running = record(decide(&at, Some(&sidecar_ended), now));
+    let running = record(step_for(&at, Some(&sidecar_ended), now));
     assert_eq!(
         (running.phase, running.succeeded),
         (Some(AtPhase::Running), None)

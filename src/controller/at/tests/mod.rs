@@ -1,11 +1,13 @@
 //! The At reconcile's tests: the exact requests it sends, against a scripted API.
 
 use super::*;
+use crate::api::AtPhase;
 use crate::api::AtSpec;
 use crate::controller::context::status_patch;
 use crate::controller::fixtures::{Answer, Sent, scripted_context};
 use crate::plan::at::REASON_STARTED;
 use http::Method;
+use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Value, json};
 
@@ -225,8 +227,14 @@ async fn discard_stray(gated: bool) -> Vec<Sent> {
         ..crate::plan::fixtures::pod("job-pod")
     };
     let at = due_at();
-    let step = plan::decide(&at, Some(&stray), Timestamp::now());
-    carry_out(&at, step, &ctx, Timestamp::now()).await.unwrap();
+    let seen = Seen {
+        at: &at,
+        pod: Some(&stray),
+        gone: false,
+        in_doubt: false,
+        now: jiff::Timestamp::now(),
+    };
+    carry_out(&seen, &ctx).await.unwrap();
     log.lock().clone()
 }
 

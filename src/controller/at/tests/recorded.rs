@@ -2,6 +2,7 @@
 //! with its own write, a lost reply, the wait for the schedule, and a stale copy.
 
 use super::*;
+use std::time::Duration;
 
 /// Issue 19, item 9: the client re-sent a RUNNING write that had landed (a 504 on the
 /// first send), and the re-send met a 409: our own write, not a stale copy. A read of the
