@@ -43,8 +43,8 @@ async fn reconcile_at(at: &At, ctx: &Context) -> Result<Action> {
     let seen = Seen {
         at,
         pod: cached.as_deref(),
-        gone: ctx.gone.is_gone(&uid),
-        in_doubt: ctx.backoff.is_failing(&uid),
+        gone: ctx.memory.is_gone(&uid),
+        in_doubt: ctx.memory.is_failing(&uid),
         now: ctx.clock.now(),
     };
     carry_out(&seen, ctx).await
@@ -86,7 +86,7 @@ async fn carry_out(seen: &Seen<'_>, ctx: &Context) -> Result<Action> {
     {
         return Ok(retry_after(at, ctx));
     }
-    ctx.backoff.reset(&at.uid().unwrap_or_default());
+    ctx.memory.succeeded(&at.uid().unwrap_or_default());
     Ok(match wake {
         // Counted from now, after the write, however long that took.
         Some(wake) => Action::requeue(plan::until_due(wake, ctx.clock.now()).unwrap_or_default()),

@@ -13,10 +13,7 @@ use kube::runtime::events::EventType;
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{Instrument, warn};
 
-use super::backoff::Backoff;
-use super::gone::Gone;
-use super::replacing::Replacements;
-use super::rounds::CreateRounds;
+use super::memory::Memory;
 use super::routing::Router;
 use super::strays::Strays;
 use crate::api::{AtStatus, PodSetStatus};
@@ -37,18 +34,14 @@ pub struct Context {
     pub expectations: Expectations,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
-    pub backoff: Backoff,
+    /// What is remembered of each object between its reconciles.
+    pub memory: Memory,
     pub podset_statuses: StatusWrites<PodSetStatus>,
     pub at_statuses: StatusWrites<AtStatus>,
-    /// PodSets a write found deleted before the watch said so.
-    pub gone: Gone,
-    pub rounds: CreateRounds,
     /// Pods that vanished from the watch while active, for their owners to look up.
     pub strays: Strays,
     /// Hands pod changes (and pods handed on out of the watch) to the controllers.
     pub(super) router: Router,
-    /// Each PodSet's pod failures in a row, which hold its creates back.
-    pub replacements: Replacements,
     pub clock: Clock,
 }
 
@@ -70,14 +63,11 @@ impl Context {
             pods,
             expectations: Expectations::default(),
             metrics,
-            backoff: Backoff::default(),
+            memory: Memory::default(),
             podset_statuses: StatusWrites::default(),
             at_statuses: StatusWrites::default(),
-            gone: Gone::default(),
-            rounds: CreateRounds::default(),
             strays: Strays::default(),
             router: Router::default(),
-            replacements: Replacements::default(),
             clock,
         }
     }
@@ -101,13 +91,10 @@ impl Context {
     pub(super) fn forget(&self, uid: &str) {
         self.metrics.unconverged.forget(uid, Instant::now());
         self.expectations.forget(uid);
-        self.backoff.reset(uid);
+        self.memory.forget(uid);
         self.podset_statuses.forget(uid);
         self.at_statuses.forget(uid);
-        self.gone.forget(uid);
-        self.rounds.forget(uid);
         self.strays.forget(uid);
-        self.replacements.forget(uid);
     }
 }
 
@@ -126,7 +113,7 @@ where
 
 /// The delay after a failed reconcile, growing per object.
 pub fn retry_after<K: Resource>(obj: &K, ctx: &Context) -> Action {
-    Action::requeue(ctx.backoff.next(&obj.uid().unwrap_or_default()))
+    Action::requeue(ctx.memory.retry_delay(&obj.uid().unwrap_or_default()))
 }
 
 /// Status writes name the operator as their field manager (`kubectl get -o yaml

@@ -30,8 +30,8 @@ where
 {
     let now = read_by_name(&ctx.api(obj), obj).await?;
     if now.is_none() {
-        ctx.gone
-            .found(&obj.uid().unwrap_or_default(), Instant::now());
+        ctx.memory
+            .found_gone(&obj.uid().unwrap_or_default(), Instant::now());
     }
     Ok(now)
 }

@@ -6,18 +6,15 @@
 //! status writes never trigger them again.
 
 pub mod at;
-mod backoff;
 pub(crate) mod context;
 #[cfg(test)]
 pub(crate) mod fixtures;
 mod fresh;
-mod gone;
 mod kept;
+mod memory;
 mod pods;
 pub mod podset;
-mod replacing;
 mod resync;
-mod rounds;
 mod routing;
 mod strays;
 mod unreadable;

@@ -11,7 +11,7 @@ use kube::{Resource, ResourceExt};
 use act::act;
 
 use super::context::{Context, publish, reconcile_within_deadline, retry_after};
-use super::replacing::{Failing, REASON_POD_FAILED};
+use super::memory::{Failing, REASON_POD_FAILED};
 use super::{fresh, strays};
 use crate::api::PodSet;
 use crate::error::{Error, Result};
@@ -40,11 +40,11 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
         || ctx.expectations.readiness(&uid, Instant::now()),
         || ctx.pods.owned_by(&namespace, &uid),
     );
-    let failing = ctx.replacements.saw(&uid, &pods, Instant::now());
+    let failing = ctx.memory.saw_pods(&uid, &pods, Instant::now());
     let step = plan::decide(&Seen {
         replicas: ps.spec.replicas,
         deleting: ps.meta().deletion_timestamp.is_some(),
-        gone: ctx.gone.is_gone(&uid),
+        gone: ctx.memory.is_gone(&uid),
         in_doubt: doubtful(ps, ctx),
         readiness: &readiness,
         pods: &pods,
@@ -70,7 +70,7 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
         },
         Step::Act { plan, trim, .. } => {
             if let Plan::Create(_) = plan {
-                ctx.rounds.made(&uid, generation(ps), Instant::now());
+                ctx.memory.made_pods(&uid, generation(ps), Instant::now());
             }
             act(ps, plan, &trim, ctx).await
         }
@@ -86,7 +86,7 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
         Next::In(delay) => Action::requeue(delay),
         // The resync sweep looks at it again (`controller::resync`): no timer of its own.
         Next::Resync => {
-            ctx.backoff.reset(&uid);
+            ctx.memory.succeeded(&uid);
             Action::await_change()
         }
     })
@@ -129,7 +129,7 @@ fn snapshot(
 /// round: made again on a cache whose PodSet watch has gone quiet, a loop until it returns.
 fn doubtful(ps: &PodSet, ctx: &Context) -> bool {
     let uid = ps.uid().unwrap_or_default();
-    ctx.backoff.is_failing(&uid) || ctx.rounds.replaces(&uid, generation(ps))
+    ctx.memory.is_failing(&uid) || ctx.memory.replaces(&uid, generation(ps))
 }
 
 fn generation(ps: &PodSet) -> i64 {

@@ -25,8 +25,9 @@ use crate::scope::Scope;
 use crate::status_writes::status_hash;
 
 /// The primary objects, triggering on what [`Wakes`] says (a new generation, a status not
-/// ours); `synced` turns true once the first full list is in the store. A deleted object's records (backoff,
-/// expectations, status memo) go with it: nothing would ever reconcile it to reset them.
+/// ours); `synced` turns true once the first full list is in the store. A deleted object's
+/// records (its memory, expectations, status memo) go with it: nothing would ever reconcile
+/// it to reset them.
 /// The store keeps each object as [`Kept`] says.
 pub(super) fn watch_into_store<K>(
     events: impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
@@ -248,7 +249,7 @@ mod tests {
     async fn a_deleted_objects_records_are_dropped() {
         let ctx = context();
         let ps = podset();
-        ctx.backoff.next("ps-uid");
+        ctx.memory.retry_delay("ps-uid");
         ctx.expectations.expect(
             "ps-uid",
             "ns",
@@ -266,7 +267,7 @@ mod tests {
         watch_into_store(events, writer, synced, ctx.clone())
             .for_each(|_| async {})
             .await;
-        assert!(ctx.backoff.is_empty(), "backoff kept");
+        assert!(ctx.memory.is_empty(), "backoff kept");
         assert_eq!(
             ctx.expectations.readiness("ps-uid", Instant::now()),
             crate::plan::podset::Readiness::Satisfied,

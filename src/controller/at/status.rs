@@ -71,8 +71,8 @@ pub(super) async fn write_quietly(at: &At, status: &AtStatus, ctx: &Context) -> 
             if s.code == 404 && s.details.as_ref().is_some_and(|d| d.name == at.name_any()) =>
         {
             debug!("the At is gone");
-            ctx.gone
-                .found(&at.uid().unwrap_or_default(), Instant::now());
+            ctx.memory
+                .found_gone(&at.uid().unwrap_or_default(), Instant::now());
             return Ok(None);
         }
         Err(e) => return Err(Error::StatusWrite(e)),

@@ -125,8 +125,8 @@ async fn patch(ps: &PodSet, over: &str, status: &PodSetStatus, ctx: &Context) ->
         Err(kube::Error::Api(s))
             if s.code == 404 && s.details.as_ref().is_some_and(|d| d.name == name) =>
         {
-            ctx.gone
-                .found(&ps.uid().unwrap_or_default(), Instant::now());
+            ctx.memory
+                .found_gone(&ps.uid().unwrap_or_default(), Instant::now());
             Ok(Patched::Gone)
         }
         Err(e) => Err(Error::StatusWrite(e)),

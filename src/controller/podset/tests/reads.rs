@@ -30,7 +30,7 @@ async fn only_a_404_naming_the_podset_says_it_is_gone() {
             )));
         reconcile_times(1, &podset(), &ctx).await;
         assert!(log.lock().iter().any(|s| s.is(&Method::PATCH, STATUS)));
-        assert_eq!(ctx.gone.is_gone("ps-uid"), gone, "{answer}");
+        assert_eq!(ctx.memory.is_gone("ps-uid"), gone, "{answer}");
     }
 }
 
@@ -56,7 +56,7 @@ async fn a_podset_whose_reconcile_failed_is_read_before_pods_are_made_for_it() {
             s => otherwise(s),
         });
         if failed {
-            ctx.backoff.next("ps-uid");
+            ctx.memory.retry_delay("ps-uid");
         }
         reconcile_times(1, &podset(), &ctx).await;
         let log = log.lock();
@@ -70,7 +70,7 @@ async fn a_podset_whose_reconcile_failed_is_read_before_pods_are_made_for_it() {
             );
         }
         assert_eq!(creates(&log).len(), usize::from(made), "{items}: {log:#?}");
-        assert_eq!(ctx.gone.is_gone("ps-uid"), !made, "{items}");
+        assert_eq!(ctx.memory.is_gone("ps-uid"), !made, "{items}");
     }
 }
 
@@ -86,7 +86,7 @@ async fn a_second_round_of_creates_for_one_spec_reads_the_podset_first() {
             s if s.is(&Method::POST, PODS) => Answer::Reply(201, s.body.clone()),
             s => otherwise(s),
         });
-        ctx.rounds.made("ps-uid", made_for, Instant::now());
+        ctx.memory.made_pods("ps-uid", made_for, Instant::now());
         let mut ps = podset();
         ps.metadata.generation = Some(2);
         reconcile_times(1, &ps, &ctx).await;
@@ -94,7 +94,7 @@ async fn a_second_round_of_creates_for_one_spec_reads_the_podset_first() {
         let reads = log.iter().filter(|s| s.is(&Method::GET, PODSETS)).count();
         assert_eq!(reads, usize::from(replaces), "{log:#?}");
         assert_eq!(creates(&log).is_empty(), replaces, "{log:#?}");
-        assert_eq!(ctx.gone.is_gone("ps-uid"), replaces);
+        assert_eq!(ctx.memory.is_gone("ps-uid"), replaces);
     }
 }
 
