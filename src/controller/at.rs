@@ -59,8 +59,9 @@ async fn carry_out(seen: &Seen<'_>, ctx: &Context) -> Result<Action> {
     let mut step = plan::decide(seen);
     let (status, wake) = loop {
         let answer = match &step {
-            Step::Wait(status, wake) => break (status, Some(*wake)),
-            Step::Record(status) => break (status, None),
+            Step::Wait(status, wake) => break (status, Look::At(*wake)),
+            Step::Poll(status) => break (status, Look::In(plan::UNWATCHED_POD_POLL)),
+            Step::Record(status) => break (status, Look::OnChange),
             Step::Report(status) => {
                 write_status(at, status, ctx).await?;
                 return Ok(retry_after(at, ctx));
@@ -89,9 +90,19 @@ async fn carry_out(seen: &Seen<'_>, ctx: &Context) -> Result<Action> {
     ctx.memory.succeeded(&at.uid().unwrap_or_default());
     Ok(match wake {
         // Counted from now, after the write, however long that took.
-        Some(wake) => Action::requeue(plan::until_due(wake, ctx.clock.now()).unwrap_or_default()),
-        None => Action::await_change(),
+        Look::At(wake) => {
+            Action::requeue(plan::until_due(wake, ctx.clock.now()).unwrap_or_default())
+        }
+        Look::In(delay) => Action::requeue(delay),
+        Look::OnChange => Action::await_change(),
     })
+}
+
+/// When an At whose status is recorded is looked at again.
+enum Look {
+    At(jiff::Timestamp),
+    In(std::time::Duration),
+    OnChange,
 }
 
 /// The At as this instance's own status write over `at` made it, if the store has not shown

@@ -97,11 +97,13 @@ pub struct Seen<'a> {
 /// What an At needs next: a request, or what a reconcile ends with.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Step {
-    /// Record this status and look again at this time: PENDING, not due yet (the schedule,
-    /// or [`MAX_WAIT`] from now); RUNNING, its command not started, until its start
-    /// deadline; or RUNNING with a pod the watch does not show ([`UNWATCHED_POD_POLL`]). A
-    /// time, not a duration: the wait is armed after the write, and counted from then.
+    /// Record this status and look again at this time, at most [`MAX_WAIT`] from now:
+    /// PENDING, not due yet; or RUNNING, its command not started, until its start deadline.
+    /// A time, not a duration: the wait is armed after the write, and counted from then.
     Wait(AtStatus, Timestamp),
+    /// Record this status and look again in [`UNWATCHED_POD_POLL`], on the monotonic clock:
+    /// RUNNING with a pod the watch does not show.
+    Poll(AtStatus),
     /// Due, with no pod of this At in the cache: create it (gated), after reading the At if
     /// `read_first`; answered by the pod made or found.
     Create { read_first: bool },
@@ -203,8 +205,9 @@ fn doubting(step: Step, in_doubt: bool) -> Step {
     }
 }
 
-/// `step`, a RUNNING At's record looking again in [`UNWATCHED_POD_POLL`] while the watch
-/// does not show its pod: no event may come.
+/// `step`, a RUNNING At's record polling while the watch does not show its pod: no event
+/// may come. Timed on the monotonic clock: a wall clock stepped back would make a time
+/// hours late (sim seed 19101306).
 fn unwatched(seen: &Seen, step: Step) -> Step {
     match step {
         Step::Record(status)
@@ -212,7 +215,7 @@ fn unwatched(seen: &Seen, step: Step) -> Step {
                 && status.phase == Some(AtPhase::Running)
                 && status.pod_uid.is_some() =>
         {
-            Step::Wait(status, seen.now + UNWATCHED_POD_POLL)
+            Step::Poll(status)
         }
         Step::Discard(uid, then) => Step::Discard(uid, Box::new(unwatched(seen, *then))),
         other => other,

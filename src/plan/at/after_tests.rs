@@ -64,7 +64,7 @@ fn a_running_record_without_a_watched_pod_looks_again() {
     let mut at = running();
     at.metadata.deletion_timestamp = Some(Time(ts(SCHEDULE)));
     let status = at.status.clone().unwrap();
-    let poll = Step::Wait(status.clone(), ts(SCHEDULE) + UNWATCHED_POD_POLL);
+    let poll = Step::Poll(status.clone());
     assert_eq!(decide(&seen(&at, None)), poll);
     assert_eq!(
         decide(&seen(&at, Some(&pod(Phase::Running)))),

@@ -10,7 +10,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 
-use super::{AtPhase, AtStatus, CONDITION_COMPLETED, Step, after_start_conditions};
+use super::{AtPhase, AtStatus, CONDITION_COMPLETED, MAX_WAIT, Step, after_start_conditions};
 use crate::api::At;
 use crate::conditions::{self, Desired};
 use crate::pod::{CachedPod, Phase};
@@ -25,7 +25,8 @@ pub(super) fn unstarted(at: &At, pod: &CachedPod, status: AtStatus, now: Timesta
     match deadline {
         Some(deadline) if status.phase == Some(AtPhase::Running) && !started(pod) => {
             if now < deadline {
-                Step::Wait(status, deadline)
+                // A wall-clock time: a clock stepped back would push a far one back as far.
+                Step::Wait(status, deadline.min(now + MAX_WAIT))
             } else {
                 let ended = exceeded(at, pod, status, now);
                 Step::Discard(pod.uid.clone(), Box::new(Step::Record(ended)))
@@ -108,13 +109,17 @@ mod tests {
     #[test]
     fn an_unstarted_command_is_looked_at_again_at_its_deadline_then_given_up() {
         let at = running(Some(300));
-        let before = step_for(&at, Some(&pod(Phase::Pending)), ts("2019-04-12T10:13:00Z"));
-        match before {
-            Step::Wait(s, wake) => {
-                assert_eq!(s.phase, Some(AtPhase::Running));
-                assert_eq!(wake, ts("2019-04-12T10:17:00Z"));
+        // Four minutes ahead: looked at within a minute (a clock stepped back would push the
+        // deadline back as far); half a minute ahead: at the deadline.
+        for (now, wake) in [("10:13:00", "10:14:00"), ("10:16:30", "10:17:00")] {
+            let now = ts(&format!("2019-04-12T{now}Z"));
+            match step_for(&at, Some(&pod(Phase::Pending)), now) {
+                Step::Wait(s, at) => {
+                    assert_eq!(s.phase, Some(AtPhase::Running));
+                    assert_eq!(at, ts(&format!("2019-04-12T{wake}Z")));
+                }
+                other => panic!("expected a wait for the deadline, got {other:?}"),
             }
-            other => panic!("expected a wait for the deadline, got {other:?}"),
         }
         let past = step_for(&at, Some(&pod(Phase::Pending)), ts("2019-04-12T10:17:00Z"));
         let Step::Discard(uid, then) = past else {

@@ -221,3 +221,40 @@ async fn a_stale_copy_publishes_no_event_of_a_status_already_written() {
     let log = log.lock();
     assert_eq!(events(&log), told, "{log:#?}");
 }
+
+/// Found by the search (seed 19101306), on the code that first had the At decide once: a
+/// RUNNING At whose pod left the watch looked again at a wall-clock time, and a clock stepped
+/// back an hour during the live read set that look an hour and more away. The poll is timed
+/// on the monotonic clock.
+#[tokio::test]
+async fn a_pod_out_of_the_watch_is_polled_however_the_clock_steps() {
+    let t0: Timestamp = "2020-01-01T00:01:00Z".parse().unwrap();
+    let stepped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let step = stepped.clone();
+    let (mut ctx, _log) = scripted_context(move |sent, _| match () {
+        _ if sent.is(&Method::GET, POD) => {
+            step.store(true, std::sync::atomic::Ordering::SeqCst);
+            let mut pod = live_stray(false);
+            pod["metadata"]["uid"] = "pod-uid".into();
+            pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "At",
+                "name": "job", "uid": "at-uid", "controller": true}]);
+            Answer::Reply(200, pod)
+        }
+        _ if sent.is(&Method::PATCH, STATUS) => patched(sent),
+        _ => Answer::status(404, "NotFound"),
+    });
+    Arc::get_mut(&mut ctx).unwrap().clock = crate::clock::Clock::new(move || {
+        let back = stepped.load(std::sync::atomic::Ordering::SeqCst);
+        t0 - jiff::SignedDuration::from_hours(if back { 1 } else { 0 })
+    });
+    let mut at = due_at();
+    at.status = Some(AtStatus {
+        phase: Some(AtPhase::Running),
+        pod_name: Some("job-pod".into()),
+        pod_uid: Some("pod-uid".into()),
+        start_time: Some(Time(t0)),
+        ..AtStatus::default()
+    });
+    let action = reconcile(Arc::new(at), ctx).await.unwrap();
+    assert_eq!(action, Action::requeue(plan::UNWATCHED_POD_POLL));
+}
