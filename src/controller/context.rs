@@ -79,6 +79,13 @@ impl Context {
         self.at_statuses.observed(uid, resource_version);
     }
 
+    /// Whether the object's version `resource_version`, whose status hashes to `status`, is
+    /// this instance's own status write (`StatusWrites::wrote`), whichever kind it is.
+    pub(super) fn wrote(&self, uid: &str, resource_version: &str, status: u64) -> bool {
+        self.podset_statuses.wrote(uid, resource_version, status)
+            || self.at_statuses.wrote(uid, resource_version, status)
+    }
+
     /// The API of `T` in `obj`'s namespace: `obj`'s own kind, or its pods.
     pub fn api<T>(&self, obj: &impl Resource) -> Api<T>
     where

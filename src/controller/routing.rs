@@ -61,7 +61,7 @@ where
                     let uid = obj.uid().unwrap_or_default();
                     let version = obj.resource_version().unwrap_or_default();
                     let status = status_hash(obj.status());
-                    let ours = ctx.podset_statuses.wrote(&uid, &version, status);
+                    let ours = ctx.wrote(&uid, &version, status);
                     ctx.observed(&uid, &version);
                     let generation = obj.meta().generation;
                     wakes
@@ -273,5 +273,52 @@ mod tests {
             crate::plan::podset::Readiness::Satisfied,
             "expectations kept"
         );
+    }
+
+    /// Found by reading (issue 47's path count): the watch asked only the PodSets' status
+    /// writes whether a version was this instance's own, so each status an At wrote woke
+    /// its reconcile again, for nothing.
+    #[tokio::test]
+    async fn an_ats_own_status_write_wakes_no_reconcile() {
+        use crate::api::{At, AtPhase, AtSpec, AtStatus};
+        let ctx = context();
+        let mut at = At::new(
+            "job",
+            AtSpec {
+                schedule: "2030-01-01T00:00:00Z".into(),
+                command: "true".into(),
+                image: None,
+                start_deadline_seconds: None,
+            },
+        );
+        at.metadata.namespace = Some("ns".into());
+        at.metadata.uid = Some("at-uid".into());
+        at.metadata.generation = Some(1);
+        at.metadata.resource_version = Some("1".into());
+        let status = AtStatus {
+            phase: Some(AtPhase::Pending),
+            ..AtStatus::default()
+        };
+        ctx.at_statuses
+            .record("at-uid", "1", "2", status.clone(), Instant::now());
+        let mut written = at.clone();
+        written.status = Some(status);
+        written.metadata.resource_version = Some("2".into());
+        let events = futures::stream::iter([
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(at)),
+            Ok(watcher::Event::InitDone),
+            Ok(watcher::Event::Apply(written)),
+        ]);
+        let (_reader, writer) = reflector::store();
+        let (synced, _ready) = tokio::sync::watch::channel(false);
+        let woken: Vec<_> = watch_into_store(events, writer, synced, ctx)
+            .collect()
+            .await;
+        let versions: Vec<_> = woken
+            .iter()
+            .map(|at| at.as_ref().unwrap().resource_version().unwrap())
+            .collect();
+        assert_eq!(versions, ["1"], "woken by its own status write");
     }
 }
