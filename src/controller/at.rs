@@ -90,9 +90,7 @@ async fn carry_out(seen: &Seen<'_>, ctx: &Context) -> Result<Action> {
     ctx.memory.succeeded(&at.uid().unwrap_or_default());
     Ok(match wake {
         // Counted from now, after the write, however long that took.
-        Look::At(wake) => {
-            Action::requeue(plan::until_due(wake, ctx.clock.now()).unwrap_or_default())
-        }
+        Look::At(wake) => Action::requeue(plan::wait_for(wake, ctx.clock.now())),
         Look::In(delay) => Action::requeue(delay),
         Look::OnChange => Action::await_change(),
     })

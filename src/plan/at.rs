@@ -276,7 +276,7 @@ pub use deadline::REASON_DEADLINE_EXCEEDED;
 pub use events::{StatusEvent, status_events};
 pub use pod::pod_for;
 use recorded::{confirmed, legacy_started, recorded, seen};
-pub use schedule::{MAX_WAIT, parse_schedule, until_due};
+pub use schedule::{MAX_WAIT, parse_schedule, until_due, wait_for};
 use status::{after_start_conditions, pending, scheduled, vanished};
 pub use status::{blocked, progress};
 #[cfg(test)]

@@ -32,3 +32,11 @@ pub fn until_due(schedule: Timestamp, now: Timestamp) -> Option<Duration> {
         .ok()
         .filter(|d| !d.is_zero())
 }
+
+/// How long to wait, from `now`, for a look decided for `wake`: at most [`MAX_WAIT`], however
+/// far `now` has moved since the look was decided. A wall clock stepped back between the
+/// decision and the wait being armed would otherwise put the look that much later (sim seed
+/// 19302362: an hour and a half).
+pub fn wait_for(wake: Timestamp, now: Timestamp) -> Duration {
+    until_due(wake, now).unwrap_or_default().min(MAX_WAIT)
+}

@@ -132,6 +132,19 @@ fn time_until_due() {
 }
 
 #[test]
+fn a_wait_is_armed_for_at_most_a_minute() {
+    let wake = ts("2019-04-12T10:12:00Z");
+    let cases = [
+        ("2019-04-12T10:11:50Z", Duration::from_secs(10)),
+        ("2019-04-12T10:12:30Z", Duration::ZERO),
+        ("2019-04-12T08:42:00Z", MAX_WAIT),
+    ];
+    for (now, want) in cases {
+        assert_eq!(wait_for(wake, ts(now)), want, "at {now}");
+    }
+}
+
+#[test]
 fn new_at_waits_exactly_until_due_then_starts() {
     let mut far = at_with(None);
     far.spec.schedule = "3000-01-01T00:00:00Z".into();

@@ -258,3 +258,30 @@ async fn a_pod_out_of_the_watch_is_polled_however_the_clock_steps() {
     let action = reconcile(Arc::new(at), ctx).await.unwrap();
     assert_eq!(action, Action::requeue(plan::UNWATCHED_POD_POLL));
 }
+
+/// Found by the search (seed 19302362), once an At's own status write no longer woke it: the
+/// wait armed after the PENDING write was counted on a clock stepped back an hour and a half
+/// during that write, and the At slept that long past its schedule. (Before, the wake of its
+/// own write brought a reconcile that capped the wait, and hid this.) A look is never more
+/// than MAX_WAIT away.
+#[tokio::test]
+async fn a_wait_armed_on_a_clock_stepped_back_is_at_most_a_minute() {
+    let t0: Timestamp = "2020-01-01T00:00:00Z".parse().unwrap();
+    let stepped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let step = stepped.clone();
+    let (mut ctx, _log) = scripted_context(move |sent, _| {
+        if sent.is(&Method::PATCH, STATUS) {
+            step.store(true, std::sync::atomic::Ordering::SeqCst);
+            return patched(sent);
+        }
+        Answer::status(404, "NotFound")
+    });
+    Arc::get_mut(&mut ctx).unwrap().clock = crate::clock::Clock::new(move || {
+        let back = stepped.load(std::sync::atomic::Ordering::SeqCst);
+        t0 - jiff::SignedDuration::from_mins(if back { 90 } else { 0 })
+    });
+    let mut at = due_at();
+    at.spec.schedule = "2020-01-01T00:00:30Z".into();
+    let action = reconcile(Arc::new(at), ctx).await.unwrap();
+    assert_eq!(action, Action::requeue(plan::MAX_WAIT));
+}
