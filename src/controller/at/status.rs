@@ -87,11 +87,17 @@ pub(super) async fn write_quietly(at: &At, status: &AtStatus, ctx: &Context) -> 
     Ok(Some(written))
 }
 
-/// The At as it is now if it shows exactly `status`: a write of ours that landed (its
-/// timestamps make it ours alone), not someone else's.
+/// The At as it is now if it shows exactly `status` over the spec `at` holds: a write of
+/// ours that landed (its timestamps make it ours alone), not someone else's. A spec edited
+/// since (a new generation) makes it another version than our write's: taken for ours, its
+/// version would be put on `at`'s older spec, and a pod made from that spec recorded under
+/// the new one (sim seed 19317134).
 async fn ours_landed(api: &Api<At>, at: &At, status: &AtStatus) -> Result<Option<At>> {
     let now = read_by_name(api, at).await?;
-    Ok(now.filter(|now| alike(now.status.as_ref(), Some(status))))
+    Ok(now.filter(|now| {
+        now.metadata.generation == at.metadata.generation
+            && alike(now.status.as_ref(), Some(status))
+    }))
 }
 
 fn phase_name(phase: Option<AtPhase>) -> &'static str {

@@ -285,3 +285,35 @@ async fn a_wait_armed_on_a_clock_stepped_back_is_at_most_a_minute() {
     let action = reconcile(Arc::new(at), ctx).await.unwrap();
     assert_eq!(action, Action::requeue(plan::MAX_WAIT));
 }
+
+/// Found by the search (seed 19317134, on every commit back to issue 46's): a status write
+/// met a 409, and the At read back showed the status written, so the write was taken for
+/// ours, landed; but its spec had been edited since (generation 2). The version read was
+/// recorded as our write's, and the next reconcile put it on the old copy: the pod was made
+/// from the old spec and recorded RUNNING under the new spec's version, so the old command
+/// ran. A write is ours only if the At read back is still the spec we wrote over.
+#[tokio::test]
+async fn a_write_is_not_taken_for_ours_over_a_spec_edited_since() {
+    let edited: Arc<parking_lot::Mutex<Option<Value>>> = Default::default();
+    let (stored, read) = (edited.clone(), edited.clone());
+    let (ctx, _log) = scripted_context(move |sent, _| match () {
+        _ if sent.is(&Method::PATCH, STATUS) => {
+            if let Answer::Reply(_, mut at) = patched(sent) {
+                at["metadata"]["generation"] = 2.into();
+                at["metadata"]["resourceVersion"] = "9".into();
+                at["spec"]["command"] = "echo EDITED".into();
+                *stored.lock() = Some(at);
+            }
+            Answer::status(409, "Conflict")
+        }
+        _ if sent.is(&Method::GET, ATS) => listed(read.lock().clone().unwrap()),
+        _ => Answer::status(404, "NotFound"),
+    });
+    let mut at = due_at();
+    at.metadata.generation = Some(1);
+    at.spec.schedule = "2999-01-01T00:00:00Z".into();
+    reconcile(Arc::new(at), ctx.clone()).await.unwrap();
+    assert!(edited.lock().is_some(), "the PENDING write was sent");
+    let recorded = ctx.at_statuses.written_over("at-uid", "7", Instant::now());
+    assert_eq!(recorded, None, "version 9 taken for our write over 7");
+}
