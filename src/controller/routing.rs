@@ -280,20 +280,9 @@ mod tests {
     /// its reconcile again, for nothing.
     #[tokio::test]
     async fn an_ats_own_status_write_wakes_no_reconcile() {
-        use crate::api::{At, AtPhase, AtSpec, AtStatus};
+        use crate::api::{AtPhase, AtStatus};
         let ctx = context();
-        let mut at = At::new(
-            "job",
-            AtSpec {
-                schedule: "2030-01-01T00:00:00Z".into(),
-                command: "true".into(),
-                image: None,
-                start_deadline_seconds: None,
-            },
-        );
-        at.metadata.namespace = Some("ns".into());
-        at.metadata.uid = Some("at-uid".into());
-        at.metadata.generation = Some(1);
+        let mut at = crate::plan::fixtures::an_at("job", "2030-01-01T00:00:00Z");
         at.metadata.resource_version = Some("1".into());
         let status = AtStatus {
             phase: Some(AtPhase::Pending),

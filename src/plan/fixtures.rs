@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 
-use crate::api::{PodSet, PodSetSpec};
+use crate::api::{At, AtSpec, PodSet, PodSetSpec};
 use crate::pod::{CachedPod, Phase, Stamp};
 
 pub fn at(s: i64) -> Option<Stamp> {
@@ -50,4 +50,21 @@ pub fn podset(replicas: i32) -> PodSet {
     ps.metadata.uid = Some("ps-uid".into());
     ps.metadata.generation = Some(3);
     ps
+}
+
+/// At `ns/<name>` (UID `at-uid`, generation 1) running `echo YAY` at `schedule`.
+pub fn an_at(name: &str, schedule: &str) -> At {
+    let mut at = At::new(
+        name,
+        AtSpec {
+            schedule: schedule.into(),
+            command: "echo YAY".into(),
+            image: None,
+            start_deadline_seconds: None,
+        },
+    );
+    at.metadata.namespace = Some("ns".into());
+    at.metadata.uid = Some("at-uid".into());
+    at.metadata.generation = Some(1);
+    at
 }

@@ -2,7 +2,6 @@
 //! around the pod (done, blocked, deleted), without I/O. The pod's own life is `pod_tests`.
 
 use super::*;
-use crate::api::AtSpec;
 use crate::conditions;
 use crate::pod::Phase;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -15,18 +14,7 @@ pub(super) fn ts(s: &str) -> Timestamp {
 }
 
 pub(super) fn at_with(status: Option<AtStatus>) -> At {
-    let mut at = At::new(
-        "example-at",
-        AtSpec {
-            schedule: SCHEDULE.into(),
-            command: "echo YAY".into(),
-            image: None,
-            start_deadline_seconds: None,
-        },
-    );
-    at.metadata.namespace = Some("ns".into());
-    at.metadata.uid = Some("at-uid".into());
-    at.metadata.generation = Some(1);
+    let mut at = crate::plan::fixtures::an_at("example-at", SCHEDULE);
     at.status = status;
     at
 }

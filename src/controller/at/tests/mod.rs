@@ -2,7 +2,6 @@
 
 use super::*;
 use crate::api::AtPhase;
-use crate::api::AtSpec;
 use crate::controller::context::status_patch;
 use crate::controller::fixtures::{Answer, Sent, scripted_context};
 use crate::plan::at::REASON_STARTED;
@@ -46,19 +45,9 @@ const STATUS: &str = "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces
 const PODS: &str = "/api/v1/namespaces/ns/pods";
 const POD: &str = "/api/v1/namespaces/ns/pods/job-pod";
 
-/// At `ns/job`, due long ago and never reconciled, read at resourceVersion 7.
+/// At `ns/job`, due long ago and never reconciled, read at resourceVersion 7 (generation 1).
 fn due_at() -> At {
-    let mut at = At::new(
-        "job",
-        AtSpec {
-            schedule: "2020-01-01T00:00:00Z".into(),
-            command: "echo hi".into(),
-            image: None,
-            start_deadline_seconds: None,
-        },
-    );
-    at.metadata.namespace = Some("ns".into());
-    at.metadata.uid = Some("at-uid".into());
+    let mut at = crate::plan::fixtures::an_at("job", "2020-01-01T00:00:00Z");
     at.metadata.resource_version = Some("7".into());
     at
 }

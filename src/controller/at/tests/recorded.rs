@@ -167,14 +167,7 @@ async fn the_wait_for_the_schedule_is_counted_from_after_the_status_write() {
 #[tokio::test]
 async fn a_stale_copy_publishes_no_event_of_a_status_already_written() {
     let now: Timestamp = "2020-01-01T00:01:00Z".parse().unwrap();
-    let mut running = due_at();
-    running.status = Some(AtStatus {
-        phase: Some(AtPhase::Running),
-        pod_name: Some("job-pod".into()),
-        pod_uid: Some("pod-uid".into()),
-        start_time: Some(Time(now)),
-        ..AtStatus::default()
-    });
+    let running = running_since(now);
     let stored = Arc::new(parking_lot::Mutex::new(
         serde_json::to_value(&running).unwrap(),
     ));
@@ -247,14 +240,7 @@ async fn a_pod_out_of_the_watch_is_polled_however_the_clock_steps() {
         let back = stepped.load(std::sync::atomic::Ordering::SeqCst);
         t0 - jiff::SignedDuration::from_hours(if back { 1 } else { 0 })
     });
-    let mut at = due_at();
-    at.status = Some(AtStatus {
-        phase: Some(AtPhase::Running),
-        pod_name: Some("job-pod".into()),
-        pod_uid: Some("pod-uid".into()),
-        start_time: Some(Time(t0)),
-        ..AtStatus::default()
-    });
+    let at = running_since(t0);
     let action = reconcile(Arc::new(at), ctx).await.unwrap();
     assert_eq!(action, Action::requeue(plan::UNWATCHED_POD_POLL));
 }
@@ -310,10 +296,22 @@ async fn a_write_is_not_taken_for_ours_over_a_spec_edited_since() {
         _ => Answer::status(404, "NotFound"),
     });
     let mut at = due_at();
-    at.metadata.generation = Some(1);
     at.spec.schedule = "2999-01-01T00:00:00Z".into();
     reconcile(Arc::new(at), ctx.clone()).await.unwrap();
     assert!(edited.lock().is_some(), "the PENDING write was sent");
     let recorded = ctx.at_statuses.written_over("at-uid", "7", Instant::now());
     assert_eq!(recorded, None, "version 9 taken for our write over 7");
+}
+
+/// The At recorded RUNNING since `start` with its pod `job-pod` (UID `pod-uid`).
+fn running_since(start: Timestamp) -> At {
+    let mut at = due_at();
+    at.status = Some(AtStatus {
+        phase: Some(AtPhase::Running),
+        pod_name: Some("job-pod".into()),
+        pod_uid: Some("pod-uid".into()),
+        start_time: Some(Time(start)),
+        ..AtStatus::default()
+    });
+    at
 }
