@@ -43,6 +43,12 @@ impl From<&str> for Uid {
     }
 }
 
+impl From<&Uid> for Uid {
+    fn from(uid: &Uid) -> Self {
+        uid.clone()
+    }
+}
+
 impl fmt::Display for Uid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -109,7 +109,9 @@ enum Look {
 /// its events twice.
 fn fresher(at: &At, ctx: &Context) -> Option<At> {
     let (uid, seen) = (at.uid()?, at.resource_version()?);
-    let written = ctx.at_statuses.written_over(&uid, &seen, Instant::now())?;
+    let written = ctx
+        .memory
+        .written_over::<AtStatus>(&uid, &seen, Instant::now())?;
     let mut fresher = at.clone();
     fresher.status = Some(written.status);
     fresher.metadata.resource_version = Some(written.version);

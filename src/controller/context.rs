@@ -15,15 +15,11 @@ use tracing::{Instrument, warn};
 
 use super::memory::Memory;
 use super::routing::Router;
-use super::strays::Strays;
-use crate::api::{AtStatus, PodSetStatus};
 use crate::cache::PodCache;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::events::{Note, Recorder};
-use crate::expectations::Expectations;
 use crate::metrics::{Metrics, key_of};
-use crate::status_writes::StatusWrites;
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -31,15 +27,10 @@ use tokio::time::Instant;
 pub struct Context {
     pub client: Client,
     pub pods: Arc<PodCache>,
-    pub expectations: Expectations,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     /// What is remembered of each object between its reconciles.
     pub memory: Memory,
-    pub podset_statuses: StatusWrites<PodSetStatus>,
-    pub at_statuses: StatusWrites<AtStatus>,
-    /// Pods that vanished from the watch while active, for their owners to look up.
-    pub strays: Strays,
     /// Hands pod changes (and pods handed on out of the watch) to the controllers.
     pub(super) router: Router,
     pub clock: Clock,
@@ -61,29 +52,11 @@ impl Context {
             recorder: Recorder::new(client.clone(), "podset-operator", instance, clock.clone()),
             client,
             pods,
-            expectations: Expectations::default(),
             metrics,
             memory: Memory::default(),
-            podset_statuses: StatusWrites::default(),
-            at_statuses: StatusWrites::default(),
-            strays: Strays::default(),
             router: Router::default(),
             clock,
         }
-    }
-
-    /// The watch showed the object at `resource_version`: the status writes recorded over
-    /// older copies serve no reconcile any more.
-    pub(super) fn observed(&self, uid: &str, resource_version: &str) {
-        self.podset_statuses.observed(uid, resource_version);
-        self.at_statuses.observed(uid, resource_version);
-    }
-
-    /// Whether the object's version `resource_version`, whose status hashes to `status`, is
-    /// this instance's own status write (`StatusWrites::wrote`), whichever kind it is.
-    pub(super) fn wrote(&self, uid: &str, resource_version: &str, status: u64) -> bool {
-        self.podset_statuses.wrote(uid, resource_version, status)
-            || self.at_statuses.wrote(uid, resource_version, status)
     }
 
     /// The API of `T` in `obj`'s namespace: `obj`'s own kind, or its pods.
@@ -97,11 +70,7 @@ impl Context {
     /// Drops everything kept for an object that was deleted.
     pub(super) fn forget(&self, uid: &str) {
         self.metrics.unconverged.forget(uid, Instant::now());
-        self.expectations.forget(uid);
         self.memory.forget(uid);
-        self.podset_statuses.forget(uid);
-        self.at_statuses.forget(uid);
-        self.strays.forget(uid);
     }
 }
 
@@ -250,6 +219,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::PodSetStatus;
 
     #[test]
     fn event_notes_fit_the_api_limit() {

@@ -37,7 +37,7 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
         ps.namespace().unwrap_or_default(),
     );
     let (readiness, pods) = snapshot(
-        || ctx.expectations.readiness(&uid, Instant::now()),
+        || ctx.memory.readiness(&uid, Instant::now()),
         || ctx.pods.owned_by(&namespace, &uid),
     );
     let failing = ctx.memory.saw_pods(&uid, &pods, Instant::now());
@@ -55,8 +55,8 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
     }
     if step != Step::AwaitChange {
         report_failures(ps, &failing, ctx).await;
-        for (name, pod) in ctx.expectations.take_lapsed(&uid) {
-            ctx.strays.suspect(&Uid::from(uid.as_str()), &name, &pod);
+        for (name, pod) in ctx.memory.take_lapsed(&uid, Instant::now()) {
+            ctx.memory.suspect(&Uid::from(uid.as_str()), &name, &pod);
         }
         strays::release(ps, ctx).await?;
     }
@@ -75,7 +75,7 @@ async fn reconcile_podset(ps: &PodSet, ctx: &Context) -> Result<Action> {
             act(ps, plan, &trim, ctx).await
         }
     };
-    let now = ctx.expectations.readiness(&uid, Instant::now());
+    let now = ctx.memory.readiness(&uid, Instant::now());
     let after = plan::after(&outcome, &readiness, &now);
     if after.write_status {
         // Read again: the watch may have shown this reconcile's own creates by now.

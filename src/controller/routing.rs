@@ -26,7 +26,7 @@ use crate::status_writes::status_hash;
 
 /// The primary objects, triggering on what [`Wakes`] says (a new generation, a status not
 /// ours); `synced` turns true once the first full list is in the store. A deleted object's
-/// records (its memory, expectations, status memo) go with it: nothing would ever reconcile
+/// record (its memory: expectations, status writes, strays) goes with it: nothing would ever reconcile
 /// it to reset them.
 /// The store keeps each object as [`Kept`] says.
 pub(super) fn watch_into_store<K>(
@@ -61,8 +61,8 @@ where
                     let uid = obj.uid().unwrap_or_default();
                     let version = obj.resource_version().unwrap_or_default();
                     let status = status_hash(obj.status());
-                    let ours = ctx.wrote(&uid, &version, status);
-                    ctx.observed(&uid, &version);
+                    let ours = ctx.memory.wrote(&uid, &version, status);
+                    ctx.memory.observed(&uid, &version);
                     let generation = obj.meta().generation;
                     wakes
                         .wakes(&uid, generation, status, ours)
@@ -153,9 +153,9 @@ pub(super) async fn watch_pods(ctx: Arc<Context>, scope: Scope) {
                 // met by a pod it cannot see.
                 for touched in ctx.pods.apply(event) {
                     if stray(&touched) {
-                        ctx.strays.vanished(&touched);
+                        ctx.memory.vanished(&touched);
                     }
-                    ctx.expectations.observe(&touched, Instant::now());
+                    ctx.memory.observe(&touched, Instant::now());
                     ctx.router.route(&touched);
                 }
             }
@@ -250,7 +250,7 @@ mod tests {
         let ctx = context();
         let ps = podset();
         ctx.memory.retry_delay("ps-uid");
-        ctx.expectations.expect(
+        ctx.memory.expect(
             "ps-uid",
             "ns",
             [&crate::expectations::Write::Create("web-pod1".into())],
@@ -269,7 +269,7 @@ mod tests {
             .await;
         assert!(ctx.memory.is_empty(), "backoff kept");
         assert_eq!(
-            ctx.expectations.readiness("ps-uid", Instant::now()),
+            ctx.memory.readiness("ps-uid", Instant::now()),
             crate::plan::podset::Readiness::Satisfied,
             "expectations kept"
         );
@@ -288,8 +288,8 @@ mod tests {
             phase: Some(AtPhase::Pending),
             ..AtStatus::default()
         };
-        ctx.at_statuses
-            .record("at-uid", "1", "2", status.clone(), Instant::now());
+        ctx.memory
+            .wrote_status("at-uid", "1", "2", status.clone(), Instant::now());
         let mut written = at.clone();
         written.status = Some(status);
         written.metadata.resource_version = Some("2".into());

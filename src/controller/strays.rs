@@ -3,19 +3,16 @@
 //! ([`sweep`]). Each is looked up by its owner's next reconcile and, if it left the watch
 //! still naming its owner, released ([`plan::release`]).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
-use parking_lot::Mutex;
 use tracing::{info, warn};
 
 use super::context::{Context, publish};
 use super::pods::{self, Written};
-use crate::cache::PodChange;
 use crate::client;
 use crate::error::{Error, Result};
 use crate::plan;
@@ -23,61 +20,11 @@ use crate::plan::release::Stray;
 use crate::scope::Scope;
 use crate::uid::Uid;
 
-/// Vanished pods kept per owner until its reconcile: a standby, which never reconciles,
-/// keeps no more than this many.
-const KEPT: usize = 32;
-
 /// A pod that vanished: its name and UID.
 #[derive(Clone, Debug, PartialEq)]
-struct Vanished {
-    name: String,
-    uid: Uid,
-}
-
-#[derive(Default, Debug)]
-pub struct Strays {
-    by_owner: Mutex<HashMap<Uid, Vec<Vanished>>>,
-}
-
-impl Strays {
-    /// The watch no longer shows `change`'s pod, which was active.
-    pub fn vanished(&self, change: &PodChange) {
-        self.suspect(&change.owner.uid, &change.pod_name, &change.pod_uid);
-    }
-
-    /// `name`, `uid`, a pod of `owner_uid`'s, may be out of the watch: its owner looks it up.
-    pub fn suspect(&self, owner_uid: &Uid, name: &str, uid: &Uid) {
-        let mut by_owner = self.by_owner.lock();
-        let pods = by_owner.entry(owner_uid.clone()).or_default();
-        if pods.len() == KEPT {
-            pods.remove(0);
-        }
-        pods.push(Vanished {
-            name: name.to_string(),
-            uid: uid.clone(),
-        });
-    }
-
-    fn take(&self, owner_uid: &str) -> Vec<Vanished> {
-        self.by_owner
-            .lock()
-            .remove(&Uid::from(owner_uid))
-            .unwrap_or_default()
-    }
-
-    fn keep(&self, owner_uid: &str, left: Vec<Vanished>) {
-        if !left.is_empty() {
-            let mut by_owner = self.by_owner.lock();
-            by_owner
-                .entry(Uid::from(owner_uid))
-                .or_default()
-                .extend(left);
-        }
-    }
-
-    pub fn forget(&self, owner_uid: &str) {
-        self.by_owner.lock().remove(&Uid::from(owner_uid));
-    }
+pub(super) struct Vanished {
+    pub(super) name: String,
+    pub(super) uid: Uid,
 }
 
 /// Finds the PodSets' pods that left the watch while no instance of this one watched (a
@@ -132,7 +79,7 @@ async fn list_strays_in(api: &Api<Pod>, ctx: &Context) -> kube::Result<()> {
                 && meta.deletion_timestamp.is_none()
             {
                 let owner_uid = Uid::from(owner.uid.as_str());
-                ctx.strays
+                ctx.memory
                     .suspect(&owner_uid, name, &Uid::from(uid.as_str()));
             }
         }
@@ -150,7 +97,7 @@ fn hand_on(pod: &Pod, vanished: &Vanished, owner_uid: &str, ctx: &Context) {
     if now.kind != "PodSet" || now.uid == owner_uid || !plan::release::out_of_watch(pod) {
         return;
     }
-    ctx.strays
+    ctx.memory
         .suspect(&Uid::from(now.uid.as_str()), &vanished.name, &vanished.uid);
     let namespace = pod.namespace().unwrap_or_default();
     ctx.router.wake("PodSet", &namespace, &now.name);
@@ -161,7 +108,7 @@ fn hand_on(pod: &Pod, vanished: &Vanished, owner_uid: &str, ctx: &Context) {
 /// next reconcile, which the error brings.
 pub async fn release<K: Resource<DynamicType = ()>>(owner: &K, ctx: &Context) -> Result<()> {
     let uid = owner.uid().unwrap_or_default();
-    let mut vanished = ctx.strays.take(&uid);
+    let mut vanished = ctx.memory.take_strays(&uid);
     if vanished.is_empty() {
         return Ok(());
     }
@@ -169,7 +116,7 @@ pub async fn release<K: Resource<DynamicType = ()>>(owner: &K, ctx: &Context) ->
     while let Some(pod) = vanished.pop() {
         if let Err(e) = release_one(&api, &pod, owner, ctx).await {
             vanished.push(pod);
-            ctx.strays.keep(&uid, vanished);
+            ctx.memory.keep_strays(&uid, vanished);
             return Err(Error::PodApi(e));
         }
     }

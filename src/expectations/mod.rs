@@ -18,9 +18,11 @@
 //! this one's: only the answer, which names the pod, says which meets it. If that answer is
 //! lost too, the name is looked up, not sent a third time: a send landed, and its pod may
 //! have been deleted since, which frees the name for a pod the spec may no longer want.
+//!
+//! This module is one owner's record ([`Expected`]) and what its expired record leaves
+//! ([`Lapsed`]); the owner's record in `controller::memory` keeps both, beside everything
+//! else remembered of it.
 
-use crate::plan::podset::Readiness;
-use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,14 +31,12 @@ use tokio::time::Instant;
 use crate::cache::{Change, PodChange};
 use crate::uid::Uid;
 
-mod unanswered;
-pub use unanswered::Unanswered;
-
 /// As the ReplicaSet controller's `ExpectationsTimeout`.
 pub const EXPECTATIONS_TTL: Duration = Duration::from_secs(5 * 60);
 
+/// What an owner expects its watch to show, from the creates and deletes it sent.
 #[derive(Debug)]
-struct Pending {
+pub struct Expected {
     /// The owner's namespace: only its pods can meet its expectations (an ownerReference
     /// that crosses namespaces is invalid, and anyone may write one).
     namespace: Option<Arc<str>>,
@@ -50,8 +50,8 @@ struct Pending {
     expires: Instant,
 }
 
-impl Pending {
-    fn new(now: Instant) -> Self {
+impl Expected {
+    pub fn new(now: Instant) -> Self {
         Self {
             namespace: None,
             creates: HashMap::new(),
@@ -61,16 +61,88 @@ impl Pending {
         }
     }
 
-    fn met(&self) -> bool {
+    /// The watch showed all of it.
+    pub fn met(&self) -> bool {
         self.creates.is_empty() && self.deletes.is_empty() && self.unsettled_deletes.is_empty()
     }
 
-    fn expired(&self, now: Instant) -> bool {
+    pub fn expired(&self, now: Instant) -> bool {
         self.expires <= now
     }
 
+    /// The time left before it expires.
+    pub fn left(&self, now: Instant) -> Duration {
+        self.expires - now
+    }
+
+    /// Creates and deletes about to be sent for the owner in `namespace`.
+    pub fn expect<'a>(&mut self, namespace: &str, writes: impl IntoIterator<Item = &'a Write>) {
+        self.namespace = Some(namespace.into());
+        for write in writes {
+            match write {
+                Write::Create(name) => {
+                    self.creates.insert(name.clone(), Create::Sent);
+                }
+                Write::Delete(pod, _) => {
+                    self.deletes.insert(pod.clone());
+                }
+            }
+        }
+    }
+
+    /// What the answer to `write` says, sent the first time or again.
+    pub fn record(&mut self, write: &Write, answer: Answer) {
+        match write {
+            Write::Create(name) => self.record_create(name, answer),
+            Write::Delete(pod, name) => self.record_delete(pod, name, answer),
+        }
+    }
+
+    /// The creates and deletes to send again, and creates to look up, marked as being sent
+    /// again.
+    pub fn to_send_again(&mut self) -> Unsettled {
+        let mut unsettled = Unsettled {
+            deletes: self.unsettled_deletes.clone().into_iter().collect(),
+            ..Unsettled::default()
+        };
+        for (name, create) in &mut self.creates {
+            if let Create::Unsettled(seen) = create {
+                let to = if seen.is_empty() {
+                    &mut unsettled.creates
+                } else {
+                    &mut unsettled.look_ups
+                };
+                to.push(name.clone());
+                *create = Create::Resending(std::mem::take(seen));
+            }
+        }
+        unsettled.creates.sort();
+        unsettled.look_ups.sort();
+        unsettled.deletes.sort();
+        unsettled
+    }
+
+    /// Lowered by what a pod watch event of the owner's shows.
+    pub fn observe(&mut self, touched: &PodChange) {
+        if self
+            .namespace
+            .as_ref()
+            .is_some_and(|ns| *ns != touched.namespace)
+        {
+            return;
+        }
+        match touched.change {
+            Change::Added => observe_create(&mut self.creates, touched),
+            Change::Removed | Change::Vanished => {
+                self.deletes.remove(&touched.pod_uid);
+                self.unsettled_deletes.remove(&touched.pod_uid);
+            }
+            Change::Updated => {}
+        }
+    }
+
     /// The pods its creates made that the watch never showed.
-    fn unseen(&self) -> Vec<(String, Uid)> {
+    pub fn unseen(&self) -> Vec<(String, Uid)> {
         let mut unseen: Vec<_> = (self.creates.iter())
             .filter_map(|(name, create)| match create {
                 Create::Made(uid) => Some((name.clone(), uid.clone())),
@@ -180,193 +252,43 @@ pub struct Unsettled {
     pub deletes: Vec<(Uid, String)>,
 }
 
-#[derive(Default, Debug)]
-pub struct Expectations {
-    owners: Mutex<HashMap<Uid, Pending>>,
-    /// Locked after `owners`, never before.
-    lapsed: Mutex<HashMap<Uid, Lapsed>>,
-}
-
-/// The pods an owner's expired record says were made, which the watch never showed: one may
+/// The pods an owner's expired record said were made, which the watch never showed: one may
 /// have left it before it was seen (its label edited while the watch was down; the relist
 /// selects on the label), still naming the owner. Its owner looks each up before it makes a
 /// replacement (issue 45, seed 7316507).
 #[derive(Debug)]
-struct Lapsed {
+pub struct Lapsed {
     pods: Vec<(String, Uid)>,
     /// Dropped unread after this: an owner deleted while the watch was away never reads it.
     until: Instant,
 }
 
-impl Expectations {
-    /// Applies `f` to the owner's live record. An expired record counts as nothing, as the
-    /// ReplicaSet controller's `SetExpectations` starts afresh: what it still expected will
-    /// never be seen, and adding to it would make every later round wait the full TTL.
-    fn with<R>(&self, owner_uid: &str, now: Instant, f: impl FnOnce(&mut Pending) -> R) -> R {
-        let owner_uid = Uid::from(owner_uid);
-        let mut owners = self.owners.lock();
-        if !owners.contains_key(&owner_uid) {
-            // An owner deleted while the watch was away leaves a record nothing reads again.
-            owners.retain(|uid, p| {
-                let expired = p.expired(now);
-                if expired {
-                    self.lapse(uid, p, now);
-                }
-                !expired
-            });
-        }
-        let pending = owners
-            .entry(owner_uid.clone())
-            .or_insert_with(|| Pending::new(now));
-        if pending.expired(now) {
-            self.lapse(&owner_uid, pending, now);
-            *pending = Pending::new(now);
-        }
-        let r = f(pending);
-        if pending.met() {
-            owners.remove(&owner_uid);
-        }
-        r
-    }
-
-    /// Records creates and deletes about to be sent for the owner in `namespace`.
-    pub fn expect<'a>(
-        &self,
-        owner_uid: &str,
-        namespace: &str,
-        writes: impl IntoIterator<Item = &'a Write>,
-        now: Instant,
-    ) {
-        self.with(owner_uid, now, |p| {
-            p.namespace = Some(namespace.into());
-            for write in writes {
-                match write {
-                    Write::Create(name) => {
-                        p.creates.insert(name.clone(), Create::Sent);
-                    }
-                    Write::Delete(pod, _) => {
-                        p.deletes.insert(pod.clone());
-                    }
-                }
-            }
-        });
-    }
-
-    /// What the answer to `write` says, sent the first time or again.
-    pub fn record(&self, owner_uid: &str, write: &Write, answer: Answer, now: Instant) {
-        self.with(owner_uid, now, |p| match write {
-            Write::Create(name) => p.record_create(name, answer),
-            Write::Delete(pod, name) => p.record_delete(pod, name, answer),
-        });
-    }
-
-    /// The owner's creates and deletes to send again, and creates to look up (none once its
-    /// record expired), marked as being sent again.
-    pub fn to_send_again(&self, owner_uid: &str, now: Instant) -> Unsettled {
-        let mut owners = self.owners.lock();
-        let Some(p) = owners
-            .get_mut(&Uid::from(owner_uid))
-            .filter(|p| !p.expired(now))
-        else {
-            return Unsettled::default();
-        };
-        let mut unsettled = Unsettled {
-            deletes: p.unsettled_deletes.clone().into_iter().collect(),
-            ..Unsettled::default()
-        };
-        for (name, create) in &mut p.creates {
-            if let Create::Unsettled(seen) = create {
-                let to = if seen.is_empty() {
-                    &mut unsettled.creates
-                } else {
-                    &mut unsettled.look_ups
-                };
-                to.push(name.clone());
-                *create = Create::Resending(std::mem::take(seen));
-            }
-        }
-        unsettled.creates.sort();
-        unsettled.look_ups.sort();
-        unsettled.deletes.sort();
-        unsettled
-    }
-
-    /// Lowers expectations by what a pod watch event shows. Only an existing record is
-    /// lowered: an owner's pods changing expects nothing of it.
-    pub fn observe(&self, touched: &PodChange, now: Instant) {
-        let mut owners = self.owners.lock();
-        let uid = &touched.owner.uid;
-        let Some(p) = owners.get_mut(uid) else {
-            return;
-        };
-        if p.namespace
-            .as_ref()
-            .is_some_and(|ns| *ns != touched.namespace)
-        {
-            return;
-        }
-        match touched.change {
-            Change::Added => observe_create(&mut p.creates, touched),
-            Change::Removed | Change::Vanished => {
-                p.deletes.remove(&touched.pod_uid);
-                p.unsettled_deletes.remove(&touched.pod_uid);
-            }
-            Change::Updated => {}
-        }
-        if p.expired(now) {
-            self.lapse(uid, p, now);
-        }
-        if p.met() || p.expired(now) {
-            owners.remove(uid);
-        }
-    }
-
-    /// Satisfied once the watch showed everything expected, or the record expired (it is then
-    /// dropped).
-    pub fn readiness(&self, owner_uid: &str, now: Instant) -> Readiness {
-        let owner_uid = Uid::from(owner_uid);
-        let mut owners = self.owners.lock();
-        match owners.get(&owner_uid) {
-            None => Readiness::Satisfied,
-            Some(p) if p.expired(now) => {
-                self.lapse(&owner_uid, p, now);
-                owners.remove(&owner_uid);
-                Readiness::Satisfied
-            }
-            Some(p) => Readiness::Waiting(p.expires - now),
-        }
-    }
-
-    /// Drops an owner's expectations (the owner is gone).
-    pub fn forget(&self, owner_uid: &str) {
-        self.owners.lock().remove(&Uid::from(owner_uid));
-        self.lapsed.lock().remove(&Uid::from(owner_uid));
-    }
-
-    /// The pods (name, UID) that the owner's expired records said were made and the watch
-    /// never showed, each handed out once.
-    pub fn take_lapsed(&self, owner_uid: &str) -> Vec<(String, Uid)> {
-        let mut lapsed = self.lapsed.lock();
-        lapsed
-            .remove(&Uid::from(owner_uid))
-            .map(|l| l.pods)
-            .unwrap_or_default()
-    }
-
-    /// Keeps what `pending`, expired, made that the watch never showed.
-    fn lapse(&self, owner_uid: &Uid, pending: &Pending, now: Instant) {
-        let unseen = pending.unseen();
+impl Lapsed {
+    /// Keeps what `expected`, expired at `now`, made that the watch never showed.
+    pub fn keep(lapsed: &mut Option<Lapsed>, expected: &Expected, now: Instant) {
+        let unseen = expected.unseen();
         if unseen.is_empty() {
             return;
         }
-        let mut lapsed = self.lapsed.lock();
-        lapsed.retain(|_, l| l.until > now);
-        let entry = lapsed.entry(owner_uid.clone()).or_insert(Lapsed {
-            pods: Vec::new(),
-            until: now,
+        let kept = lapsed
+            .take()
+            .filter(|l| l.until > now)
+            .map(|l| l.pods)
+            .unwrap_or_default();
+        *lapsed = Some(Lapsed {
+            pods: kept.into_iter().chain(unseen).collect(),
+            until: now + EXPECTATIONS_TTL,
         });
-        entry.pods.extend(unseen);
-        entry.until = now + EXPECTATIONS_TTL;
+    }
+
+    /// Whether it is still kept at `now`.
+    pub fn kept(&self, now: Instant) -> bool {
+        self.until > now
+    }
+
+    /// The pods (name, UID).
+    pub fn pods(self) -> Vec<(String, Uid)> {
+        self.pods
     }
 }
 
@@ -387,6 +309,3 @@ fn observe_create(creates: &mut HashMap<String, Create>, touched: &PodChange) {
     }
     creates.remove(touched.pod_name.as_str());
 }
-
-#[cfg(test)]
-mod tests;

@@ -20,7 +20,7 @@ use crate::pod::CachedPod;
 pub const MAX_FINISHED_PODS: usize = 3;
 
 /// Whether the watch has shown all of an owner's own creates and deletes, as its expectations
-/// answer (`expectations::Expectations::readiness`): whether it may be acted on.
+/// answer (`controller::memory::Memory::readiness`): whether it may be acted on.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Readiness {
     Satisfied,

@@ -81,8 +81,8 @@ pub(super) async fn write_quietly(at: &At, status: &AtStatus, ctx: &Context) -> 
         (at.uid(), at.resource_version(), written.resource_version())
     {
         let kept = written.status.clone().unwrap_or_default();
-        ctx.at_statuses
-            .record(&uid, &over, &version, kept, Instant::now());
+        ctx.memory
+            .wrote_status(&uid, &over, &version, kept, Instant::now());
     }
     Ok(Some(written))
 }

@@ -11,11 +11,12 @@ use kube::runtime::events::EventType;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use super::super::memory::Unanswered;
 use super::calls::{create, prefix};
 use crate::api::PodSet;
 use crate::controller::context::{Context, api_message, publish};
 use crate::controller::pods::{self, Created, Written};
-use crate::expectations::{Answer, Unanswered, Write};
+use crate::expectations::{Answer, Write};
 use crate::plan::name;
 use crate::plan::podset::{self as plan, Failure, Outcome, Plan};
 use crate::pod::CachedPod;
@@ -52,7 +53,7 @@ pub(super) async fn expected<R>(
     send: impl Future<Output = R>,
     says: impl FnOnce(&R) -> Answer,
 ) -> R {
-    let unanswered = Unanswered::new(&ctx.expectations, owner_uid, write);
+    let unanswered = Unanswered::new(&ctx.memory, owner_uid, write);
     let result = send.await;
     unanswered.answered(says(&result));
     result
@@ -72,8 +73,7 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
             .map(|_| name::random(prefix(&template)))
             .collect();
         let writes: Vec<Write> = names.iter().cloned().map(Write::Create).collect();
-        ctx.expectations
-            .expect(&uid, &namespace, &writes, Instant::now());
+        ctx.memory.expect(&uid, &namespace, &writes, Instant::now());
         let sends = names.iter().zip(writes).map(|(name, write)| {
             expected(
                 ctx,
@@ -89,7 +89,7 @@ async fn create_pods(ps: &PodSet, n: usize, ctx: &Context) -> Option<Failure> {
                 left: Some(pod), ..
             } = &result
             {
-                ctx.strays.suspect(&Uid::from(uid.as_str()), &name, pod);
+                ctx.memory.suspect(&Uid::from(uid.as_str()), &name, pod);
             }
             match result.error() {
                 None => created.push(name),
@@ -121,8 +121,7 @@ async fn delete_pods(ps: &PodSet, victims: &[Arc<CachedPod>], ctx: &Context) -> 
         .iter()
         .map(|p| Write::Delete(p.uid.clone(), p.name.to_string()))
         .collect();
-    ctx.expectations
-        .expect(&uid, &namespace, &writes, Instant::now());
+    ctx.memory.expect(&uid, &namespace, &writes, Instant::now());
     let sends = victims.iter().zip(writes).map(|(pod, write)| {
         expected(
             ctx,

@@ -18,7 +18,7 @@ use crate::uid::Uid;
 
 pub(super) async fn settle(ps: &PodSet, ctx: &Context) -> Outcome {
     let uid = ps.uid().unwrap_or_default();
-    let unsettled = ctx.expectations.to_send_again(&uid, Instant::now());
+    let unsettled = ctx.memory.to_send_again(&uid, Instant::now());
     if unsettled == Unsettled::default() {
         return Outcome::NotActed;
     }

@@ -44,8 +44,8 @@ pub(super) async fn write(
     );
     // Compare with the freshest status known: ours, if the store has not shown it yet.
     let written = ctx
-        .podset_statuses
-        .written_over(&uid, &seen, Instant::now());
+        .memory
+        .written_over::<PodSetStatus>(&uid, &seen, Instant::now());
     let (current, over) = match &written {
         Some(w) => (Some(&w.status), w.version.as_str()),
         None => (ps.status.as_ref(), seen.as_str()),
@@ -61,7 +61,7 @@ pub(super) async fn write(
     if current.is_some_and(|c| kept(c) == stored) {
         return Ok(());
     }
-    ctx.podset_statuses.sending(&uid, &stored);
+    ctx.memory.sending(&uid, &stored);
     let mut patched = patch(ps, over, &status, ctx).await;
     // The newer version may be this very status: sent again by the client after a 504 whose
     // first send had landed, or by an earlier reconcile whose answer was lost. Its watch
@@ -77,17 +77,17 @@ pub(super) async fn write(
                 let note = c.message.clone();
                 publish(ps, ctx, type_, &c.reason, "Run", note).await;
             }
-            ctx.podset_statuses
-                .record(&uid, over, &version, status, Instant::now());
+            ctx.memory
+                .wrote_status(&uid, over, &version, status, Instant::now());
             Ok(())
         }
         // Not known to have landed: a watch event that shows it must wake a reconcile.
         Ok(Patched::Conflict | Patched::Gone) => {
-            ctx.podset_statuses.unsent(&uid);
+            ctx.memory.unsent(&uid);
             Ok(())
         }
         Err(e) => {
-            ctx.podset_statuses.unsent(&uid);
+            ctx.memory.unsent(&uid);
             Err(e)
         }
     }

@@ -299,7 +299,9 @@ async fn a_write_is_not_taken_for_ours_over_a_spec_edited_since() {
     at.spec.schedule = "2999-01-01T00:00:00Z".into();
     reconcile(Arc::new(at), ctx.clone()).await.unwrap();
     assert!(edited.lock().is_some(), "the PENDING write was sent");
-    let recorded = ctx.at_statuses.written_over("at-uid", "7", Instant::now());
+    let recorded = ctx
+        .memory
+        .written_over::<AtStatus>("at-uid", "7", Instant::now());
     assert_eq!(recorded, None, "version 9 taken for our write over 7");
 }
 

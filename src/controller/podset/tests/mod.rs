@@ -4,7 +4,7 @@
 use super::*;
 use crate::cache::PodCache;
 use crate::controller::fixtures::{Answer, Sent, podset, scripted_context};
-use crate::expectations::Expectations;
+use crate::controller::memory::Memory;
 use http::Method;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
@@ -28,8 +28,7 @@ fn owned_pod(name: &str, uid: &str) -> Pod {
 #[test]
 fn a_pod_seen_between_the_reads_is_not_created_again() {
     for land_first in [true, false] {
-        let (cache, expectations, now) =
-            (PodCache::default(), Expectations::default(), Instant::now());
+        let (cache, expectations, now) = (PodCache::default(), Memory::default(), Instant::now());
         let write = crate::expectations::Write::Create("web-pod1".into());
         expectations.expect("ps-uid", "ns", [&write], now);
         let pod = owned_pod("web-pod1", "p1");
@@ -146,7 +145,7 @@ async fn a_create_whose_reply_was_lost_is_sent_again_under_its_name_and_made_onc
     assert!(sent[0].starts_with("web-pod"), "{}", sent[0]);
     assert!(
         matches!(
-            ctx.expectations.readiness("ps-uid", Instant::now()),
+            ctx.memory.readiness("ps-uid", Instant::now()),
             Readiness::Waiting(_)
         ),
         "the pod was made, and the watch has not shown it yet"
@@ -245,7 +244,7 @@ async fn a_delete_whose_reply_was_lost_is_sent_again_with_its_uid_precondition()
     reconcile_times(1, &podset(), &ctx).await;
     assert!(
         matches!(
-            ctx.expectations.readiness("ps-uid", Instant::now()),
+            ctx.memory.readiness("ps-uid", Instant::now()),
             Readiness::Waiting(_)
         ),
         "a delete whose reply was lost may still have been carried out"
@@ -260,7 +259,7 @@ async fn a_delete_whose_reply_was_lost_is_sent_again_with_its_uid_precondition()
     assert_eq!(&deletes[1].body["preconditions"]["uid"], uid);
     assert!(creates(&log).is_empty(), "{log:#?}");
     assert_eq!(
-        ctx.expectations.readiness("ps-uid", Instant::now()),
+        ctx.memory.readiness("ps-uid", Instant::now()),
         Readiness::Satisfied,
         "a 404 settles the delete"
     );

@@ -3,23 +3,24 @@
 
 use tokio::time::Instant;
 
-use super::{Answer, Expectations, Write};
+use super::Memory;
+use crate::expectations::{Answer, Write};
 
 /// A create or delete sent under an expectation whose answer has not been recorded yet. If
 /// it is dropped unanswered (its reconcile cut off at its deadline, or stopped), it may have
 /// been carried out or not: it is recorded as [`Answer::Unknown`], to be sent again, rather
 /// than left expected until the TTL.
 pub struct Unanswered<'a> {
-    expectations: &'a Expectations,
+    memory: &'a Memory,
     owner_uid: &'a str,
     write: Write,
     answered: bool,
 }
 
 impl<'a> Unanswered<'a> {
-    pub fn new(expectations: &'a Expectations, owner_uid: &'a str, write: Write) -> Self {
+    pub fn new(memory: &'a Memory, owner_uid: &'a str, write: Write) -> Self {
         Self {
-            expectations,
+            memory,
             owner_uid,
             write,
             answered: false,
@@ -34,8 +35,8 @@ impl<'a> Unanswered<'a> {
     fn record(&mut self, answer: Answer) {
         self.answered = true;
         let now = Instant::now();
-        self.expectations
-            .record(self.owner_uid, &self.write, answer, now);
+        self.memory
+            .answered(self.owner_uid, &self.write, answer, now);
     }
 }
 

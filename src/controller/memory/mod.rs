@@ -26,11 +26,20 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use super::strays::Vanished;
+use crate::expectations::{Expected, Lapsed};
 use crate::jitter::jittered;
 use crate::plan::podset::Failure;
 use crate::plan::podset::replacing::{Failed, Streak, delay};
 use crate::pod::{CachedPod, Phase};
+use crate::status_writes::Statuses;
 use crate::uid::Uid;
+
+mod expected;
+mod strays;
+mod unanswered;
+mod written;
+pub use unanswered::Unanswered;
 
 /// How long a deletion, or a round, is remembered: far past any read timeout. Past that, one
 /// round goes unread.
@@ -51,6 +60,14 @@ struct Record {
     round: Option<(i64, Instant)>,
     failures: Option<Failures>,
     streak: Option<Streak>,
+    /// A PodSet's creates and deletes its pod watch is yet to show.
+    expected: Option<Expected>,
+    /// What its expired expectations said were made, which the watch never showed.
+    lapsed: Option<Lapsed>,
+    /// The status writes whose watch events have not arrived yet.
+    statuses: Statuses,
+    /// A PodSet's pods that vanished from the watch, for its next reconcile to look up.
+    strays: Vec<Vanished>,
 }
 
 #[derive(Debug)]
@@ -65,17 +82,25 @@ impl Failures {
 }
 
 impl Record {
-    /// Drops the parts past their time: a failing object comes back within the longest
-    /// delay, so failures idle for twice that are stale. A streak lasts as its PodSet does.
+    /// Drops the parts past their time, and says whether nothing is left: a failing object
+    /// comes back within the longest delay, so failures idle for twice that are stale. A
+    /// streak, strays and a status being sent last as long as their object.
     fn expire(&mut self, now: Instant) -> bool {
         let within = |t: Instant, d: Duration| now.duration_since(t) < d;
         self.gone = self.gone.filter(|t| within(*t, REMEMBERED));
         self.round = self.round.filter(|(_, t)| within(*t, REMEMBERED));
         self.failures = (self.failures.take()).filter(|f| within(f.last, Failures::MAX * 2));
+        self.lapse(now);
+        self.lapsed = self.lapsed.take().filter(|l| l.kept(now));
+        let no_status = self.statuses.expire(now);
         self.gone.is_none()
             && self.round.is_none()
             && self.failures.is_none()
             && self.streak.is_none()
+            && self.expected.is_none()
+            && self.lapsed.is_none()
+            && no_status
+            && self.strays.is_empty()
     }
 }
 
@@ -88,13 +113,19 @@ pub struct Failing {
 }
 
 impl Memory {
-    /// Runs `f` on the record of `uid`, made if there is none (dropping the expired).
-    fn with<T>(&self, uid: &str, now: Instant, f: impl FnOnce(&mut Record) -> T) -> T {
-        let (mut records, uid) = (self.records.lock(), Uid::from(uid));
+    /// Runs `f` on the record of `uid`, made if there is none (dropping the expired), and
+    /// drops it if `f` left nothing in it.
+    fn with<T>(&self, uid: impl Into<Uid>, now: Instant, f: impl FnOnce(&mut Record) -> T) -> T {
+        let (mut records, uid) = (self.records.lock(), uid.into());
         if !records.contains_key(&uid) {
             records.retain(|_, r| !r.expire(now));
         }
-        f(records.entry(uid).or_default())
+        let record = records.entry(uid.clone()).or_default();
+        let t = f(record);
+        if record.expire(now) {
+            records.remove(&uid);
+        }
+        t
     }
 
     /// Reads the record of `uid`, if there is one.
@@ -102,15 +133,20 @@ impl Memory {
         self.records.lock().get(&Uid::from(uid)).and_then(f)
     }
 
-    /// Changes the record of `uid` if there is one, dropping it if nothing is left.
-    fn change(&self, uid: &str, f: impl FnOnce(&mut Record)) {
-        let (mut records, uid) = (self.records.lock(), Uid::from(uid));
-        if let Some(record) = records.get_mut(&uid) {
-            f(record);
-            if record.expire(Instant::now()) {
-                records.remove(&uid);
-            }
+    /// Runs `f` on the record of `uid` if there is one, dropping it if nothing is left.
+    fn change<T>(
+        &self,
+        uid: impl Into<Uid>,
+        now: Instant,
+        f: impl FnOnce(&mut Record) -> T,
+    ) -> Option<T> {
+        let (mut records, uid) = (self.records.lock(), uid.into());
+        let record = records.get_mut(&uid)?;
+        let t = f(record);
+        if record.expire(now) {
+            records.remove(&uid);
         }
+        Some(t)
     }
 
     /// Drops everything remembered of `uid`: the watch showed it deleted.
@@ -166,7 +202,7 @@ impl Memory {
 
     /// Its reconcile succeeded: the failures in a row are over.
     pub fn succeeded(&self, uid: &str) {
-        self.change(uid, |r| r.failures = None);
+        self.change(uid, Instant::now(), |r| r.failures = None);
     }
 
     /// Counts the failed pods of `pods`, PodSet `uid`'s. A PodSet none of whose pods ever
@@ -203,5 +239,7 @@ impl Memory {
     }
 }
 
+#[cfg(test)]
+mod expected_tests;
 #[cfg(test)]
 mod tests;

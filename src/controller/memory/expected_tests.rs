@@ -1,28 +1,29 @@
+//! The expectations in an owner's record, as the ReplicaSet controller's tests drive them.
+
 use super::*;
+use crate::cache::{Change, PodChange};
+use crate::expectations::{Answer, EXPECTATIONS_TTL, Unsettled, Write};
+use crate::plan::podset::Readiness;
 use crate::pod::Owner;
 
-fn uid(s: &str) -> Uid {
-    Uid::from(s)
-}
-
-fn create(name: &str) -> Write {
+pub(super) fn create(name: &str) -> Write {
     Write::Create(name.into())
 }
 
-fn creates<const N: usize>(names: [&str; N]) -> Vec<Write> {
+pub(super) fn creates<const N: usize>(names: [&str; N]) -> Vec<Write> {
     names.map(create).into()
 }
 
 /// The delete of pod `uid`, named `web-pod<uid>`.
 fn delete(pod: &str) -> Write {
-    Write::Delete(uid(pod), format!("web-pod{pod}"))
+    Write::Delete(Uid::from(pod), format!("web-pod{pod}"))
 }
 
 fn deletes<const N: usize>(pods: [&str; N]) -> Vec<Write> {
     pods.map(delete).into()
 }
 
-fn touched(owner: &str, pod: &str, change: Change) -> PodChange {
+pub(super) fn touched(owner: &str, pod: &str, change: Change) -> PodChange {
     PodChange {
         owner: Owner {
             kind: "PodSet".into(),
@@ -38,7 +39,7 @@ fn touched(owner: &str, pod: &str, change: Change) -> PodChange {
 
 #[test]
 fn creates_are_met_when_the_watch_shows_them() {
-    let e = Expectations::default();
+    let e = Memory::default();
     let t0 = Instant::now();
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
     e.expect("o", "ns", &creates(["p1", "p2"]), t0);
@@ -65,11 +66,11 @@ fn creates_are_met_when_the_watch_shows_them() {
 
 #[test]
 fn failed_creates_are_not_expected() {
-    let e = Expectations::default();
+    let e = Memory::default();
     let t0 = Instant::now();
     e.expect("o", "ns", &creates(["p1", "p2", "p3", "p4"]), t0);
     for name in ["p2", "p3", "p4"] {
-        e.record("o", &create(name), Answer::Nothing, t0);
+        e.answered("o", &create(name), Answer::Nothing, t0);
     }
     e.observe(&touched("o", "p1", Change::Added), t0);
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
@@ -77,10 +78,10 @@ fn failed_creates_are_not_expected() {
 
 #[test]
 fn an_unsettled_create_is_expected_until_an_answer_says_whether_it_landed() {
-    let e = Expectations::default();
+    let e = Memory::default();
     let t0 = Instant::now();
     e.expect("o", "ns", &creates(["web-poda", "web-podb"]), t0);
-    e.record("o", &create("web-podb"), Answer::Unknown, t0);
+    e.answered("o", &create("web-podb"), Answer::Unknown, t0);
     e.observe(&touched("o", "web-poda", Change::Added), t0);
     assert!(
         matches!(e.readiness("o", t0), Readiness::Waiting(_)),
@@ -88,7 +89,7 @@ fn an_unsettled_create_is_expected_until_an_answer_says_whether_it_landed() {
     );
     assert_eq!(e.to_send_again("o", t0).creates, ["web-podb"]);
     e.to_send_again("o", t0);
-    e.record("o", &create("web-podb"), Answer::Made(uid("b")), t0);
+    e.answered("o", &create("web-podb"), Answer::Made(Uid::from("b")), t0);
     assert!(
         matches!(e.readiness("o", t0), Readiness::Waiting(_)),
         "made, but the watch has not shown it"
@@ -102,9 +103,9 @@ fn an_unsettled_create_is_expected_until_an_answer_says_whether_it_landed() {
 
     // Settled as never made: no pod to wait for.
     e.expect("o", "ns", &creates(["web-podc"]), t0);
-    e.record("o", &create("web-podc"), Answer::Unknown, t0);
+    e.answered("o", &create("web-podc"), Answer::Unknown, t0);
     e.to_send_again("o", t0);
-    e.record("o", &create("web-podc"), Answer::Nothing, t0);
+    e.answered("o", &create("web-podc"), Answer::Nothing, t0);
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
     assert_eq!(e.to_send_again("o", t0), Unsettled::default());
 }
@@ -114,11 +115,11 @@ fn an_unsettled_create_is_expected_until_an_answer_says_whether_it_landed() {
 /// it timed out and sent again, made the deleted pod anew: one over the spec.
 #[test]
 fn a_create_whose_pod_the_watch_showed_is_never_sent_again() {
-    let e = Expectations::default();
+    let e = Memory::default();
     let t0 = Instant::now();
     e.expect("o", "ns", &creates(["web-poda"]), t0);
     e.observe(&touched("o", "web-poda", Change::Added), t0);
-    e.record("o", &create("web-poda"), Answer::Unknown, t0);
+    e.answered("o", &create("web-poda"), Answer::Unknown, t0);
     assert_eq!(e.to_send_again("o", t0), Unsettled::default());
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
 }
@@ -129,16 +130,16 @@ fn a_create_whose_pod_the_watch_showed_is_never_sent_again() {
 /// status while idle.
 #[test]
 fn a_pod_shown_while_a_create_was_sent_again_still_meets_it_after_another_send() {
-    let e = Expectations::default();
+    let e = Memory::default();
     let t0 = Instant::now();
     let shown = touched("o", "web-poda", Change::Added);
     e.expect("o", "ns", &creates(["web-poda"]), t0);
-    e.record("o", &create("web-poda"), Answer::Unknown, t0);
+    e.answered("o", &create("web-poda"), Answer::Unknown, t0);
     e.to_send_again("o", t0);
     e.observe(&shown, t0);
-    e.record("o", &create("web-poda"), Answer::Unknown, t0);
+    e.answered("o", &create("web-poda"), Answer::Unknown, t0);
     assert_eq!(e.to_send_again("o", t0).look_ups, ["web-poda"]);
-    e.record(
+    e.answered(
         "o",
         &create("web-poda"),
         Answer::Made(shown.pod_uid.clone()),
@@ -152,16 +153,16 @@ fn a_pod_shown_while_a_create_was_sent_again_still_meets_it_after_another_send()
 /// made it anew, over a spec scaled down meanwhile. Such a create is looked up instead.
 #[test]
 fn a_create_whose_pod_was_shown_while_it_was_sent_again_is_looked_up_not_sent() {
-    let e = Expectations::default();
+    let e = Memory::default();
     let t0 = Instant::now();
     let shown = touched("o", "web-poda", Change::Added);
     e.expect("o", "ns", &creates(["web-poda", "web-podb"]), t0);
-    e.record("o", &create("web-poda"), Answer::Unknown, t0);
-    e.record("o", &create("web-podb"), Answer::Unknown, t0);
+    e.answered("o", &create("web-poda"), Answer::Unknown, t0);
+    e.answered("o", &create("web-podb"), Answer::Unknown, t0);
     e.to_send_again("o", t0);
     e.observe(&shown, t0);
-    e.record("o", &create("web-poda"), Answer::Unknown, t0);
-    e.record("o", &create("web-podb"), Answer::Unknown, t0);
+    e.answered("o", &create("web-poda"), Answer::Unknown, t0);
+    e.answered("o", &create("web-podb"), Answer::Unknown, t0);
     let unsettled = e.to_send_again("o", t0);
     assert_eq!(
         unsettled.creates,
@@ -170,8 +171,8 @@ fn a_create_whose_pod_was_shown_while_it_was_sent_again_is_looked_up_not_sent() 
     );
     assert_eq!(unsettled.look_ups, ["web-poda"]);
     // Deleted since: nothing has its name, nothing is to come of it.
-    e.record("o", &create("web-poda"), Answer::Nothing, t0);
-    e.record("o", &create("web-podb"), Answer::Nothing, t0);
+    e.answered("o", &create("web-poda"), Answer::Nothing, t0);
+    e.answered("o", &create("web-podb"), Answer::Nothing, t0);
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
 }
 
@@ -179,7 +180,7 @@ fn a_create_whose_pod_was_shown_while_it_was_sent_again_is_looked_up_not_sent() 
 /// or this one's: only the one the answer names meets it, whenever the watch shows it.
 #[test]
 fn a_create_sent_again_is_met_only_by_the_pod_its_answer_names() {
-    let e = Expectations::default();
+    let e = Memory::default();
     let t0 = Instant::now();
     let pod = |uid: &str| {
         let mut t = touched("o", uid, Change::Added);
@@ -187,10 +188,15 @@ fn a_create_sent_again_is_met_only_by_the_pod_its_answer_names() {
         t
     };
     e.expect("o", "ns", &creates(["web-poda"]), t0);
-    e.record("o", &create("web-poda"), Answer::Unknown, t0);
+    e.answered("o", &create("web-poda"), Answer::Unknown, t0);
     e.to_send_again("o", t0);
     e.observe(&pod("first"), t0);
-    e.record("o", &create("web-poda"), Answer::Made(uid("second")), t0);
+    e.answered(
+        "o",
+        &create("web-poda"),
+        Answer::Made(Uid::from("second")),
+        t0,
+    );
     assert!(
         matches!(e.readiness("o", t0), Readiness::Waiting(_)),
         "the first send's pod met the second's create"
@@ -200,20 +206,25 @@ fn a_create_sent_again_is_met_only_by_the_pod_its_answer_names() {
 
     // Shown before the answer came.
     e.expect("o", "ns", &creates(["web-poda"]), t0);
-    e.record("o", &create("web-poda"), Answer::Unknown, t0);
+    e.answered("o", &create("web-poda"), Answer::Unknown, t0);
     e.to_send_again("o", t0);
     e.observe(&pod("third"), t0);
-    e.record("o", &create("web-poda"), Answer::Made(uid("third")), t0);
+    e.answered(
+        "o",
+        &create("web-poda"),
+        Answer::Made(Uid::from("third")),
+        t0,
+    );
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
 }
 
 #[test]
 fn an_unsettled_delete_is_settled_by_an_answer_or_the_watch() {
-    let e = Expectations::default();
+    let e = Memory::default();
     let t0 = Instant::now();
     e.expect("o", "ns", &deletes(["a", "b"]), t0);
-    e.record("o", &delete("a"), Answer::Unknown, t0);
-    e.record("o", &delete("b"), Answer::Unknown, t0);
+    e.answered("o", &delete("a"), Answer::Unknown, t0);
+    e.answered("o", &delete("b"), Answer::Unknown, t0);
     assert_eq!(
         e.to_send_again("o", t0).deletes,
         [
@@ -222,13 +233,13 @@ fn an_unsettled_delete_is_settled_by_an_answer_or_the_watch() {
         ]
     );
     e.observe(&touched("o", "a", Change::Removed), t0);
-    e.record("o", &delete("b"), Answer::Deleting, t0);
+    e.answered("o", &delete("b"), Answer::Deleting, t0);
     assert!(
         matches!(e.readiness("o", t0), Readiness::Waiting(_)),
         "b's delete answered, but the watch has not shown it"
     );
     assert_eq!(e.to_send_again("o", t0), Unsettled::default());
-    e.record("o", &delete("b"), Answer::Nothing, t0);
+    e.answered("o", &delete("b"), Answer::Nothing, t0);
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
     assert_eq!(
         e.to_send_again("o", t0 + EXPECTATIONS_TTL),
@@ -239,7 +250,7 @@ fn an_unsettled_delete_is_settled_by_an_answer_or_the_watch() {
 /// A panic in one reconcile while it holds the lock must not fail every later one.
 #[test]
 fn a_panic_under_the_lock_does_not_poison_the_records() {
-    let e = Expectations::default();
+    let e = Memory::default();
     let t0 = Instant::now();
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         e.with("o", t0, |_| panic!("a bug in one reconcile"))
@@ -253,11 +264,11 @@ fn a_panic_under_the_lock_does_not_poison_the_records() {
 /// unanswered; each is left to be sent again, not expected until the TTL.
 #[test]
 fn a_write_dropped_unanswered_is_unsettled() {
-    let e = Expectations::default();
+    let e = Memory::default();
     let t0 = Instant::now();
     e.expect("o", "ns", &creates(["web-podb", "web-podc"]), t0);
     e.expect("o", "ns", &deletes(["a"]), t0);
-    Unanswered::new(&e, "o", create("web-podb")).answered(Answer::Made(uid("b")));
+    Unanswered::new(&e, "o", create("web-podb")).answered(Answer::Made(Uid::from("b")));
     drop(Unanswered::new(&e, "o", create("web-podc")));
     drop(Unanswered::new(&e, "o", delete("a")));
     let unsettled = e.to_send_again("o", t0);
@@ -269,7 +280,7 @@ fn a_write_dropped_unanswered_is_unsettled() {
 /// may write one) meets none of the owner's expectations.
 #[test]
 fn only_pods_in_the_owners_namespace_meet_its_expectations() {
-    let e = Expectations::default();
+    let e = Memory::default();
     let t0 = Instant::now();
     e.expect("o", "ns", &creates(["p"]), t0);
     let mut forged = touched("o", "p", Change::Added);
@@ -282,7 +293,7 @@ fn only_pods_in_the_owners_namespace_meet_its_expectations() {
 
 #[test]
 fn deletes_are_tracked_by_uid() {
-    let e = Expectations::default();
+    let e = Memory::default();
     let t0 = Instant::now();
     e.expect("o", "ns", &deletes(["a", "b"]), t0);
     e.observe(&touched("o", "c", Change::Removed), t0);
@@ -291,13 +302,13 @@ fn deletes_are_tracked_by_uid() {
         "not a pod we deleted"
     );
     e.observe(&touched("o", "a", Change::Removed), t0);
-    e.record("o", &delete("b"), Answer::Nothing, t0);
+    e.answered("o", &delete("b"), Answer::Nothing, t0);
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
 }
 
 #[test]
 fn an_expired_record_counts_as_nothing_and_lowering_keeps_its_expiry() {
-    let e = Expectations::default();
+    let e = Memory::default();
     let t0 = Instant::now();
     // Two creates whose pods the watch never showed: the record expires.
     e.expect("o", "ns", &creates(["p1", "p2"]), t0);
@@ -313,7 +324,7 @@ fn an_expired_record_counts_as_nothing_and_lowering_keeps_its_expiry() {
     );
     // Lowering a record does not push its expiry out.
     e.expect("q", "ns", &creates(["p4", "p5"]), t0);
-    e.record(
+    e.answered(
         "q",
         &create("p4"),
         Answer::Nothing,
@@ -327,18 +338,8 @@ fn an_expired_record_counts_as_nothing_and_lowering_keeps_its_expiry() {
 }
 
 #[test]
-fn records_of_owners_never_seen_again_are_dropped() {
-    let e = Expectations::default();
-    let t0 = Instant::now();
-    // An owner deleted while the watch was away: nothing reads or lowers its record again.
-    e.expect("gone", "ns", &creates(["p1"]), t0);
-    e.expect("o", "ns", &creates(["p2"]), t0 + EXPECTATIONS_TTL);
-    assert_eq!(e.owners.lock().len(), 1, "an expired record kept");
-}
-
-#[test]
 fn expectations_expire() {
-    let e = Expectations::default();
+    let e = Memory::default();
     let t0 = Instant::now();
     e.expect("o", "ns", &creates(["p"]), t0);
     match e.readiness("o", t0 + Duration::from_secs(60)) {
@@ -353,35 +354,4 @@ fn expectations_expire() {
     );
     e.forget("o");
     assert_eq!(e.readiness("o", t0), Readiness::Satisfied);
-}
-
-#[test]
-fn pods_made_that_the_watch_never_showed_are_handed_out_once_their_record_expires() {
-    let e = Expectations::default();
-    let t0 = Instant::now();
-    e.expect("o", "ns", &creates(["p1", "p2", "p3"]), t0);
-    e.record("o", &create("p1"), Answer::Made(uid("u1")), t0);
-    e.record("o", &create("p2"), Answer::Made(uid("p2")), t0);
-    e.observe(&touched("o", "p2", Change::Added), t0);
-    assert_eq!(
-        e.take_lapsed("o"),
-        vec![],
-        "handed out before the record expired"
-    );
-    let later = t0 + EXPECTATIONS_TTL;
-    assert_eq!(e.readiness("o", later), Readiness::Satisfied);
-    // p2 was seen; p3 was never answered, so no pod is known to be its.
-    assert_eq!(e.take_lapsed("o"), vec![("p1".to_string(), uid("u1"))]);
-    assert_eq!(e.take_lapsed("o"), vec![], "handed out twice");
-    // A lapsed pod nobody takes is dropped a TTL on, and with its owner.
-    e.expect("gone", "ns", &creates(["q"]), t0);
-    e.record("gone", &create("q"), Answer::Made(uid("uq")), t0);
-    e.expect("o", "ns", &creates(["p4"]), later);
-    assert_eq!(e.lapsed.lock().len(), 1);
-    e.expect("x", "ns", &creates(["p5"]), later);
-    e.record("x", &create("p5"), Answer::Made(uid("u5")), later);
-    e.readiness("x", later + EXPECTATIONS_TTL);
-    assert!(e.take_lapsed("gone").is_empty(), "kept past its TTL");
-    e.forget("x");
-    assert!(e.lapsed.lock().is_empty(), "kept past its owner");
 }
