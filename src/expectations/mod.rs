@@ -265,7 +265,7 @@ pub struct Lapsed {
 
 impl Lapsed {
     /// Keeps what `expected`, expired at `now`, made that the watch never showed.
-    pub fn keep(lapsed: &mut Option<Lapsed>, expected: &Expected, now: Instant) {
+    pub fn keep(lapsed: &mut Option<Box<Lapsed>>, expected: &Expected, now: Instant) {
         let unseen = expected.unseen();
         if unseen.is_empty() {
             return;
@@ -275,10 +275,10 @@ impl Lapsed {
             .filter(|l| l.until > now)
             .map(|l| l.pods)
             .unwrap_or_default();
-        *lapsed = Some(Lapsed {
+        *lapsed = Some(Box::new(Lapsed {
             pods: kept.into_iter().chain(unseen).collect(),
             until: now + EXPECTATIONS_TTL,
-        });
+        }));
     }
 
     /// Whether it is still kept at `now`.

@@ -22,7 +22,9 @@ impl Record {
     /// dropped.
     fn expecting<T>(&mut self, now: Instant, f: impl FnOnce(&mut Expected) -> T) -> T {
         self.lapse(now);
-        let expected = self.expected.get_or_insert_with(|| Expected::new(now));
+        let expected = self
+            .expected
+            .get_or_insert_with(|| Box::new(Expected::new(now)));
         let t = f(expected);
         self.expected.take_if(|e| e.met());
         t
@@ -94,7 +96,7 @@ impl Memory {
         self.change(owner_uid, now, |r| r.lapsed.take())
             .flatten()
             .filter(|l| l.kept(now))
-            .map(Lapsed::pods)
+            .map(|l| l.pods())
             .unwrap_or_default()
     }
 }

@@ -60,10 +60,11 @@ struct Record {
     round: Option<(i64, Instant)>,
     failures: Option<Failures>,
     streak: Option<Streak>,
-    /// A PodSet's creates and deletes its pod watch is yet to show.
-    expected: Option<Expected>,
+    /// A PodSet's creates and deletes its pod watch is yet to show. Boxed, as the status
+    /// writes are: held for seconds, in a record that lasts an hour.
+    expected: Option<Box<Expected>>,
     /// What its expired expectations said were made, which the watch never showed.
-    lapsed: Option<Lapsed>,
+    lapsed: Option<Box<Lapsed>>,
     /// The status writes whose watch events have not arrived yet.
     statuses: Statuses,
     /// A PodSet's pods that vanished from the watch, for its next reconcile to look up.
