@@ -6,6 +6,7 @@
 
 mod cli;
 mod env;
+mod floor;
 mod heap;
 mod node;
 mod report;

@@ -146,13 +146,25 @@ where
 
 /// The ratios the issue asks for, against baselines of the same run: the row whose target is
 /// `base`, or starts with it (scenario failover's "replicaset (qps 1000) x2").
-fn ratio(rows: &[Row], scenario: &str, target: &str, base: &str) -> Option<f64> {
+fn ratio(
+    rows: &[Row],
+    scenario: &str,
+    target: &str,
+    base: &str,
+    figure: fn(&Sample) -> f64,
+) -> Option<f64> {
     let find = |matches: &dyn Fn(&str) -> bool| {
         rows.iter()
             .find(|r| r.scenario == scenario && matches(&r.target))
-            .map(|r| r.med(|s| s.seconds))
+            .map(|r| r.med(figure))
     };
-    Some(find(&|t| t == target)? / find(&|t| t.starts_with(base))?)
+    Some(find(&|t| t == target)? / find(&|t| t.starts_with(base))?).filter(|x| x.is_finite())
+}
+
+/// The control plane's CPU seconds per 1,000 pods converged: a controller's cost to the API
+/// server and etcd, whatever its wall time (issue 48).
+fn cpu_per_1000_pods(s: &Sample) -> f64 {
+    s.control_plane_cpu * 1000.0 / s.pods.max(1) as f64
 }
 
 pub fn report(rows: &[Row], args: &BenchArgs) -> Result<()> {
@@ -171,6 +183,9 @@ pub fn report(rows: &[Row], args: &BenchArgs) -> Result<()> {
         "steady RSS MiB",
         "CPU s",
         "apiserver+etcd CPU s",
+        "apiserver+etcd CPU s per 1000 pods",
+        "CPU x replicaset(qps1000)",
+        "CPU x floor",
         "restart to ready s",
         "after restart: peak/steady RSS MiB",
         "APF 429s",
@@ -187,23 +202,23 @@ pub fn report(rows: &[Row], args: &BenchArgs) -> Result<()> {
             }
         };
         let note = r.note();
+        let (rs, floor) = (
+            Target::ReplicaSet(Some(1000)).label(),
+            Target::Floor.label(),
+        );
+        let x = |base: &str, figure| {
+            ratio(rows, r.scenario, &r.target, base, figure)
+                .map(|x| format!("{x:.2}"))
+                .unwrap_or("-".into())
+        };
         table.push(vec![
             r.scenario.to_string(),
             r.target.clone(),
             r.samples.len().to_string(),
             r.samples.last().map_or(0, |s| s.pods).to_string(),
             format!("{:.3}", r.med(|s| s.seconds)),
-            ratio(
-                rows,
-                r.scenario,
-                &r.target,
-                &Target::ReplicaSet(Some(1000)).label(),
-            )
-            .map(|x| format!("{x:.2}"))
-            .unwrap_or("-".into()),
-            ratio(rows, r.scenario, &r.target, &Target::Floor.label())
-                .map(|x| format!("{x:.2}"))
-                .unwrap_or("-".into()),
+            x(&rs, |s| s.seconds),
+            x(&floor, |s| s.seconds),
             fmt(r.med(|s| s.mutations), 2),
             r.med_some(|s| s.idle_writes_per_min, 1),
             if r.scenario.starts_with("W3") {
@@ -215,6 +230,9 @@ pub fn report(rows: &[Row], args: &BenchArgs) -> Result<()> {
             fmt(r.med(|s| s.steady_rss_mib), 1),
             fmt(r.med(|s| s.cpu_seconds), 2),
             fmt(r.med(|s| s.control_plane_cpu), 2),
+            fmt(r.med(cpu_per_1000_pods), 2),
+            x(&rs, cpu_per_1000_pods),
+            x(&floor, cpu_per_1000_pods),
             fmt(r.med(|s| s.restart_seconds), 2),
             format!(
                 "{}/{}",

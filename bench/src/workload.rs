@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -17,7 +16,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 /// How many API calls the benchmark client keeps in flight when it submits objects.
-const SUBMIT_CONCURRENCY: usize = 32;
+pub const SUBMIT_CONCURRENCY: usize = 32;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -36,14 +35,6 @@ fn replica_set(name: &str, replicas: i32) -> Result<ReplicaSet> {
                 "spec": {"containers": [{"name": "busybox", "image": "busybox", "command": ["sleep", "3600"]}]}
             }
         }
-    }))?)
-}
-
-/// A plain pod like the ones the controllers create, for the API floor.
-pub fn floor_pod() -> Result<Pod> {
-    Ok(serde_json::from_value(serde_json::json!({
-        "metadata": {"generateName": "floor-"},
-        "spec": {"containers": [{"name": "busybox", "image": "busybox", "command": ["sleep", "3600"]}]}
     }))?)
 }
 
@@ -133,18 +124,6 @@ pub async fn scale_all(
         api.patch(name, &PatchParams::default(), patch).await
     })
     .await
-}
-
-/// Creates `n` pods at high concurrency from one client: the floor any controller pays.
-pub async fn create_pods(client: &Client, ns: &str, n: usize, concurrency: usize) -> Result<()> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let pod = floor_pod()?;
-    stream::iter(0..n)
-        .map(|_| podset_operator::client::create(&api, &pod))
-        .buffer_unordered(concurrency)
-        .try_for_each(|_| async { Ok(()) })
-        .await?;
-    Ok(())
 }
 
 /// Watches the objects of `kind` and counts how many report `replicas` for their current
