@@ -14,10 +14,14 @@
 //!   together.
 //! - **streak**: a PodSet's pod failures in a row, which hold its creates back
 //!   ([`plan::podset::replacing`]).
+//! - **expected** and **lapsed**: a PodSet's expectations, and the pods its expired
+//!   expectations said were made that the watch never showed (`expected.rs`).
+//! - **statuses**: its status writes whose watch events have not come (`written.rs`).
+//! - **strays**: its pods that left the watch, for its next reconcile (`strays.rs`).
 //!
-//! A deletion the watch never shows (a relist drops the object without a delete event) is
-//! never forgotten, so each part also expires: a record whose parts all did is dropped when
-//! another object's record is made.
+//! A record left empty by a change is dropped at once. A deletion the watch never shows (a
+//! relist drops the object without a delete event) is never forgotten, so each part also
+//! expires: a record whose parts all did is dropped when another object's record is made.
 
 use std::collections::HashMap;
 use std::sync::Arc;
