@@ -29,6 +29,19 @@ impl Record {
         self.expected.take_if(|e| e.met());
         t
     }
+
+    /// Runs `f` on the owner's expectations if there are any, expired or not, then lapses
+    /// and drops them as `expecting` does. An answer or a watch event is news of writes
+    /// already sent: an expired record takes it before it lapses, so a pod made that the
+    /// watch never showed is kept to look up, even when its create is answered after the
+    /// TTL.
+    fn settling(&mut self, now: Instant, f: impl FnOnce(&mut Expected)) {
+        if let Some(expected) = self.expected.as_mut() {
+            f(expected);
+        }
+        self.lapse(now);
+        self.expected.take_if(|e| e.met());
+    }
 }
 
 impl Memory {
@@ -48,11 +61,7 @@ impl Memory {
     /// What the answer to `write` says, sent the first time or again.
     pub fn answered(&self, owner_uid: &str, write: &Write, answer: Answer, now: Instant) {
         self.change(owner_uid, now, |r| {
-            r.lapse(now);
-            if let Some(expected) = r.expected.as_mut() {
-                expected.record(write, answer);
-            }
-            r.expected.take_if(|e| e.met());
+            r.settling(now, |e| e.record(write, answer))
         });
     }
 
@@ -71,11 +80,7 @@ impl Memory {
     /// lowered: an owner's pods changing expects nothing of it.
     pub fn observe(&self, touched: &PodChange, now: Instant) {
         self.change(&touched.owner.uid, now, |r| {
-            if let Some(expected) = r.expected.as_mut() {
-                expected.observe(touched);
-            }
-            r.lapse(now);
-            r.expected.take_if(|e| e.met());
+            r.settling(now, |e| e.observe(touched))
         });
     }
 

@@ -147,6 +147,22 @@ fn records_of_owners_never_seen_again_are_dropped() {
 }
 
 #[test]
+fn a_create_answered_after_its_record_expired_is_still_kept_to_look_up() {
+    let e = Memory::default();
+    let t0 = Instant::now();
+    e.expect("o", "ns", &creates(["p1"]), t0);
+    // The answer comes after the TTL (a slow API server): the pod exists, the watch has not
+    // shown it, and it may leave the watch before it does.
+    let late = t0 + EXPECTATIONS_TTL;
+    e.answered("o", &create("p1"), Answer::Made(Uid::from("u1")), late);
+    assert_eq!(
+        e.take_lapsed("o", late),
+        vec![("p1".to_string(), Uid::from("u1"))]
+    );
+    assert_eq!(e.readiness("o", late), Readiness::Satisfied);
+}
+
+#[test]
 fn pods_made_that_the_watch_never_showed_are_handed_out_once_their_record_expires() {
     let e = Memory::default();
     let t0 = Instant::now();
