@@ -46,14 +46,15 @@ pub struct BenchArgs {
     /// Tiny sizes, one run: checks the harness, not the speed.
     #[arg(long)]
     pub smoke: bool,
-    /// Only these scenarios (w1,w2,w3,w4,w5,apf,at,failover,blackhole). apf is W2 with the
-    /// operator and the ReplicaSet controller (default QPS) each as its own user alone in a
-    /// tight API Priority and Fairness level (3 seats), with the 429s and requests served in
+    /// Only these scenarios (w1,w2,w3,w4,w5,apf,at,failover,failover-w5,blackhole). apf is W2
+    /// with the operator and the ReplicaSet controller (default QPS) each as its own user alone
+    /// in a tight API Priority and Fairness level (3 seats), with the 429s and requests served in
     /// that level. failover is W4 with two of each worker on a Lease: the leader killed, then
     /// stopped, and a new object's time to converge each time. blackhole: every connection the
     /// operator or the ReplicaSet controller (QPS 1000) has open goes silent (a fault proxy),
     /// then 20 objects of 3 are timed from the fault to converged. failover and blackhole run
-    /// in --smoke only when named here.
+    /// in --smoke only when named here. failover-w5 (only when named): failover's kill at W5,
+    /// with the new leader's peak memory through the takeover.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Only these targets (operator, replicaset, replicaset-qps1000, floor, cronjob-qps1000:

@@ -2,6 +2,8 @@
 //! then the next leader SIGTERMed, and each time how long a new object takes to converge under
 //! the one after. The operator with a cold standby and with a warm one, against two
 //! kube-controller-managers running the replicaset controller (QPS 1000, as in W4).
+//! failover-w5: the kill alone at W5's 100,000 pods, with the new leader's peak memory from
+//! the kill until converged (issue 48: a takeover lists every pod).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -27,6 +29,39 @@ use crate::workload::{self, Convergence, Kind, names};
 pub const KILL: &str = "Failover W4 1000x10: SIGKILL leader -> new object converged";
 pub const RELEASE: &str = "Failover W4 1000x10: SIGTERM leader -> Lease release seen";
 pub const HANDOVER: &str = "Failover W4 1000x10: release seen -> new object converged";
+pub const KILL_W5: &str = "Failover W5 10000x10: SIGKILL leader -> new object converged";
+
+/// The size a failover run converges before its faults, and which faults it makes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scale {
+    /// W4, the kill then the handover.
+    W4,
+    /// W5, the kill alone: what it measures is the takeover's memory at 100,000 pods.
+    W5,
+}
+
+impl Scale {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scale::W4 => "W4 1000x10",
+            Scale::W5 => "W5 10000x10",
+        }
+    }
+
+    fn size(self, s: &Sizes) -> (usize, i32) {
+        match self {
+            Scale::W4 => (s.w4_objects, s.w4_replicas),
+            Scale::W5 => (s.w5_objects, s.w5_replicas),
+        }
+    }
+
+    fn kill_row(self) -> &'static str {
+        match self {
+            Scale::W4 => KILL,
+            Scale::W5 => KILL_W5,
+        }
+    }
+}
 
 const LEASE_SECONDS: u64 = 15;
 /// The new objects' replicas: not W4's, so that the convergence watch counts them alone.
@@ -107,11 +142,13 @@ impl Pair {
 /// handover. Every process it starts is stopped when it returns, error or not.
 pub async fn failover_run(
     pair: Pair,
+    scale: Scale,
     args: &BenchArgs,
     s: &Sizes,
 ) -> Result<Vec<(&'static str, String, Sample)>> {
-    if s.w4_replicas == NEW_REPLICAS {
-        bail!("W4's objects must not have the new objects' {NEW_REPLICAS} replicas");
+    let (objects, replicas) = scale.size(s);
+    if replicas == NEW_REPLICAS {
+        bail!("the converged objects must not have the new objects' {NEW_REPLICAS} replicas");
     }
     let env = Env::without_worker(&args.operator).await?;
     // Declared after the control plane, so dropped (its processes killed) before it.
@@ -124,13 +161,16 @@ pub async fn failover_run(
     }
     candidates.spawn().await?;
     let mut conv = Convergence::start(&env.client, NS, pair.kind());
-    let objects = names("w", s.w4_objects);
-    workload::create_all(&env.client, NS, pair.kind(), &objects, s.w4_replicas).await?;
-    conv.wait(s.w4_objects, s.w4_replicas, Duration::from_secs(1800))
+    let names = names("w", objects);
+    workload::create_all(&env.client, NS, pair.kind(), &names, replicas).await?;
+    conv.wait(objects, replicas, Duration::from_secs(1800))
         .await?;
-    let pods = s.w4_objects * s.w4_replicas as usize;
+    let pods = objects * replicas as usize;
     let kill = kill(&mut candidates, &mut conv).await?;
-    let mut rows = vec![(KILL, pair.label(), Sample { pods, ..kill })];
+    let mut rows = vec![(scale.kill_row(), pair.label(), Sample { pods, ..kill })];
+    if scale == Scale::W5 {
+        return Ok(rows);
+    }
     for (scenario, target, sample) in handover(&mut candidates, &mut conv).await? {
         rows.push((scenario, target, Sample { pods, ..sample }));
     }
@@ -138,17 +178,21 @@ pub async fn failover_run(
 }
 
 /// SIGKILLs the leader and creates a new object at that instant: the time until it converged,
-/// with the leader's and the standby's memory, and the operator standby's requests. Then
-/// starts a replacement, so that two run again.
+/// with the leader's and the standby's memory, and the operator standby's requests; and the
+/// standby's peak memory from the kill until converged, against the leader's before the kill
+/// (its steady memory: everything converged and nothing to do). Then starts a replacement, so
+/// that two run again.
 async fn kill(c: &mut Candidates<'_>, conv: &mut Convergence) -> Result<Sample> {
     c.warmed().await?;
     let leader = c.leader().await?;
-    let standby = c.standby(leader)?;
+    let next = c.standby(leader)?;
+    let steady = c.members[leader].rss_mib()?;
     let mut sample = Sample {
         peak_rss_mib: c.members[leader].peak_rss_mib()?,
         ..Sample::default()
     };
-    let standby = &c.members[standby];
+    sample.figures.push(("leader steady RSS MiB", steady));
+    let standby = &c.members[next];
     sample
         .figures
         .push(("standby peak RSS MiB", standby.peak_rss_mib()?));
@@ -159,11 +203,17 @@ async fn kill(c: &mut Candidates<'_>, conv: &mut Convergence) -> Result<Sample> 
         let standing_by = standby.started.elapsed().as_secs_f64();
         sample.figures.push(("in standby s", standing_by));
     }
+    standby.reset_peak_rss()?;
     let t0 = Instant::now();
     c.members[leader].kill();
     c.create("failover-kill").await?;
     conv.wait(1, NEW_REPLICAS, TAKEOVER).await?;
     sample.seconds = t0.elapsed().as_secs_f64();
+    let takeover = c.members[next].peak_rss_mib()?;
+    sample.figures.push(("takeover peak RSS MiB", takeover));
+    sample
+        .figures
+        .push(("takeover peak / leader steady", takeover / steady));
     // Named before the replacement starts: until then, the one live candidate not named.
     c.leader().await?;
     c.spawn().await?;
@@ -244,9 +294,23 @@ impl Candidate {
         self.worker.process()
     }
 
+    fn pid(&self) -> Result<u32> {
+        self.process().pid().context("a candidate not running")
+    }
+
     fn peak_rss_mib(&self) -> Result<f64> {
-        let pid = self.process().pid().context("a candidate not running")?;
-        Ok(mib(proc_stats(pid)?.peak_rss_kib))
+        Ok(mib(proc_stats(self.pid()?)?.peak_rss_kib))
+    }
+
+    fn rss_mib(&self) -> Result<f64> {
+        Ok(mib(proc_stats(self.pid()?)?.rss_kib))
+    }
+
+    /// Starts its peak memory (VmHWM) over from what it holds now: the kernel's own peak, not
+    /// a sample that could miss a short one.
+    fn reset_peak_rss(&self) -> Result<()> {
+        let path = format!("/proc/{}/clear_refs", self.pid()?);
+        std::fs::write(&path, "5").with_context(|| format!("resetting the peak RSS in {path}"))
     }
 
     /// SIGKILL at once; the process is reaped when the candidate is dropped.
@@ -259,7 +323,7 @@ impl Candidate {
 
     /// SIGTERM, without waiting for the exit (the Lease is watched meanwhile).
     fn terminate(&mut self) -> Result<()> {
-        let pid = self.process().pid().context("a candidate not running")?;
+        let pid = self.pid()?;
         // SAFETY: a plain syscall on the process group the candidate leads (see
         // testenv::spawn_tied), which this candidate still owns, so not reused.
         unsafe { libc::kill(-(pid as i32), libc::SIGTERM) };

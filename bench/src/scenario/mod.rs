@@ -18,7 +18,7 @@ use crate::report::{Row, check_invariants, repeat, repeat_each, report};
 use at::at_run;
 use blackhole::blackhole_run;
 use converge::{Work, converge_run};
-use failover::{Pair, failover_run};
+use failover::{Pair, Scale, failover_run};
 use storm::storm_run;
 
 fn wanted(args: &BenchArgs, scenario: &str) -> bool {
@@ -136,17 +136,27 @@ pub async fn bench(args: BenchArgs) -> Result<()> {
     }
     // failover's runs wait out lease durations, a minute or so a pair, and blackhole's the
     // detection of dead connections, tens of seconds: in the smoke run (make test) only when
-    // asked for.
+    // asked for. failover-w5 converges 100,000 pods for each pair, ten minutes a pair on 2
+    // cores: only when asked for.
     let asked = |scenario: &str| args.only.iter().any(|s| s == scenario);
-    if wanted(&args, "failover") && (!args.smoke || asked("failover")) {
-        let mut failover = Vec::new();
+    let failover_w4 = wanted(&args, "failover") && (!args.smoke || asked("failover"));
+    let scales = [(failover_w4, Scale::W4), (asked("failover-w5"), Scale::W5)];
+    let mut failover = Vec::new();
+    for (_, scale) in scales.into_iter().filter(|(run, _)| *run) {
         for pair in Pair::ALL.into_iter().filter(|p| p.wanted(&args.targets)) {
-            let what = format!("Failover W4 1000x10 / {}", pair.label());
-            let run = || failover_run(pair, &args, &s);
+            let what = format!("Failover {} / {}", scale.name(), pair.label());
+            let run = || failover_run(pair, scale, &args, &s);
             failover.extend(repeat_each(runs, &what, run).await?);
         }
+    }
+    if !failover.is_empty() {
         // Each measurement's rows together, the pairs in order.
-        let order = [failover::KILL, failover::RELEASE, failover::HANDOVER];
+        let order = [
+            failover::KILL,
+            failover::RELEASE,
+            failover::HANDOVER,
+            failover::KILL_W5,
+        ];
         failover.sort_by_key(|r| order.iter().position(|&o| o == r.scenario));
         rows.extend(failover);
     }
