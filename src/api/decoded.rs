@@ -14,6 +14,7 @@ use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// What the watch read.
 #[derive(Clone, Debug)]
@@ -60,12 +61,21 @@ impl<K> Watched for K where
 {
 }
 
+/// A good object is parsed once, straight into its type, from its own text (a raw value: the
+/// JSON scanned, not built into a tree); only an object that fails is parsed again, as a
+/// `Value`, for its metadata and conditions. The text is the object as the API server sent it,
+/// in a list or a watch event (whose `type` the API server sends before its `object`, so serde
+/// hands the object's own text on rather than a buffered copy).
 impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = Value::deserialize(deserializer)?;
-        Ok(match serde_path_to_error::deserialize::<_, K>(&value) {
+        let raw = Box::<RawValue>::deserialize(deserializer)?;
+        let mut json = serde_json::Deserializer::from_str(raw.get());
+        Ok(match serde_path_to_error::deserialize::<_, K>(&mut json) {
             Ok(object) => Decoded::Read(object),
-            Err(e) => Decoded::Unreadable(Box::new(Unreadable::new(value, &e))),
+            Err(e) => {
+                let value = serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)?;
+                Decoded::Unreadable(Box::new(Unreadable::new(value, &e)))
+            }
         })
     }
 }
@@ -84,9 +94,20 @@ impl Unreadable {
             .unwrap_or_default();
         Self {
             metadata,
-            error: error.to_string(),
+            error: format!("{}: {}", error.path(), without_position(error.inner())),
             conditions,
         }
+    }
+}
+
+/// serde_json's message without the " at line 1 column 345" it adds: a place in the object's
+/// text, which the path already names for a reader.
+fn without_position(e: &serde_json::Error) -> String {
+    let message = e.to_string();
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    match message.strip_suffix(&position) {
+        Some(bare) => bare.to_string(),
+        None => message,
     }
 }
 
@@ -141,12 +162,34 @@ mod tests {
         })
     }
 
+    /// As the client reads it: from the text the API server sent.
+    fn read<T: DeserializeOwned>(value: &Value) -> T {
+        serde_json::from_str(&value.to_string()).unwrap()
+    }
+
+    /// A watch event's object is read from its own text too: the API server sends `type`
+    /// first (a `json!` map would sort `object` first, and serde would buffer it); a `Value`
+    /// (as tests build objects) is read through its text.
+    #[test]
+    fn a_watch_event_and_a_value_are_read_alike() {
+        let object = podset(json!({"containers": []}));
+        let event = format!(r#"{{"type":"MODIFIED","object":{object}}}"#);
+        let event: kube::core::WatchEvent<Decoded<PodSet>> = serde_json::from_str(&event).unwrap();
+        assert!(matches!(
+            event,
+            kube::core::WatchEvent::Modified(Decoded::Read(_))
+        ));
+        let decoded: Decoded<PodSet> =
+            serde_json::from_value(podset(json!({"containers": []}))).unwrap();
+        assert!(matches!(decoded, Decoded::Read(_)));
+    }
+
     /// The case of issue 31: admitted by the API server, not an i32.
     #[test]
     fn an_object_past_the_rust_types_is_kept_with_where_and_why() {
         let probe = json!({"containers": [{"name": "c", "readinessProbe":
             {"httpGet": {"port": 2147483648_i64}}}]});
-        let decoded: Decoded<PodSet> = serde_json::from_value(podset(probe)).unwrap();
+        let decoded: Decoded<PodSet> = read(&podset(probe));
         let Decoded::Unreadable(u) = decoded else {
             panic!("decoded an i64 port as an IntOrString")
         };
@@ -159,13 +202,13 @@ mod tests {
             u.error
         );
         assert!(u.error.contains("2147483648"), "{}", u.error);
+        assert!(!u.error.contains("column"), "{}", u.error);
         assert_eq!(u.conditions.len(), 1);
     }
 
     #[test]
     fn a_readable_object_is_read() {
-        let decoded: Decoded<PodSet> =
-            serde_json::from_value(podset(json!({"containers": []}))).unwrap();
+        let decoded: Decoded<PodSet> = read(&podset(json!({"containers": []})));
         let Decoded::Read(ps) = decoded else {
             panic!("a valid PodSet was not read")
         };
@@ -180,7 +223,7 @@ mod tests {
             json!({"containers": [{"name": "c", "ports": [{"containerPort": 2147483648_i64}]}]});
         let list =
             json!({"metadata": {}, "items": [podset(bad), podset(json!({"containers": []}))]});
-        let list: kube::core::ObjectList<Decoded<PodSet>> = serde_json::from_value(list).unwrap();
+        let list: kube::core::ObjectList<Decoded<PodSet>> = read(&list);
         assert!(matches!(list.items[0], Decoded::Unreadable(_)));
         assert!(matches!(list.items[1], Decoded::Read(_)));
     }

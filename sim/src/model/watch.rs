@@ -99,10 +99,17 @@ impl Watcher {
     }
 }
 
-/// A watch event as the API server streams it: one JSON object and a newline.
+/// A watch event as the API server streams it: one JSON object and a newline, `type` before
+/// `object` (Go encodes `metav1.WatchEvent`'s fields in their order; a `json!` map would sort
+/// `object` first, which the API server never sends and the operator's decoding relies on).
 pub fn event_line(type_: &str, object: &Value) -> Bytes {
-    let mut line =
-        serde_json::to_vec(&json!({"type": type_, "object": object})).expect("JSON serializes");
+    #[derive(serde::Serialize)]
+    struct Event<'a> {
+        #[serde(rename = "type")]
+        type_: &'a str,
+        object: &'a Value,
+    }
+    let mut line = serde_json::to_vec(&Event { type_, object }).expect("JSON serializes");
     line.push(b'\n');
     Bytes::from(line)
 }
