@@ -46,7 +46,8 @@ pub struct BenchArgs {
     /// Tiny sizes, one run: checks the harness, not the speed.
     #[arg(long)]
     pub smoke: bool,
-    /// Only these scenarios (w1,w2,w3,w4,w5,apf,at,failover,failover-w5,blackhole). apf is W2
+    /// Only these scenarios (w1,w2,w3,w4,w5,decode,apf,at,failover,failover-w5,blackhole).
+    /// decode: W5's 10,000 PodSets relisted, decoded as the operator does and did. apf is W2
     /// with the operator and the ReplicaSet controller (default QPS) each as its own user alone
     /// in a tight API Priority and Fairness level (3 seats), with the 429s and requests served in
     /// that level. failover is W4 with two of each worker on a Lease: the leader killed, then
@@ -66,7 +67,8 @@ pub struct BenchArgs {
     #[arg(long, default_value = "target/bench/results.csv")]
     pub csv: PathBuf,
     /// Save a CPU profile of the API server, taken over this many seconds from the start of each
-    /// W1/W2/W4 measurement, below target/bench/profiles (read with `go tool pprof -top`).
+    /// W1/W2/W4 measurement, below target/bench/profiles, and its CPU split by request kind
+    /// and object (printed, and beside it as .txt; `go tool pprof -top` reads the rest).
     #[arg(long)]
     pub profile_seconds: Option<u64>,
     /// Record a heap profile of the operator with heaptrack during each W1/W2/W4/W5 run, up to

@@ -378,5 +378,10 @@ pub async fn save_apiserver_profile(client: Client, seconds: u64, name: String) 
     let path = dir.join(format!("{name}-{stamp}.pprof"));
     std::fs::write(&path, bytes)?;
     eprintln!("[bench]   API server CPU profile: {}", path.display());
+    let table = crate::pprof::table(&crate::pprof::split(&path)?);
+    for line in &table {
+        eprintln!("[bench]     {line}");
+    }
+    std::fs::write(path.with_extension("txt"), table.join("\n") + "\n")?;
     Ok(())
 }

@@ -9,6 +9,7 @@ mod env;
 mod floor;
 mod heap;
 mod node;
+mod pprof;
 mod report;
 mod scenario;
 mod soak;

@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use podset_operator::api::{PodSet, PodSetSpec};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 use tokio::sync::watch;
 
 /// How many API calls the benchmark client keeps in flight when it submits objects.
@@ -97,6 +98,52 @@ pub async fn create_all(
         api.create(&PostParams::default(), &objects[name]).await
     })
     .await
+}
+
+/// Writes `status` (a merge patch of the status subresource) to every named object of `kind`,
+/// as its controller would have: a relist then reads converged objects.
+pub async fn write_status_all(
+    client: &Client,
+    ns: &str,
+    kind: Kind,
+    names: &[String],
+    status: impl Fn(&str) -> serde_json::Value,
+) -> Result<()> {
+    let status = &status;
+    for_each(&kind.api(client, ns), names, |api, name| async move {
+        let patch = Patch::Merge(serde_json::json!({ "status": status(name) }));
+        api.patch_status(name, &PatchParams::default(), &patch)
+            .await
+    })
+    .await
+}
+
+/// The list of `kind` in `ns` as the API server sends it, in pages of `limit`: each page's
+/// text.
+pub async fn list_pages(
+    client: &Client,
+    ns: &str,
+    kind: Kind,
+    limit: usize,
+) -> Result<Vec<String>> {
+    let api = kind.api(client, ns);
+    let mut pages = Vec::new();
+    let mut next = None::<String>;
+    loop {
+        let mut params = ListParams::default().limit(limit as u32);
+        params.continue_token = next.take();
+        let request = kube::core::Request::new(api.resource_url()).list(&params)?;
+        let text = client.request_text(request).await?;
+        let page: Value = serde_json::from_str(&text)?;
+        next = page["metadata"]["continue"]
+            .as_str()
+            .filter(|c| !c.is_empty())
+            .map(String::from);
+        pages.push(text);
+        if next.is_none() {
+            return Ok(pages);
+        }
+    }
 }
 
 /// Creates `objects`, `SUBMIT_CONCURRENCY` at a time.

@@ -204,11 +204,24 @@ async fn kill(c: &mut Candidates<'_>, conv: &mut Convergence) -> Result<Sample> 
         sample.figures.push(("in standby s", standing_by));
     }
     standby.reset_peak_rss()?;
+    let holder = c.members[leader].identity.clone().unwrap_or_default();
+    let mut lease = LeaseWatch::start(&c.env.client, c.pair.lease(), holder).await?;
     let t0 = Instant::now();
     c.members[leader].kill();
     c.create("failover-kill").await?;
-    conv.wait(1, NEW_REPLICAS, TAKEOVER).await?;
+    let (converged, taken) = tokio::join!(
+        conv.wait(1, NEW_REPLICAS, TAKEOVER),
+        tokio::time::timeout(TAKEOVER, lease.changed())
+    );
+    converged?;
     sample.seconds = t0.elapsed().as_secs_f64();
+    let (taken, _) = taken.context("the Lease never changed hands after the kill")??;
+    // The wait for the lease to expire, then the new leader's own start.
+    let waited = (taken - t0).as_secs_f64();
+    sample.figures.push(("kill -> Lease taken s", waited));
+    sample
+        .figures
+        .push(("Lease taken -> converged s", sample.seconds - waited));
     let takeover = c.members[next].peak_rss_mib()?;
     sample.figures.push(("takeover peak RSS MiB", takeover));
     sample

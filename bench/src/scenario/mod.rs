@@ -5,6 +5,7 @@ mod at;
 mod blackhole;
 mod converge;
 mod cronjob;
+mod decode;
 mod failover;
 mod lateness;
 mod lease;
@@ -18,6 +19,7 @@ use crate::report::{Row, check_invariants, repeat, repeat_each, report};
 use at::at_run;
 use blackhole::blackhole_run;
 use converge::{Work, converge_run};
+use decode::decode_run;
 use failover::{Pair, Scale, failover_run};
 use storm::storm_run;
 
@@ -103,6 +105,10 @@ pub async fn bench(args: BenchArgs) -> Result<()> {
                 .await?,
             );
         }
+    }
+    if wanted(&args, "decode") {
+        let run = || decode_run(&args, &s);
+        rows.extend(repeat_each(runs, decode::SCENARIO, run).await?);
     }
     if wanted(&args, "apf") {
         // W2 again, each controller as its own user alone in a level of about 3 seats: how
