@@ -15,30 +15,36 @@ impl Memory {
         seen: &str,
         now: Instant,
     ) -> Option<Written<S>> {
-        self.read(uid, |r| r.statuses.written_over(seen, now))
+        self.read(uid, |r| r.statuses.as_ref()?.written_over(seen, now))
     }
 
     /// A status about to be written to `uid`.
     pub fn sending<S: Serialize>(&self, uid: &str, status: &S) {
-        self.with(uid, Instant::now(), |r| r.statuses.sending(status));
+        self.with(uid, Instant::now(), |r| {
+            r.statuses.get_or_insert_default().sending(status)
+        });
     }
 
     /// Whether `uid`'s version `resource_version`, whose status hashes to `status`, is this
     /// instance's own status write.
     pub fn wrote(&self, uid: &str, resource_version: &str, status: u64) -> bool {
-        self.read(uid, |r| Some(r.statuses.wrote(resource_version, status)))
-            .unwrap_or(false)
+        self.read(uid, |r| {
+            Some(r.statuses.as_ref()?.wrote(resource_version, status))
+        })
+        .unwrap_or(false)
     }
 
     /// The status being written to `uid` did not land, or may not have.
     pub fn unsent(&self, uid: &str) {
-        self.change(uid, Instant::now(), |r| r.statuses.unsent());
+        self.change(uid, Instant::now(), |r| {
+            r.statuses.as_mut().map(|s| s.unsent())
+        });
     }
 
     /// The watch showed `uid` at `resource_version`.
     pub fn observed(&self, uid: &str, resource_version: &str) {
         self.change(uid, Instant::now(), |r| {
-            r.statuses.observed(resource_version)
+            r.statuses.as_mut().map(|s| s.observed(resource_version))
         });
     }
 
@@ -51,6 +57,8 @@ impl Memory {
         status: S,
         now: Instant,
     ) {
-        self.with(uid, now, |r| r.statuses.record(over, written, status, now));
+        self.with(uid, now, |r| {
+            (r.statuses.get_or_insert_default()).record(over, written, status, now)
+        });
     }
 }
