@@ -201,6 +201,7 @@ impl Oracle {
                 self.pod_changed(change, actor, held, store, now)
             }
             Kind::At => {
+                self.deletion_seen(change, now);
                 if let Some(at) = &change.new {
                     self.object_says(at, now);
                 }
@@ -228,18 +229,34 @@ impl Oracle {
         }
     }
 
-    fn podset_changed(&mut self, change: &Change, actor: Actor, now: Instant) {
-        let Some(new) = &change.new else {
-            if let Some(old) = &change.old {
-                self.deleted.insert(objects::uid(old).to_string(), now);
+    /// Notes when a PodSet or At was deleted. Being deleted counts as deleted: no pod is to
+    /// be made for it.
+    fn deletion_seen(&mut self, change: &Change, now: Instant) {
+        match &change.new {
+            None => {
+                if let Some(old) = &change.old {
+                    self.deleted.insert(objects::uid(old).to_string(), now);
+                }
             }
+            Some(new) if objects::terminating(new) => {
+                self.deleted.entry(objects::uid(new).to_string()).or_insert(now);
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// A create the server held from before its owner's deletion is not an act of a cache
+    /// that missed it.
+    fn sent_after_deletion(&self, owner: &str, held: Duration, now: Instant) -> bool {
+        self.deleted.get(owner).is_none_or(|d| now - held >= *d)
+    }
+
+    fn podset_changed(&mut self, change: &Change, actor: Actor, now: Instant) {
+        self.deletion_seen(change, now);
+        let Some(new) = &change.new else {
             return;
         };
         let uid = objects::uid(new).to_string();
-        if objects::terminating(new) {
-            // Being deleted counts as deleted: no pod is to be made for it.
-            self.deleted.entry(uid.clone()).or_insert(now);
-        }
         self.template_seen(&uid, new, now);
         self.object_says(new, now);
         let replicas = new["spec"]["replicas"].as_i64().unwrap_or(1);
@@ -318,10 +335,7 @@ impl Oracle {
                     .objects(Kind::PodSet, Some(ns))
                     .any(|p| objects::uid(p) == owner && !objects::terminating(p));
                 if !exists {
-                    // One that reached the server before the deletion, held there, is not
-                    // an act of a cache that missed it.
-                    let deleted = self.deleted.get(&owner);
-                    if deleted.is_none_or(|d| now - held >= *d) {
+                    if self.sent_after_deletion(&owner, held, now) {
                         let most = self.replicas.get(&owner).into_iter().flatten();
                         let most = most.map(|(_, r)| *r).max().unwrap_or(1);
                         self.made_for_a_deleted(&owner, "PodSet", most, actor);
@@ -336,7 +350,11 @@ impl Oracle {
                 let gone = !store
                     .objects(Kind::At, Some(ns))
                     .any(|a| objects::uid(a) == owner && !objects::terminating(a));
-                if created && gone && matches!(actor, Actor::Replica { .. }) {
+                if created
+                    && gone
+                    && matches!(actor, Actor::Replica { .. })
+                    && self.sent_after_deletion(&owner, held, now)
+                {
                     self.made_for_a_deleted(&owner, "At", 1, actor);
                 }
                 self.at_pod_changed(change, &owner, actor, store)

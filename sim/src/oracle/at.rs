@@ -16,8 +16,9 @@ pub(super) struct AtRecord {
     vanished: bool,
     /// `spec.command` when the At was first recorded RUNNING: the spec that runs.
     started_with: Option<String>,
-    /// Its command was killed for its memory.
-    oom_killed: bool,
+    /// The pod whose command was last killed for its memory: a verdict on that pod says so.
+    /// Another's run (one someone else released, then deleted) is not the verdict's.
+    oom_killed: Option<String>,
     /// The pod UID it last recorded: what it says once deleted, to a cache that still shows it.
     pod_uid: Option<String>,
     /// The kubelet's reason for a pod it rejected before the command started.
@@ -114,7 +115,9 @@ impl Oracle {
             }
             _ if was.is_none() && is.is_some() => {
                 let (code, reason) = is.unwrap_or_default();
-                record.oom_killed |= reason == "OOMKilled";
+                if reason == "OOMKilled" {
+                    record.oom_killed = Some(pod_uid.to_string());
+                }
                 Some(code == 0)
             }
             (Some("Pending" | ""), Some("Failed")) if is.is_none() => {
@@ -176,7 +179,11 @@ impl Oracle {
         let ended: Vec<bool> = record.runs.iter().flatten().copied().collect();
         let wrong = match verdict.as_str() {
             "Succeeded" => (!ended.contains(&true)).then_some("no run of its command succeeded"),
-            "Failed" if record.oom_killed && !message(new).contains("OOMKilled") => {
+            "Failed"
+                if record.oom_killed.is_some()
+                    && record.oom_killed == record.pod_uid
+                    && !message(new).contains("OOMKilled") =>
+            {
                 Some("its command was OOMKilled and it does not say so")
             }
             "Failed" => match &record.rejected {
