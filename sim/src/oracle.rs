@@ -239,7 +239,9 @@ impl Oracle {
                 }
             }
             Some(new) if objects::terminating(new) => {
-                self.deleted.entry(objects::uid(new).to_string()).or_insert(now);
+                self.deleted
+                    .entry(objects::uid(new).to_string())
+                    .or_insert(now);
             }
             Some(_) => {}
         }
