@@ -45,6 +45,7 @@ mod fence;
 mod gated;
 mod guard;
 mod limit;
+mod metadata;
 mod proxy;
 mod retry;
 mod warnings;
@@ -57,6 +58,7 @@ use fence::FenceLayer;
 pub use fence::{Admit, NotLeading};
 pub use guard::mutating;
 pub use limit::MutatingLimit;
+pub use metadata::{ACCEPT_METADATA, Listed, Owner, list_metadata_paged};
 pub use retry::retry_delay;
 use retry::{Retry, backoff};
 pub use warnings::LOGGED_AS as WARNING_LOGGED_AS;
@@ -209,29 +211,6 @@ where
 /// The items a page of [`list_metadata_paged`] holds at most (as kube-controller-manager's
 /// lists).
 pub const PAGE: u32 = 500;
-
-/// Lists the metadata of what `params` selects through `api` a page of [`PAGE`] at a time,
-/// each page named by the last one's continue token, handing each page's items to `visit`
-/// (so that only what it keeps outlives the page); the list's version. Every page is of the
-/// first page's snapshot.
-pub async fn list_metadata_paged<K>(
-    api: &kube::Api<K>,
-    params: &kube::api::ListParams,
-    mut visit: impl FnMut(Vec<kube::core::PartialObjectMeta<K>>),
-) -> kube::Result<String>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let mut params = params.clone().limit(PAGE);
-    loop {
-        let page = api.list_metadata(&params).await?;
-        visit(page.items);
-        match page.metadata.continue_ {
-            Some(token) if !token.is_empty() => params = params.continue_token(&token),
-            _ => return Ok(page.metadata.resource_version.unwrap_or_default()),
-        }
-    }
-}
 
 /// Deletes the object named `name` only if it is still the one with this UID: one made since
 /// under the same name is never the one deleted.

@@ -72,15 +72,13 @@ async fn list_strays_in(api: &Api<Pod>, ctx: &Context) -> kube::Result<()> {
     let params = ListParams::default().labels(&selector);
     let listed = client::list_metadata_paged(api, &params, |page| {
         for pod in &page {
-            let meta = &pod.metadata;
-            let owner = crate::pod::controller_of(meta);
-            if let (Some(owner), Some(name), Some(uid)) = (owner, &meta.name, &meta.uid)
+            if let Some(owner) = &pod.controller
                 && owner.kind == "PodSet"
-                && meta.deletion_timestamp.is_none()
+                && !pod.deleting
             {
                 let owner_uid = Uid::from(owner.uid.as_str());
                 ctx.memory
-                    .suspect(&owner_uid, name, &Uid::from(uid.as_str()));
+                    .suspect(&owner_uid, &pod.name, &Uid::from(pod.uid.as_str()));
             }
         }
     });

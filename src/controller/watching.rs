@@ -22,7 +22,6 @@ use super::routing::{managed_pods, watch_pods};
 use super::{Exported, STARTUP_GRACE, Settings};
 use crate::client;
 use crate::health::Health;
-use crate::pod::controller_of;
 use crate::uid::Uid;
 
 /// Empties the pod cache when the watch stops: what it held is no longer watched, nor managed.
@@ -170,8 +169,8 @@ async fn owned_pods_once(api: &kube::Api<Pod>) -> kube::Result<(Vec<Uid>, String
     let params = ListParams::default().labels(&managed_pods());
     let mut uids = Vec::new();
     let version = client::list_metadata_paged(api, &params, |page| {
-        let owned = page.iter().filter(|p| controller_of(&p.metadata).is_some());
-        uids.extend(owned.filter_map(|p| p.metadata.uid.as_deref().map(Uid::from)));
+        let owned = page.iter().filter(|p| p.controller.is_some());
+        uids.extend(owned.map(|p| Uid::from(p.uid.as_str())));
     });
     let version = version.await?;
     Ok((uids, version))

@@ -10,7 +10,8 @@ use crate::differential;
 use crate::objects::{at, managed, pod, podset};
 use crate::side::model_side;
 
-/// 5. Lists: their resourceVersion, and label and field selectors.
+/// 5. Lists: their resourceVersion, label and field selectors, and the operator's paged
+/// metadata list.
 #[tokio::test]
 async fn lists() -> Result<()> {
     differential("lists", model_side, |mut s| async move {
@@ -39,6 +40,19 @@ async fn lists() -> Result<()> {
         s.list("Ats", Kind::At, "fieldSelector=metadata.name%3Djob")
             .await?;
         s.list("Leases: none", Kind::Lease, "").await?;
+        let web = s.get("the PodSet", Kind::PodSet, "web").await?;
+        let owned = json!({"apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+            "name": "web", "uid": web["metadata"]["uid"], "controller": true});
+        let mut c = pod("c", crate::objects::managed());
+        c["metadata"]["ownerReferences"] = json!([owned]);
+        s.create("a managed pod the PodSet controls", Kind::Pod, c)
+            .await?;
+        let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
+        s.list_metadata(
+            "the managed pods' metadata, as the operator reads it",
+            &selector,
+        )
+        .await?;
         Ok(s)
     })
     .await

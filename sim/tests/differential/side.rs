@@ -9,10 +9,12 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use http::{Method, Request};
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, WatchEvent, WatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 
+use podset_operator::client;
 use podset_sim::faults::Faults;
 use podset_sim::model::http::{Env, handle};
 use podset_sim::model::resource::Kind;
@@ -38,6 +40,8 @@ pub(crate) struct Side {
     /// The model's store, on the side of the model alone: the sequence sends its bookmarks.
     store: Option<Arc<Mutex<Store>>>,
     pub(crate) ns: String,
+    /// The real API server's side.
+    real: bool,
     pub(crate) steps: Vec<(String, Value)>,
     /// Strings that differ between the sides by nature (generated names), and what they stand
     /// for.
@@ -155,6 +159,38 @@ impl Side {
         let recorded = self.steps.last_mut().expect("recorded");
         recorded.1["body"] = list.clone();
         Ok(list)
+    }
+
+    /// The operator's paged list of pods' metadata (`client::list_metadata_paged`), recorded
+    /// as it reads it. The real server answers it in protobuf, as it must for the cache check
+    /// to be cheap (checked here); the model in JSON, which the operator reads as well.
+    pub(crate) async fn list_metadata(&mut self, step: &str, selector: &str) -> Result<()> {
+        let api = Api::<Pod>::namespaced(self.client.clone(), &self.ns);
+        let params = ListParams::default().labels(selector);
+        let mut items = Vec::new();
+        client::list_metadata_paged(&api, &params, |page| items.extend(page)).await?;
+        let items: Vec<Value> = items
+            .into_iter()
+            .map(|p| {
+                let owner = p.controller.map(|o| json!({"kind": o.kind, "uid": o.uid}));
+                json!({"metadata": {"name": p.name, "uid": p.uid},
+                    "deleting": p.deleting, "controller": owner})
+            })
+            .collect();
+        if self.real {
+            let request = kube::core::Request::new(api.resource_url());
+            let mut request = request.list_metadata(&params.limit(1))?;
+            let accept = http::HeaderValue::from_static(client::ACCEPT_METADATA);
+            request.headers_mut().insert(http::header::ACCEPT, accept);
+            let response = self.client.send(request.map(Into::into)).await?;
+            let encoding = response.headers().get(http::header::CONTENT_TYPE);
+            ensure!(
+                encoding.is_some_and(|e| e == "application/vnd.kubernetes.protobuf"),
+                "{step}: pods' metadata came as {encoding:?}, not protobuf"
+            );
+        }
+        self.record(step, json!({"items": items}));
+        Ok(())
     }
 
     fn api(&self, kind: Kind) -> Api<DynamicObject> {
@@ -305,7 +341,10 @@ pub(crate) async fn real_side(ns: &str) -> Result<Side> {
     let cluster = cluster().await?;
     cluster.create_namespace(ns).await?;
     let client = cluster.client().await?;
-    Ok(side(client, None, ns))
+    Ok(Side {
+        real: true,
+        ..side(client, None, ns)
+    })
 }
 
 fn side(client: Client, store: Option<Arc<Mutex<Store>>>, ns: &str) -> Side {
@@ -313,6 +352,7 @@ fn side(client: Client, store: Option<Arc<Mutex<Store>>>, ns: &str) -> Side {
         client,
         store,
         ns: ns.to_string(),
+        real: false,
         steps: Vec::new(),
         aliases: Vec::new(),
     }
