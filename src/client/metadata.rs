@@ -16,8 +16,6 @@ use kube::api::ListParams;
 use kube::core::Status;
 use prost::Message;
 
-use super::PAGE;
-
 /// What a page of [`list_metadata_paged`] tells of each object: enough to count it against
 /// its controller. Everything else (labels, annotations, managedFields) is not read.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -37,6 +35,11 @@ pub struct Owner {
     pub uid: String,
 }
 
+/// The items a page holds at most. Ten times kube-controller-manager's 500: the API server
+/// spends about 20 ms on a page whatever its size, so at W5's 100,000 pods pages of 500 took
+/// 4.96 s and pages of 5,000 1.64 s (one curl each, same cluster). A page of 5,000 pods'
+/// metadata is about 6 MB in protobuf, held only while it is read.
+pub const PAGE: u32 = 5000;
 /// Protobuf first, then JSON, each as a `PartialObjectMetadataList` (the metadata API).
 pub const ACCEPT_METADATA: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";

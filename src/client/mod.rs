@@ -58,7 +58,7 @@ use fence::FenceLayer;
 pub use fence::{Admit, NotLeading};
 pub use guard::mutating;
 pub use limit::MutatingLimit;
-pub use metadata::{ACCEPT_METADATA, Listed, Owner, list_metadata_paged};
+pub use metadata::{ACCEPT_METADATA, Listed, Owner, PAGE, list_metadata_paged};
 pub use retry::retry_delay;
 use retry::{Retry, backoff};
 pub use warnings::LOGGED_AS as WARNING_LOGGED_AS;
@@ -207,10 +207,6 @@ where
         }
     }
 }
-
-/// The items a page of [`list_metadata_paged`] holds at most (as kube-controller-manager's
-/// lists).
-pub const PAGE: u32 = 500;
 
 /// Deletes the object named `name` only if it is still the one with this UID: one made since
 /// under the same name is never the one deleted.
