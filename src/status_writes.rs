@@ -15,37 +15,36 @@ use crate::api::{AtStatus, PodSetStatus};
 /// Long enough for any watch to deliver a write; afterwards the store is trusted.
 const KEEP: Duration = Duration::from_secs(60);
 
-/// An object's status writes: the last that landed, and the one being sent.
+/// An object's status writes: the last that landed, and the one being sent. Held inline:
+/// the record that keeps them boxes them whole, as they last a minute and it an hour.
 #[derive(Debug, Default)]
 pub struct Statuses {
-    /// Boxed: an object's record lasts far longer than its writes (an hour against a
-    /// minute), and 10,000 PodSets' records would hold 4 MiB for nothing.
-    podset: Option<Box<StatusWrite<PodSetStatus>>>,
-    at: Option<Box<StatusWrite<AtStatus>>>,
+    podset: Option<StatusWrite<PodSetStatus>>,
+    at: Option<StatusWrite<AtStatus>>,
     /// The hash of the status being written, until its answer is recorded.
     sending: Option<u64>,
 }
 
 /// A status kind, and where an object's [`Statuses`] keep its writes.
 pub trait Status: Clone + Serialize {
-    fn slot(statuses: &Statuses) -> &Option<Box<StatusWrite<Self>>>;
-    fn slot_mut(statuses: &mut Statuses) -> &mut Option<Box<StatusWrite<Self>>>;
+    fn slot(statuses: &Statuses) -> &Option<StatusWrite<Self>>;
+    fn slot_mut(statuses: &mut Statuses) -> &mut Option<StatusWrite<Self>>;
 }
 
 impl Status for PodSetStatus {
-    fn slot(statuses: &Statuses) -> &Option<Box<StatusWrite<Self>>> {
+    fn slot(statuses: &Statuses) -> &Option<StatusWrite<Self>> {
         &statuses.podset
     }
-    fn slot_mut(statuses: &mut Statuses) -> &mut Option<Box<StatusWrite<Self>>> {
+    fn slot_mut(statuses: &mut Statuses) -> &mut Option<StatusWrite<Self>> {
         &mut statuses.podset
     }
 }
 
 impl Status for AtStatus {
-    fn slot(statuses: &Statuses) -> &Option<Box<StatusWrite<Self>>> {
+    fn slot(statuses: &Statuses) -> &Option<StatusWrite<Self>> {
         &statuses.at
     }
-    fn slot_mut(statuses: &mut Statuses) -> &mut Option<Box<StatusWrite<Self>>> {
+    fn slot_mut(statuses: &mut Statuses) -> &mut Option<StatusWrite<Self>> {
         &mut statuses.at
     }
 }
@@ -157,13 +156,13 @@ impl Statuses {
             }
             _ => (over.to_string(), Vec::new()),
         };
-        *slot = Some(Box::new(StatusWrite {
+        *slot = Some(StatusWrite {
             over,
             between,
             written: written.to_string(),
             status,
             at: now,
-        }));
+        });
     }
 
     /// Drops the writes past their time, and says whether nothing is left.

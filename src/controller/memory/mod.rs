@@ -62,10 +62,11 @@ pub struct Memory {
 struct Record {
     gone: Option<Instant>,
     round: Option<(i64, Instant)>,
-    failures: Option<Failures>,
-    /// Boxed, as everything below is but `strays`: only a PodSet whose pods failed has one,
-    /// and every PodSet's record lasts an hour (its round); at W5's 10,000 PodSets, 16,384
+    /// Boxed, as everything below is: only an object whose reconciles fail has them, and
+    /// every PodSet's record lasts an hour (its round); at W5's 10,000 PodSets, 16,384
     /// buckets of a map hold each part inline whether it is used or not.
+    failures: Option<Box<Failures>>,
+    /// Only a PodSet whose pods failed has one.
     streak: Option<Box<Streak>>,
     /// A PodSet's creates and deletes its pod watch is yet to show. Boxed, as the status
     /// writes are: held for seconds, in a record that lasts an hour.
@@ -75,7 +76,7 @@ struct Record {
     /// The status writes whose watch events have not arrived yet.
     statuses: Option<Box<Statuses>>,
     /// A PodSet's pods that vanished from the watch, for its next reconcile to look up.
-    strays: Vec<Vanished>,
+    strays: Option<Box<Vec<Vanished>>>,
 }
 
 #[derive(Debug)]
@@ -109,7 +110,7 @@ impl Record {
             && self.expected.is_none()
             && self.lapsed.is_none()
             && no_status
-            && self.strays.is_empty()
+            && self.strays.is_none()
     }
 }
 
@@ -191,9 +192,11 @@ impl Memory {
 
     fn retry_delay_at(&self, uid: &str, now: Instant) -> Duration {
         self.with(uid, now, |r| {
-            let f = r.failures.get_or_insert(Failures {
-                count: 0,
-                last: now,
+            let f = r.failures.get_or_insert_with(|| {
+                Box::new(Failures {
+                    count: 0,
+                    last: now,
+                })
             });
             f.last = now;
             let delay = Failures::BASE

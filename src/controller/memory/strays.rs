@@ -21,10 +21,11 @@ impl Memory {
     /// `name`, `uid`, a pod of `owner_uid`'s, may be out of the watch: its owner looks it up.
     pub fn suspect(&self, owner_uid: &Uid, name: &str, uid: &Uid) {
         self.with(owner_uid, Instant::now(), |r| {
-            if r.strays.len() == KEPT {
-                r.strays.remove(0);
+            let strays = r.strays.get_or_insert_default();
+            if strays.len() == KEPT {
+                strays.remove(0);
             }
-            r.strays.push(Vanished {
+            strays.push(Vanished {
                 name: name.to_string(),
                 uid: uid.clone(),
             });
@@ -33,14 +34,16 @@ impl Memory {
 
     /// The owner's vanished pods, to look up.
     pub(in crate::controller) fn take_strays(&self, owner_uid: &str) -> Vec<Vanished> {
-        let taken = self.change(owner_uid, Instant::now(), |r| std::mem::take(&mut r.strays));
-        taken.unwrap_or_default()
+        let taken = self.change(owner_uid, Instant::now(), |r| r.strays.take());
+        taken.flatten().map(|s| *s).unwrap_or_default()
     }
 
     /// Keeps the owner's vanished pods that were not looked up.
     pub(in crate::controller) fn keep_strays(&self, owner_uid: &str, left: Vec<Vanished>) {
         if !left.is_empty() {
-            self.with(owner_uid, Instant::now(), |r| r.strays.extend(left));
+            self.with(owner_uid, Instant::now(), |r| {
+                r.strays.get_or_insert_default().extend(left)
+            });
         }
     }
 }

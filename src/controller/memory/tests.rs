@@ -208,7 +208,7 @@ fn pods_made_that_the_watch_never_showed_are_handed_out_once_their_record_expire
 #[test]
 fn a_record_holds_inline_only_what_every_podset_keeps() {
     assert!(
-        std::mem::size_of::<Record>() <= 120,
+        std::mem::size_of::<Record>() <= 88,
         "{} bytes",
         std::mem::size_of::<Record>()
     );
