@@ -40,7 +40,9 @@ fn graph() -> Graph {
 
 fn rust_files(path: &Path) -> Vec<std::path::PathBuf> {
     if path.is_file() {
-        return vec![path.to_path_buf()];
+        // Only Rust: test fixtures (a captured protobuf page) sit beside the code.
+        let rust = path.extension().is_some_and(|e| e == "rs");
+        return rust.then(|| path.to_path_buf()).into_iter().collect();
     }
     let mut files = Vec::new();
     for entry in std::fs::read_dir(path).unwrap() {

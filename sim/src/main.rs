@@ -105,6 +105,14 @@ fn search(cli: &Cli) -> bool {
     let began = Instant::now();
     let mut reports = Vec::new();
     for report in rx {
+        // Said as found, not only at the end: a search of hours shows its failures at once.
+        if report.failed() {
+            let why = report.violations.join("; ");
+            eprintln!(
+                "\nseed {} fails: {why} (replay: make sim SEED={})",
+                report.seed, report.seed
+            );
+        }
         reports.push(report);
         progress(&reports, total, began.elapsed());
     }
