@@ -13,6 +13,9 @@ pub enum Error {
     #[error("pod API call: {0}")]
     PodApi(#[source] kube::Error),
 
+    #[error("deleting a finished At after its TTL: {0}")]
+    Expire(#[source] kube::Error),
+
     #[error("the reconcile did not finish within {0:?}")]
     Timeout(std::time::Duration),
 }
@@ -24,6 +27,7 @@ impl Error {
             Error::StatusWrite(_) => "status_write",
             Error::ApiRead(_) => "api_read",
             Error::PodApi(_) => "pod_api",
+            Error::Expire(_) => "expire",
             Error::Timeout(_) => "timeout",
         }
     }

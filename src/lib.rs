@@ -29,3 +29,4 @@ pub mod scope;
 pub mod status_writes;
 pub mod telemetry;
 pub mod uid;
+pub mod webhook;

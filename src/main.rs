@@ -17,6 +17,7 @@ use podset_operator::metrics::Metrics;
 use podset_operator::operator::{Election, Operator};
 use podset_operator::scope::Scope;
 use podset_operator::telemetry::{self, LogFormat};
+use podset_operator::webhook::{self, Certificate, keeper::Provisioned};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -107,6 +108,36 @@ struct RunArgs {
     /// `kubernetes.io/tls` Secret mounts them); unset, a self-signed one is made at start.
     #[arg(long, env = "METRICS_CERT_DIR")]
     metrics_cert_dir: Option<PathBuf>,
+
+    /// Address of the conversion webhook (HTTPS, `POST /convert`), which the API server calls
+    /// to convert an At between v1alpha1 and v1beta1: IP:PORT, or :PORT. Served only with a
+    /// certificate: `--webhook-cert-dir`, or one provisioned for `--webhook-service`.
+    #[arg(long, env = "WEBHOOK_BIND_ADDRESS", default_value = ":9443", value_parser = flags::bind_address)]
+    webhook_bind_address: SocketAddr,
+
+    /// Directory holding the webhook's certificate and key (`tls.crt`, `tls.key`: a mounted
+    /// Secret, cert-manager's), read again when they change. The CRD's `caBundle` is then
+    /// someone else's to keep (cert-manager's CA injector).
+    #[arg(long, env = "WEBHOOK_CERT_DIR", conflicts_with = "webhook_service")]
+    webhook_cert_dir: Option<PathBuf>,
+
+    /// The Service in front of the replicas' webhooks, in the operator's namespace: the
+    /// operator makes and renews the webhook's certificate for its names (in
+    /// `--webhook-cert-secret`) and points the At CRD's conversion at it, with the CA as its
+    /// `caBundle`.
+    #[arg(long, env = "WEBHOOK_SERVICE", value_parser = flags::lease_name)]
+    webhook_service: Option<String>,
+
+    /// The Secret, in the operator's namespace, holding the certificates provisioned for
+    /// `--webhook-service`.
+    #[arg(long, env = "WEBHOOK_CERT_SECRET", default_value = "podset-operator-webhook-cert",
+        value_parser = flags::lease_name)]
+    webhook_cert_secret: String,
+
+    /// The operator's own namespace (the downward API's `metadata.namespace`); default: the
+    /// mounted ServiceAccount's.
+    #[arg(long, env = "POD_NAMESPACE", value_parser = flags::namespace)]
+    pod_namespace: Option<String>,
 
     /// Address of the /livez and /readyz probe endpoints: IP:PORT, or :PORT.
     #[arg(
@@ -277,6 +308,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     )
     .await
     .with_context(|| format!("serving metrics on {}", args.metrics_bind_address))?;
+    let webhook_addr = serve_webhook(&args, &clients.own, &shutdown, &stop_http).await?;
     let settings = Settings {
         scope: args.namespace.clone(),
         podset: args.controllers.contains(&Which::Podset),
@@ -295,6 +327,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         %metrics_addr,
         metrics_secure = args.metrics_secure,
         %health_addr,
+        webhook_addr = webhook_addr.map(|a| a.to_string()),
         leader_elect = args.leader_elect,
         "starting"
     );
@@ -319,12 +352,47 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout_seconds),
     };
     let result = operator.run(shutdown).await;
+    if webhook_addr.is_some() {
+        info!(drain = ?webhook::DRAIN, "stopped; still serving the conversion webhook while endpoints drop this replica");
+        tokio::time::sleep(webhook::DRAIN).await;
+    }
     stop_http.cancel();
     match &result {
         Ok(()) => info!("stopped"),
         Err(e) => error!(error = format!("{e:#}"), "stopped with an error"),
     }
     result
+}
+
+/// Serves the conversion webhook if it has a certificate, once it has it: until then the
+/// process is not ready, as the API server could not call it. Its address, if served.
+async fn serve_webhook(
+    args: &RunArgs,
+    client: &kube::Client,
+    shutdown: &CancellationToken,
+    stop: &CancellationToken,
+) -> anyhow::Result<Option<SocketAddr>> {
+    let certificate = match (&args.webhook_cert_dir, &args.webhook_service) {
+        (Some(dir), _) => Certificate::Mounted(dir.clone()),
+        (None, Some(service)) => Certificate::Provisioned(Provisioned {
+            namespace: args.pod_namespace.clone().or_else(own_namespace).context(
+                "--webhook-service provisions a certificate in the operator's namespace: \
+                 run in a pod, or set POD_NAMESPACE",
+            )?,
+            secret: args.webhook_cert_secret.clone(),
+            service: service.clone(),
+        }),
+        (None, None) => {
+            info!(
+                "no conversion webhook: give --webhook-service or --webhook-cert-dir to serve one"
+            );
+            return Ok(None);
+        }
+    };
+    let addr = args.webhook_bind_address;
+    webhook::serve(addr, certificate, client.clone(), shutdown, stop.clone())
+        .await
+        .with_context(|| format!("serving the conversion webhook on {addr}"))
 }
 
 async fn cancel_on_signal(token: CancellationToken) {

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::api::{self, At, PodSet};
+use crate::api;
 use crate::monitoring::{alerts, dashboard};
 use crate::rbac;
 
@@ -20,8 +20,8 @@ fn yaml<T: serde::Serialize>(value: &T) -> String {
 
 /// Every generated file, by path relative to the repository root.
 pub fn generated() -> Vec<(PathBuf, String)> {
-    let podsets = yaml(&api::crd::<PodSet>());
-    let ats = yaml(&api::crd::<At>());
+    let podsets = yaml(&api::podset_crd());
+    let ats = yaml(&api::at_crd());
     let rules = yaml(&rbac::rules());
     let alert_rules = yaml(&alerts::groups());
     let dashboard = dashboard::json_text(&dashboard::dashboard());
@@ -76,6 +76,14 @@ pub fn generated() -> Vec<(PathBuf, String)> {
             yaml(&rbac::leader_election_role()),
         ),
         (
+            "config/rbac/webhook_cert_role.yaml".into(),
+            yaml(&rbac::webhook_cert_role()),
+        ),
+        (
+            "config/rbac/conversion_role.yaml".into(),
+            yaml(&rbac::conversion_cluster_role()),
+        ),
+        (
             "config/rbac/metrics_auth_role.yaml".into(),
             yaml(&rbac::metrics_auth_cluster_role()),
         ),
@@ -98,6 +106,14 @@ pub fn generated() -> Vec<(PathBuf, String)> {
         (
             "charts/podset-operator/files/leader-election-rules.yaml".into(),
             yaml(&rbac::leader_election_rules()),
+        ),
+        (
+            "charts/podset-operator/files/webhook-cert-rules.yaml".into(),
+            yaml(&rbac::webhook_cert_rules()),
+        ),
+        (
+            "charts/podset-operator/files/conversion-rules.yaml".into(),
+            yaml(&rbac::conversion_rules()),
         ),
         (
             "charts/podset-operator/files/metrics-auth-rules.yaml".into(),
@@ -152,7 +168,7 @@ mod tests {
     }
 
     #[test]
-    fn rbac_grants_no_secrets_no_crds_no_webhooks_no_wildcards() {
+    fn rbac_grants_no_secrets_no_crds_no_webhooks_no_wildcards_but_the_webhooks_own() {
         let every_rule = [
             rbac::rules(),
             rbac::leader_election_rules(),
@@ -185,6 +201,35 @@ mod tests {
             assert!(
                 urls.iter().all(|u| u == "/metrics"),
                 "{rule:?} grants more than /metrics"
+            );
+        }
+    }
+    /// The webhook's rules reach one Secret and one CRD, by name: only a create (which RBAC
+    /// cannot limit to a name) reaches further, to a Secret of the operator's own namespace
+    /// (a Role there).
+    #[test]
+    fn the_webhooks_rules_name_their_secret_and_crd() {
+        for rule in rbac::webhook_cert_rules()
+            .iter()
+            .chain(&rbac::conversion_rules())
+        {
+            let named = rule.resource_names.as_deref().unwrap_or_default();
+            if rule.verbs == ["create"] {
+                assert_eq!(
+                    rule.resources.as_deref(),
+                    Some(&["secrets".to_string()][..])
+                );
+                continue;
+            }
+            assert_eq!(named.len(), 1, "{rule:?} names no one object");
+            assert!(
+                [rbac::WEBHOOK_CERT_SECRET, crate::webhook::keeper::AT_CRD]
+                    .contains(&named[0].as_str()),
+                "{rule:?}"
+            );
+            assert!(
+                !rule.verbs.iter().any(|v| v == "delete" || v == "*"),
+                "{rule:?}"
             );
         }
     }

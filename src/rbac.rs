@@ -11,6 +11,14 @@ use crate::api::{At, PodSet};
 pub const MANAGER_ROLE: &str = "podset-operator-manager";
 /// Name of the Role for the leader-election Lease, in the operator's own namespace.
 pub const LEADER_ELECTION_ROLE: &str = "podset-operator-leader-election";
+/// Name of the Role for the webhook's certificate Secret, in the operator's own namespace.
+pub const WEBHOOK_CERT_ROLE: &str = "podset-operator-webhook-cert";
+/// Name of the ClusterRole for the At CRD's conversion settings (CRDs have no namespace).
+pub const CONVERSION_ROLE: &str = "podset-operator-conversion";
+/// Name of the Secret the operator provisions the webhook's certificates in (as the
+/// manifests name it; `--webhook-cert-secret`).
+pub const WEBHOOK_CERT_SECRET: &str = "podset-operator-webhook-cert";
+
 /// Name of the ClusterRole that lets the operator authenticate and authorize metrics scrapes
 /// (always cluster-wide: TokenReviews and SubjectAccessReviews have no namespace).
 pub const METRICS_AUTH_ROLE: &str = "podset-operator-metrics-auth";
@@ -29,12 +37,13 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
 /// What the controllers call, wherever they watch.
 pub fn rules() -> Vec<PolicyRule> {
     vec![
-        // Watched through reflectors (list + watch); nothing reads them one by one.
+        // Watched through reflectors (list + watch); nothing reads them one by one. An At is
+        // deleted once DONE for its ttlSecondsAfterFinished.
         rule("app.example.com", &["podsets"], &["list", "watch"]),
         rule(
             "cnat.programming-kubernetes.info",
             &["ats"],
-            &["list", "watch"],
+            &["list", "watch", "delete"],
         ),
         // Status is written with merge patches; a write that met a conflict is read back by a
         // list of the object's name, to tell its own landed write from someone else's.
@@ -63,6 +72,37 @@ pub fn rules() -> Vec<PolicyRule> {
         // A repeated event becomes a series: PATCHes of the first (src/events.rs).
         rule("events.k8s.io", &["events"], &["create", "patch"]),
     ]
+}
+
+/// The webhook's provisioned certificates (`webhook::keeper`): its one Secret, read and
+/// watched (by name, through a field selector) and replaced by name; created if missing (a
+/// create cannot be limited to a name).
+pub fn webhook_cert_rules() -> Vec<PolicyRule> {
+    vec![
+        named(
+            rule("", &["secrets"], &["get", "list", "watch", "update"]),
+            WEBHOOK_CERT_SECRET,
+        ),
+        rule("", &["secrets"], &["create"]),
+    ]
+}
+
+/// The At CRD's conversion pointed at the webhook Service with the CA as its `caBundle`
+/// (`webhook::keeper`): that CRD alone, by name.
+pub fn conversion_rules() -> Vec<PolicyRule> {
+    vec![named(
+        rule(
+            "apiextensions.k8s.io",
+            &["customresourcedefinitions"],
+            &["get", "patch"],
+        ),
+        crate::webhook::keeper::AT_CRD,
+    )]
+}
+
+fn named(mut rule: PolicyRule, name: &str) -> PolicyRule {
+    rule.resource_names = Some(vec![name.into()]);
+    rule
 }
 
 /// Leader election on a coordination.k8s.io Lease (`leader`): get, create, and update over
@@ -226,6 +266,20 @@ pub fn metrics_reader_cluster_role() -> ClusterRole {
 
 pub fn manager_cluster_role() -> ClusterRole {
     cluster_role(MANAGER_ROLE, rules())
+}
+
+pub fn conversion_cluster_role() -> ClusterRole {
+    cluster_role(CONVERSION_ROLE, conversion_rules())
+}
+
+pub fn webhook_cert_role() -> Role {
+    Role {
+        metadata: ObjectMeta {
+            name: Some(WEBHOOK_CERT_ROLE.into()),
+            ..Default::default()
+        },
+        rules: Some(webhook_cert_rules()),
+    }
 }
 
 pub fn leader_election_role() -> Role {

@@ -362,12 +362,7 @@ async fn blocking_owner_references_need_update_on_the_owners_finalizers() -> Res
     let ps = podsets
         .create(&PostParams::default(), &podset("ps-owner", 1))
         .await?;
-    let spec = AtSpec {
-        schedule: "2019-04-12T10:12:00Z".into(),
-        command: "echo YAY".into(),
-        image: None,
-        start_deadline_seconds: None,
-    };
+    let spec = AtSpec::shell("2019-04-12T10:12:00Z", "echo YAY");
     let at = ats
         .create(&PostParams::default(), &At::new("at-owner", spec))
         .await?;

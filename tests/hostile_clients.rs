@@ -163,7 +163,7 @@ fn bounded(figures: &Figures) -> Result<()> {
         mib(grown)
     );
     // Both ports' connections at their cap, and a few of the operator's own.
-    let cap = 2 * podset_operator::http::serve::MAX_CONNECTIONS + 16;
+    let cap = 2 * podset_operator::http::serve::Limits::PROBES_AND_METRICS.total + 16;
     ensure!(
         figures.fds_most <= figures.fds_idle + cap,
         "{} file descriptors open, {} at idle",

@@ -14,12 +14,8 @@ use podset_operator::api::{MANAGED_BY_LABEL, PodSet};
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
 use testenv::harness::{self, PROMPTLY, TestNs, condition, converged, podset, poll};
 
-fn sample() -> Result<PodSet> {
-    Ok(serde_yaml::from_str(&std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/config/samples/app_v1alpha1_podset.yaml"
-    ))?)?)
-}
+/// The seeds' sample, at the version it names (v1alpha1).
+const SAMPLE: &str = "config/samples/app_v1alpha1_podset.yaml";
 
 #[tokio::test]
 async fn walkthrough_create_scale_and_delete() -> Result<()> {
@@ -36,8 +32,13 @@ async fn walkthrough_create_scale_and_delete() -> Result<()> {
     pods.create(&PostParams::default(), &foreign).await?;
 
     // Create from the sample, as `kubectl create -f config/samples/app_v1alpha1_podset.yaml`.
+    let created = ns.create_manifest(SAMPLE).await?;
+    assert_eq!(
+        created.types.unwrap().api_version,
+        "app.example.com/v1alpha1"
+    );
     let api = ns.api::<PodSet>();
-    let ps = api.create(&PostParams::default(), &sample()?).await?;
+    let ps = api.get("podset-sample").await?;
     assert_eq!(ps.spec.replicas, 3);
     let created = converged(&ns, "podset-sample", 3).await?;
     for p in &created {
@@ -51,7 +52,8 @@ async fn walkthrough_create_scale_and_delete() -> Result<()> {
         assert_eq!(labels.get("version").map(String::as_str), Some("v0.1"));
         let owner = &p.owner_references()[0];
         assert_eq!(p.owner_references().len(), 1);
-        assert_eq!(owner.api_version, "app.example.com/v1alpha1");
+        // The version the operator reads, the stored one.
+        assert_eq!(owner.api_version, "app.example.com/v1beta1");
         assert_eq!(owner.kind, "PodSet");
         assert_eq!(owner.name, "podset-sample");
         assert_eq!(owner.uid, ps.uid().unwrap());
@@ -222,7 +224,7 @@ async fn api_server_refuses_invalid_replicas_and_defaults_to_one() -> Result<()>
     let api: Api<DynamicObject> = Api::namespaced_with(ns.client.clone(), &ns.name, &ar);
     let submit = |name: &str, spec: serde_json::Value| {
         let obj: DynamicObject = serde_json::from_value(serde_json::json!({
-            "apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+            "apiVersion": "app.example.com/v1beta1", "kind": "PodSet",
             "metadata": {"name": name}, "spec": spec
         }))
         .unwrap();

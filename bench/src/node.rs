@@ -115,12 +115,7 @@ async fn at_lateness(client: &kube::Client) -> Result<(f64, f64)> {
     let due = Timestamp::from_second(Timestamp::now().as_second() + 5)?;
     let at = At::new(
         "late",
-        AtSpec {
-            schedule: due.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-            command: "sleep 1".into(),
-            image: None,
-            start_deadline_seconds: None,
-        },
+        AtSpec::shell(due.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(), "sleep 1"),
     );
     Api::<At>::namespaced(client.clone(), NS)
         .create(&PostParams::default(), &at)

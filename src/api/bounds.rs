@@ -47,7 +47,7 @@ fn bound_named(schema: &mut JSONSchemaProps, name: &str) {
 
 #[cfg(test)]
 mod tests {
-    use crate::api::{PodSet, crd};
+    use crate::api::podset_crd;
     use serde_json::Value;
 
     /// Every bounded node's path, from the PodSet's schema.
@@ -68,7 +68,7 @@ mod tests {
 
     #[test]
     fn int32s_and_int_or_string_ports_are_bounded_and_quantities_are_not() {
-        let crd = crd::<PodSet>();
+        let crd = podset_crd();
         let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
         let mut found = Vec::new();
         bounded(&schema["openAPIV3Schema"], String::new(), &mut found);

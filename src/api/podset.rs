@@ -1,9 +1,7 @@
-//! `PodSet` (app.example.com/v1alpha1): keeps `spec.replicas` pods running.
+//! `PodSet` (app.example.com/v1beta1, stored; v1alpha1 served deprecated with the same
+//! schema): keeps `spec.replicas` pods running.
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    JSONSchemaProps, ValidationRule,
-};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -13,7 +11,7 @@ use serde::{Deserialize, Serialize};
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "app.example.com",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "PodSet",
     plural = "podsets",
     shortname = "ps",
@@ -27,6 +25,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Desired","type":"integer","description":"Pods wanted","jsonPath":".spec.replicas"}"#,
     printcolumn = r#"{"name":"Ready","type":"integer","description":"Ready pods","jsonPath":".status.readyReplicas"}"#,
     printcolumn = r#"{"name":"Available","type":"integer","description":"Pending or Running pods","jsonPath":".status.availableReplicas"}"#,
+    printcolumn = r#"{"name":"Status","type":"string","description":"Ready, or why not: the Ready condition's reason","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     doc = "A PodSet keeps a number of identical pods running, like a small ReplicaSet."
 )]
@@ -80,8 +79,11 @@ pub struct PodSetStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
 
-    /// `Available` (every wanted pod is available) and `ReplicaFailure` (the last pod create
-    /// or delete failed, with the API server's message).
+    /// `Available` (every wanted pod is available), `ReplicaFailure` (the last pod create or
+    /// delete failed, with the API server's message), `PodsHealthy` (once a pod was in
+    /// trouble); and kstatus's `Ready` (every wanted pod Running and Ready),
+    /// `Reconciling` (getting there) and `Stalled` (it cannot, and why), as Flux, Argo CD and
+    /// `kubectl wait --for=condition=Ready` read them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -90,35 +92,14 @@ fn is_zero(n: &i32) -> bool {
     *n == 0
 }
 
-/// The fields of a pod template's metadata a PodSet's pods take: the CRD keeps only these, and
-/// the API server prunes the rest (names, times, owners, finalizers: meaningless on a
-/// template). Typed as `ObjectMeta`, they made a PodSet whose template had an admitted
-/// `deletionTimestamp: []` unreadable (issue 31's input search).
-pub const TEMPLATE_METADATA: [&str; 2] = ["annotations", "labels"];
-
-/// The schema of `spec.template.<field>` in `schema`, a CRD's root, if it has one.
-fn template_field<'a>(
-    schema: &'a mut JSONSchemaProps,
-    field: &str,
-) -> Option<&'a mut JSONSchemaProps> {
-    ["spec", "template", field]
-        .iter()
-        .try_fold(schema, |s, field| s.properties.as_mut()?.get_mut(*field))
-}
-
-/// Keeps only [`TEMPLATE_METADATA`] in the schema of `spec.template.metadata`, if `schema` (a
-/// CRD's root) has one.
-pub(super) fn prune_template_metadata(schema: &mut JSONSchemaProps) {
-    let metadata = template_field(schema, "metadata");
-    if let Some(fields) = metadata.and_then(|m| m.properties.as_mut()) {
-        fields.retain(|name, _| TEMPLATE_METADATA.contains(&name.as_str()));
-    }
-}
+/// What `kubectl` prints for a request at v1alpha1: where to move.
+pub const DEPRECATION_WARNING: &str = "app.example.com/v1alpha1 PodSet is deprecated; use \
+    app.example.com/v1beta1 PodSet, the same fields (docs/versioning.md)";
 
 /// The rules a PodSet's template is held to, as a ReplicaSet's is (`ValidatePodTemplateSpecForReplicaSet`):
 /// its pods are replaced when they end, so a pod that ends by itself (a deadline, a container
 /// that does not restart) would be replaced without end, a new pod every deadline.
-const TEMPLATE_SPEC_RULES: [(&str, &str); 2] = [
+pub(super) const TEMPLATE_SPEC_RULES: [(&str, &str); 2] = [
     (
         "!has(self.activeDeadlineSeconds)",
         "activeDeadlineSeconds is not supported in a PodSet's template, as in a ReplicaSet's: \
@@ -131,33 +112,17 @@ const TEMPLATE_SPEC_RULES: [(&str, &str); 2] = [
     ),
 ];
 
-/// Puts [`TEMPLATE_SPEC_RULES`] on `spec.template.spec`, if `schema` (a CRD's root) has one.
-pub(super) fn refuse_self_ending_templates(schema: &mut JSONSchemaProps) {
-    let Some(spec) = template_field(schema, "spec") else {
-        return;
-    };
-    let rules = TEMPLATE_SPEC_RULES
-        .iter()
-        .map(|(rule, message)| ValidationRule {
-            rule: rule.to_string(),
-            message: Some(message.to_string()),
-            reason: Some("FieldValueForbidden".into()),
-            ..Default::default()
-        });
-    spec.x_kubernetes_validations = Some(rules.collect());
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_crd_keeps_only_the_template_metadata_pods_take() {
-        let crd = serde_json::to_value(crate::api::crd::<PodSet>()).unwrap();
+        let crd = serde_json::to_value(crate::api::podset_crd()).unwrap();
         let metadata = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
             ["properties"]["template"]["properties"]["metadata"]["properties"];
         let fields: Vec<&String> = metadata.as_object().unwrap().keys().collect();
-        assert_eq!(fields, TEMPLATE_METADATA);
+        assert_eq!(fields, crate::api::template::METADATA);
     }
 
     /// Every PodSet in the controller's store carries this width, its template set or not.

@@ -238,6 +238,28 @@ where
     api.delete(name, &params).await.map(drop)
 }
 
+/// Deletes `name` in the foreground (what it owns first, then it) if it is still `uid` at
+/// `resource_version`: as Job's TTL controller deletes a finished Job.
+pub async fn delete_expired<K>(
+    api: &kube::Api<K>,
+    name: &str,
+    uid: &str,
+    resource_version: Option<String>,
+) -> kube::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version,
+        }),
+        propagation_policy: Some(kube::api::PropagationPolicy::Foreground),
+        ..Default::default()
+    };
+    api.delete(name, &params).await.map(drop)
+}
+
 /// Creates `obj`, sending it again while the API server answers ServerTimeout: it says "try
 /// again" and made nothing. A `generateName` that collides with an existing name gets that
 /// answer (1000 pods with one prefix collide about once in 30 runs), as does a pod whose

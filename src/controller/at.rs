@@ -16,9 +16,11 @@ use super::context::{Context, api_message, reconcile_within_deadline, retry_afte
 use super::fresh;
 use super::pods::{self, Created, Written};
 use crate::api::{At, AtStatus};
+use crate::client;
 use crate::error::{Error, Result};
 use crate::plan::at::{self as plan, Answer, Seen, Step};
 use crate::pod::CachedPod;
+use crate::uid::Uid;
 
 const CONTROLLER: &str = "at";
 
@@ -78,6 +80,8 @@ async fn carry_out(seen: &Seen<'_>, ctx: &Context) -> Result<Action> {
                 None => Answer::Changed,
             },
             Step::Discard(uid, _) => discard(at, &uid.to_string(), ctx).await?,
+            Step::Stop(uid, _) => stop(at, uid, ctx).await?,
+            Step::Expire => expire(at, ctx).await?,
         };
         step = plan::after(seen, step, answer);
     };
@@ -131,7 +135,7 @@ async fn discard(at: &At, uid: &str, ctx: &Context) -> Result<Answer> {
     };
     // Pending and ungated: released by the At past its start deadline, never started.
     let seen = CachedPod::from_pod(&pod);
-    if !seen.gated && seen.phase != crate::pod::Phase::Pending {
+    if !seen.gated() && seen.phase != crate::pod::Phase::Pending {
         warn!(
             pod = name,
             "a pod this At was to delete unreleased was released by someone else; it is not deleted"
@@ -150,6 +154,44 @@ async fn discard(at: &At, uid: &str, ctx: &Context) -> Result<Answer> {
     }
 }
 
+/// Deletes the At's recorded pod `uid`, whatever it is doing: it ran past the At's active
+/// deadline. Gone already, it is stopped as well.
+async fn stop(at: &At, uid: &Uid, ctx: &Context) -> Result<Answer> {
+    let name = plan::pod_name(at);
+    info!(
+        pod = name,
+        "the command ran past its active deadline: deleting its pod"
+    );
+    match pods::delete(&ctx.api::<Pod>(at), &name, uid).await {
+        Written::Sent | Written::Gone => Ok(Answer::Discarded),
+        // Another pod has the name: the recorded one is gone.
+        Written::Changed(_) => Ok(Answer::Discarded),
+        Written::Refused(e) | Written::Unknown(e) => Err(Error::PodApi(e)),
+    }
+}
+
+/// Deletes the At, DONE for its TTL, in the foreground (its pod goes first), as this
+/// instance last saw it: if it changed since, the next round decides again.
+async fn expire(at: &At, ctx: &Context) -> Result<Answer> {
+    info!("DONE for its ttlSecondsAfterFinished: deleting the At");
+    let uid = at.uid().unwrap_or_default();
+    Ok(
+        match client::delete_expired(
+            &ctx.api::<At>(at),
+            &at.name_any(),
+            &uid,
+            at.resource_version(),
+        )
+        .await
+        {
+            Ok(()) => Answer::Gone,
+            Err(kube::Error::Api(s)) if s.code == 404 => Answer::Gone,
+            Err(kube::Error::Api(s)) if s.code == 409 => Answer::Changed,
+            Err(e) => return Err(Error::Expire(e)),
+        },
+    )
+}
+
 /// Creates the pod of a due At, gated: it cannot start until recorded. The name is
 /// deterministic, so a create meets any pod already there (an earlier attempt whose reply
 /// was lost, a predecessor's), answered as this At's or someone else's. A create whose
@@ -162,7 +204,7 @@ async fn create(at: &At, read_first: bool, ctx: &Context) -> Result<Answer> {
         debug!("the At is gone or being deleted");
         return Ok(Answer::Gone);
     }
-    info!(command = %at.spec.command, "schedule due: creating pod");
+    info!(schedule = %at.spec.schedule, "schedule due: creating pod");
     Ok(
         match pods::create(&ctx.api::<Pod>(at), &plan::pod_for(at)).await {
             // Still gated, so it never ran: deleted, it is as if refused.
@@ -194,7 +236,8 @@ async fn release(at: &At, status: &AtStatus, ctx: &Context) -> Result<Option<At>
         return Ok(None);
     };
     let (api, uid) = (ctx.api::<Pod>(at), status.pod_uid.as_deref());
-    match pods::ungate(&api, &plan::pod_name(at), uid.unwrap_or_default()).await {
+    let hint = plan::gate_index(at);
+    match pods::ungate(&api, &plan::pod_name(at), uid.unwrap_or_default(), hint).await {
         // Gone, or another pod now has the name: the next reconcile finds the recorded pod
         // gone.
         Written::Sent | Written::Gone => {}

@@ -10,9 +10,11 @@ use kube::{Api, ResourceExt};
 use tracing::warn;
 
 use super::context::api_message;
+use crate::api::AT_GATE;
 use crate::client;
 use crate::expectations::Answer;
 use crate::plan::admitted;
+use crate::pod::CachedPod;
 use crate::uid::Uid;
 
 /// What the API server answered to a create.
@@ -119,18 +121,45 @@ pub(super) async fn delete_unchanged(
     written(sent, Written::Changed)
 }
 
-/// Takes the scheduling gates off pod `name` if it is still the one with `uid` (a UID is
-/// immutable: naming another pod's is refused, 422).
-pub(super) async fn ungate(api: &Api<Pod>, name: &str, uid: &str) -> Written {
-    let ungate = serde_json::json!({
-        "metadata": { "uid": uid },
-        "spec": { "schedulingGates": null },
-    });
-    let patch = Patch::Merge(&ungate);
-    match api.patch(name, &PatchParams::default(), &patch).await {
-        Err(kube::Error::Api(s)) if s.code == 422 => Written::Gone,
-        sent => written(sent.map(drop), |_| Written::Gone),
+/// Takes the At's scheduling gate, and only that one, off pod `name` if it is still the one
+/// with `uid`: another controller's gate (Kueue's admission, a site's hold) stays, and the
+/// pod waits for that controller too. The gate is removed at the index `hint` if the pod
+/// holds it there (the index the pod was made with), else where a read finds it; already
+/// gone, it is released. A pod of another UID, or none, is `Gone`.
+pub(super) async fn ungate(api: &Api<Pod>, name: &str, uid: &str, hint: usize) -> Written {
+    let mut index = hint;
+    let mut tries = 0;
+    loop {
+        let patch = Patch::Json::<()>(ungate_at(uid, index));
+        let refused = match api.patch(name, &PatchParams::default(), &patch).await {
+            // A test failed: the UID (another pod has the name) or the gate's place.
+            Err(kube::Error::Api(s)) if s.code == 422 => kube::Error::Api(s),
+            sent => return written(sent.map(drop), |_| Written::Gone),
+        };
+        tries += 1;
+        let live = match api.get_opt(name).await {
+            Ok(live) => live.filter(|p| p.metadata.uid.as_deref() == Some(uid)),
+            Err(e) => return Written::Refused(e),
+        };
+        let Some(live) = live else {
+            return Written::Gone;
+        };
+        match CachedPod::from_pod(&live).gate {
+            None => return Written::Sent,
+            Some(_) if tries == 3 => return Written::Changed(refused),
+            Some(at) => index = usize::from(at),
+        }
     }
+}
+
+/// The JSON patch that removes the At's gate at `index` of pod `uid`, tested first.
+fn ungate_at(uid: &str, index: usize) -> json_patch::Patch {
+    serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": format!("/spec/schedulingGates/{index}/name"), "value": AT_GATE},
+        {"op": "remove", "path": format!("/spec/schedulingGates/{index}")},
+    ]))
+    .expect("a JSON patch")
 }
 
 /// Sends the JSON patch `patch` to pod `name`; its tests guard what it changes (422 when

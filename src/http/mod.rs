@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::health::Health;
+use serve::Limits;
 
 /// How `/metrics` is served.
 pub enum MetricsSecurity {
@@ -45,7 +46,7 @@ pub async fn serve_probes(
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .with_state(health);
-    serve_on(addr, None, app, shutdown).await
+    serve_on(addr, None, app, Limits::PROBES_AND_METRICS, shutdown).await
 }
 
 /// Serves `/metrics` on `addr` until `shutdown`. Returns the bound address.
@@ -59,7 +60,9 @@ pub async fn serve_metrics(
         .route("/metrics", get(metrics))
         .with_state(Arc::new(registry));
     match security {
-        MetricsSecurity::Plain => Ok(serve_on(addr, None, app, shutdown).await?),
+        MetricsSecurity::Plain => {
+            Ok(serve_on(addr, None, app, Limits::PROBES_AND_METRICS, shutdown).await?)
+        }
         MetricsSecurity::Secure { cert_dir, client } => {
             let config = tls::server_config(cert_dir.as_deref(), tls::RELOAD_EVERY, &shutdown)?;
             let app = app.layer(axum::middleware::from_fn_with_state(
@@ -67,21 +70,22 @@ pub async fn serve_metrics(
                 auth::require,
             ));
             let tls = tokio_rustls::TlsAcceptor::from(config);
-            Ok(serve_on(addr, Some(tls), app, shutdown).await?)
+            Ok(serve_on(addr, Some(tls), app, Limits::PROBES_AND_METRICS, shutdown).await?)
         }
     }
 }
 
-/// Binds `addr` and serves `app` there (see [`serve`]); the bound address.
-async fn serve_on(
+/// Binds `addr` and serves `app` there within `limits` (see [`serve`]); the bound address.
+pub async fn serve_on(
     addr: SocketAddr,
     tls: Option<tokio_rustls::TlsAcceptor>,
     app: Router,
+    limits: Limits,
     shutdown: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
     let listener = bind(addr)?;
     let bound = listener.local_addr()?;
-    tokio::spawn(serve::serve(listener, tls, app, shutdown));
+    tokio::spawn(serve::serve(listener, tls, app, limits, shutdown));
     Ok(bound)
 }
 
@@ -200,7 +204,7 @@ mod tests {
         let tls = Some(tokio_rustls::TlsAcceptor::from(config));
         let addr = SocketAddr::from(([127, 0, 0, 1], 0));
         let app = Router::new().route("/", get(|| async { "ok" }));
-        let port = serve_on(addr, tls, app, shutdown.clone())
+        let port = serve_on(addr, tls, app, Limits::PROBES_AND_METRICS, shutdown.clone())
             .await
             .unwrap()
             .port();

@@ -27,12 +27,28 @@ use tracing::{debug, warn};
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// After a failed accept, as axum's own server waits.
 const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
-/// Connections served at once; more are closed as they come. A scraper or a kubelet needs
-/// one.
-pub const MAX_CONNECTIONS: usize = 64;
-/// Connections served at once from one address: a single pod cannot take every slot, and
-/// the kubelet's probes and Prometheus come from addresses of their own.
-pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 8;
+/// How many connections an endpoint serves at once: in all, and from one address (a single
+/// pod cannot take every slot). Beyond them a connection is closed as it comes, or makes room.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub total: usize,
+    pub per_address: usize,
+}
+
+impl Limits {
+    /// The probes and `/metrics`: a scraper or a kubelet needs one, and the kubelet's probes
+    /// and Prometheus come from addresses of their own.
+    pub const PROBES_AND_METRICS: Limits = Limits {
+        total: 64,
+        per_address: 8,
+    };
+    /// The conversion webhook: the API server (an address or a few) opens a connection per
+    /// conversion in flight.
+    pub const WEBHOOK: Limits = Limits {
+        total: 128,
+        per_address: 64,
+    };
+}
 /// How long a client may take to send a request's headers.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most a connection buffers of a request's head (hyper's minimum is 8 KiB). A
@@ -42,14 +58,15 @@ pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// another, and a client that holds one open cannot keep its slot.
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(120);
 
-/// Serves `app` on `listener` until `shutdown`, over TLS if `tls` is given.
+/// Serves `app` on `listener` until `shutdown`, over TLS if `tls` is given, within `limits`.
 pub async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     app: Router,
+    limits: Limits,
     shutdown: CancellationToken,
 ) {
-    let slots = Slots::default();
+    let slots = Slots::new(limits);
     loop {
         let (tcp, peer) = tokio::select! {
             biased;
@@ -112,17 +129,26 @@ where
 }
 
 /// The connections being served, by address, oldest first.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct Slots(Arc<Mutex<Held>>);
 
-#[derive(Default)]
 struct Held {
+    limits: Limits,
     by_address: HashMap<IpAddr, VecDeque<(u64, CancellationToken)>>,
     total: usize,
     next_id: u64,
 }
 
 impl Slots {
+    fn new(limits: Limits) -> Self {
+        Self(Arc::new(Mutex::new(Held {
+            limits,
+            by_address: HashMap::new(),
+            total: 0,
+            next_id: 0,
+        })))
+    }
+
     /// A slot for a connection from `ip`: none if that address holds its share; at the cap in
     /// all, the oldest connection of the address holding the most gives way if it holds more
     /// than `ip` would, else the oldest connection of all. So a client with few connections
@@ -132,10 +158,10 @@ impl Slots {
     fn take(&self, ip: IpAddr) -> Option<Slot> {
         let mut held = self.0.lock();
         let from_ip = held.by_address.get(&ip).map_or(0, VecDeque::len);
-        if from_ip >= MAX_CONNECTIONS_PER_ADDRESS {
+        if from_ip >= held.limits.per_address {
             return None;
         }
-        if held.total >= MAX_CONNECTIONS {
+        if held.total >= held.limits.total {
             let gives_way = held.to_give_way(from_ip)?;
             held.release(gives_way, None)?.cancel();
         }
@@ -210,11 +236,14 @@ impl Drop for Slot {
 mod tests {
     use super::*;
 
+    const MAX_CONNECTIONS: usize = Limits::PROBES_AND_METRICS.total;
+    const PER_ADDRESS: usize = Limits::PROBES_AND_METRICS.per_address;
+
     #[test]
     fn one_address_cannot_take_more_than_its_share() {
-        let slots = Slots::default();
+        let slots = Slots::new(Limits::PROBES_AND_METRICS);
         let one: IpAddr = "10.0.0.1".parse().unwrap();
-        let held: Vec<_> = (0..MAX_CONNECTIONS_PER_ADDRESS)
+        let held: Vec<_> = (0..PER_ADDRESS)
             .map(|_| slots.take(one).expect("a slot"))
             .collect();
         assert!(
@@ -240,7 +269,8 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         let app = Router::new().route("/readyz", axum::routing::get(|| async { "ok" }));
         let shutdown = CancellationToken::new();
-        tokio::spawn(serve(listener, None, app, shutdown.clone()));
+        let limits = Limits::PROBES_AND_METRICS;
+        tokio::spawn(serve(listener, None, app, limits, shutdown.clone()));
         let mut idle = Vec::new();
         for k in 0..1200u32 {
             let from = IpAddr::from([127, 0, 1 + (k / 250) as u8, 2 + (k % 250) as u8]);
@@ -270,11 +300,11 @@ mod tests {
     /// gives way is the oldest of an address holding the most.
     #[test]
     fn at_the_cap_the_busiest_address_makes_room_for_a_newcomer() {
-        let slots = Slots::default();
-        let flooders = MAX_CONNECTIONS / MAX_CONNECTIONS_PER_ADDRESS;
+        let slots = Slots::new(Limits::PROBES_AND_METRICS);
+        let flooders = MAX_CONNECTIONS / PER_ADDRESS;
         let mut all = Vec::new();
         for a in 0..flooders {
-            for _ in 0..MAX_CONNECTIONS_PER_ADDRESS {
+            for _ in 0..PER_ADDRESS {
                 all.push(
                     slots
                         .take(IpAddr::from([10, 1, 0, a as u8]))
@@ -288,11 +318,7 @@ mod tests {
             .filter(|i| all[*i].closed.is_cancelled())
             .collect();
         assert_eq!(gave_way.len(), 1, "{gave_way:?}");
-        assert_eq!(
-            gave_way[0] % MAX_CONNECTIONS_PER_ADDRESS,
-            0,
-            "not its address's oldest"
-        );
+        assert_eq!(gave_way[0] % PER_ADDRESS, 0, "not its address's oldest");
         assert_eq!(slots.0.lock().total, MAX_CONNECTIONS);
         assert!(!probe.closed.is_cancelled());
 

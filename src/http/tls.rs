@@ -49,6 +49,14 @@ pub fn server_config(
         }
         None => Arc::new(Serving::self_signed(&provider)?),
     };
+    config_for(provider, serving)
+}
+
+/// The server's TLS settings, presenting what `serving` resolves.
+fn config_for(
+    provider: Arc<CryptoProvider>,
+    serving: Arc<dyn ResolvesServerCert>,
+) -> anyhow::Result<Arc<ServerConfig>> {
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
@@ -57,6 +65,47 @@ pub fn server_config(
     // server's pod proxy, Prometheus) negotiate it and fail with "unexpected EOF".
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// A certificate held in memory and replaced as it is renewed: the conversion webhook's,
+/// which the operator provisions in a Secret (`crate::webhook`). The next handshake
+/// presents the new one.
+#[derive(Clone, Debug)]
+pub struct Held(Arc<Serving>);
+
+impl Held {
+    /// Holds the certificate chain `crt` with its key `key` (both PEM).
+    pub fn new(crt: &[u8], key: &[u8]) -> anyhow::Result<Self> {
+        let provider = rustls::crypto::ring::default_provider();
+        let mut pem = crt.to_vec();
+        pem.extend(key);
+        let certified = certified(crt, key, &provider)?;
+        Ok(Self(Arc::new(Serving {
+            dir: None,
+            current: RwLock::new((pem, Arc::new(certified))),
+        })))
+    }
+
+    /// Serves `crt` and `key` from now on, if they differ from what is served; whether they
+    /// did. A pair that does not load is refused, and the one before kept.
+    pub fn replace(&self, crt: &[u8], key: &[u8]) -> anyhow::Result<bool> {
+        let mut pem = crt.to_vec();
+        pem.extend(key);
+        if pem == self.0.current.read().0 {
+            return Ok(false);
+        }
+        let certified = certified(crt, key, &rustls::crypto::ring::default_provider())?;
+        *self.0.current.write() = (pem, Arc::new(certified));
+        Ok(true)
+    }
+
+    /// The TLS settings that present it.
+    pub fn config(&self) -> anyhow::Result<Arc<ServerConfig>> {
+        config_for(
+            Arc::new(rustls::crypto::ring::default_provider()),
+            self.0.clone(),
+        )
+    }
 }
 
 /// The certificate handshakes present, and the files it was read from (if mounted).
@@ -135,16 +184,24 @@ fn read_files(dir: &Path) -> std::io::Result<Vec<u8>> {
 
 fn load(dir: &Path, provider: &CryptoProvider) -> anyhow::Result<(Vec<u8>, CertifiedKey)> {
     let (crt, key) = (dir.join("tls.crt"), dir.join("tls.key"));
-    let chain = CertificateDer::pem_file_iter(&crt)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .with_context(|| format!("reading the metrics certificate {}", crt.display()))?;
-    anyhow::ensure!(!chain.is_empty(), "{} holds no certificate", crt.display());
-    let key = PrivateKeyDer::from_pem_file(&key)
-        .with_context(|| format!("reading the metrics key {}", key.display()))?;
-    let key = CertifiedKey::from_der(chain, key, provider)
-        .context("the metrics certificate and key do not match")?;
+    let crt_pem = std::fs::read(&crt)
+        .with_context(|| format!("reading the certificate {}", crt.display()))?;
+    let key_pem =
+        std::fs::read(&key).with_context(|| format!("reading the key {}", key.display()))?;
+    let certified = certified(&crt_pem, &key_pem, provider)
+        .with_context(|| format!("loading {}", dir.display()))?;
     let files = read_files(dir).with_context(|| format!("reading {}", dir.display()))?;
-    Ok((files, key))
+    Ok((files, certified))
+}
+
+/// The chain in `crt` and the key in `key` (PEM), checked to belong together.
+fn certified(crt: &[u8], key: &[u8], provider: &CryptoProvider) -> anyhow::Result<CertifiedKey> {
+    let chain = CertificateDer::pem_slice_iter(crt)
+        .collect::<Result<Vec<_>, _>>()
+        .context("reading the certificate")?;
+    anyhow::ensure!(!chain.is_empty(), "tls.crt holds no certificate");
+    let key = PrivateKeyDer::from_pem_slice(key).context("reading the key")?;
+    CertifiedKey::from_der(chain, key, provider).context("the certificate and key do not match")
 }
 
 #[cfg(test)]

@@ -41,6 +41,8 @@ pub const CONDITION_COMPLETED: &str = "Completed";
 
 pub const REASON_SCHEDULED: &str = "Scheduled";
 pub const REASON_INVALID_SCHEDULE: &str = "InvalidSchedule";
+/// The At's `timeZone` is no zone the operator knows (CronJob's event reason).
+pub const REASON_UNKNOWN_TIME_ZONE: &str = "UnknownTimeZone";
 pub const REASON_POD_NAME_TAKEN: &str = "PodNameTaken";
 pub const REASON_FAILED_CREATE: &str = "FailedCreate";
 pub const REASON_SPEC_CHANGE_IGNORED: &str = "SpecChangeIgnored";
@@ -59,12 +61,7 @@ impl Reported for At {
     fn placeholder(metadata: ObjectMeta) -> Self {
         At {
             metadata,
-            spec: crate::api::AtSpec {
-                schedule: String::new(),
-                command: String::new(),
-                image: None,
-                start_deadline_seconds: None,
-            },
+            spec: crate::api::AtSpec::shell(String::new(), String::new()),
             status: None,
         }
     }
@@ -76,9 +73,7 @@ pub fn pod_name(at: &At) -> String {
     format!("{}-pod", at.name_any())
 }
 
-/// The scheduling gate an At's pod is created with, and released from once the At has
-/// recorded it.
-pub const GATE: &str = "cnat.programming-kubernetes.info/recorded";
+pub use crate::api::AT_GATE as GATE;
 
 /// What the shell knows of an At when it decides.
 pub struct Seen<'a> {
@@ -115,6 +110,11 @@ pub enum Step {
     /// Delete this pod, which never ran (gated, and not to be released; or not started by
     /// its start deadline), then do the step.
     Discard(Uid, Box<Step>),
+    /// Delete this pod, the recorded one, whatever it is doing (it ran past the At's active
+    /// deadline), then do the step.
+    Stop(Uid, Box<Step>),
+    /// Delete the At, DONE for its `ttlSecondsAfterFinished`, and its pod with it.
+    Expire,
     /// Record this status; nothing else happens until the At or its pod changes.
     Record(AtStatus),
     /// Record this status, which says what stands in the way, and try again with a growing
@@ -140,7 +140,7 @@ pub enum Answer {
     Gone,
     /// The status is recorded and the pod released.
     Released,
-    /// The pod is deleted.
+    /// The pod is deleted (or stopped).
     Discarded,
     /// A write met a change: the At's version moved on, or the pod to delete was released by
     /// someone else.
@@ -160,7 +160,7 @@ pub fn decide(seen: &Seen) -> Step {
         return Step::End;
     }
     let step = doubting(step_for(seen.at, seen.pod, seen.now), seen.in_doubt);
-    unwatched(seen, step)
+    summarized(seen, unwatched(seen, step))
 }
 
 /// What follows `step`, which came to `answer`. A reconcile makes at most one create and one
@@ -170,7 +170,7 @@ pub fn after(seen: &Seen, step: Step, answer: Answer) -> Step {
     let next = match (step, answer) {
         (_, Answer::Gone) => Step::End,
         (_, Answer::Changed) => Step::Again,
-        (Step::Discard(_, then), Answer::Discarded) => *then,
+        (Step::Discard(_, then) | Step::Stop(_, then), Answer::Discarded) => *then,
         (Step::Release(status), Answer::Released) => Step::Record(status),
         (_, Answer::Pod(pod)) => match confirmed(at, pod.as_ref(), now) {
             Step::Discard(uid, then) if !matches!(*then, Step::Record(_)) => {
@@ -191,7 +191,23 @@ pub fn after(seen: &Seen, step: Step, answer: Answer) -> Step {
         }
         (step, answer) => unreachable!("{step:?} cannot come to {answer:?}"),
     };
-    unwatched(seen, next)
+    summarized(seen, unwatched(seen, next))
+}
+
+/// `step`, each status it records carrying kstatus's conditions and the generation it
+/// describes.
+fn summarized(seen: &Seen, step: Step) -> Step {
+    let done = |status| health::summarized(seen.at, status, seen.now);
+    match step {
+        Step::Wait(status, wake) => Step::Wait(done(status), wake),
+        Step::Poll(status) => Step::Poll(done(status)),
+        Step::Release(status) => Step::Release(done(status)),
+        Step::Record(status) => Step::Record(done(status)),
+        Step::Report(status) => Step::Report(done(status)),
+        Step::Discard(uid, then) => Step::Discard(uid, Box::new(summarized(seen, *then))),
+        Step::Stop(uid, then) => Step::Stop(uid, Box::new(summarized(seen, *then))),
+        other => other,
+    }
 }
 
 /// `step`, its creates reading the At first if it is in doubt.
@@ -201,6 +217,7 @@ fn doubting(step: Step, in_doubt: bool) -> Step {
             read_first: in_doubt,
         },
         Step::Discard(uid, then) => Step::Discard(uid, Box::new(doubting(*then, in_doubt))),
+        Step::Stop(uid, then) => Step::Stop(uid, Box::new(doubting(*then, in_doubt))),
         other => other,
     }
 }
@@ -218,6 +235,7 @@ fn unwatched(seen: &Seen, step: Step) -> Step {
             Step::Poll(status)
         }
         Step::Discard(uid, then) => Step::Discard(uid, Box::new(unwatched(seen, *then))),
+        Step::Stop(uid, then) => Step::Stop(uid, Box::new(unwatched(seen, *then))),
         other => other,
     }
 }
@@ -231,13 +249,19 @@ fn step_for(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
     }
     match (previous.phase, pod) {
         // Not the recorded pod, which a lagging cache may still show gated though it ran.
-        (Some(AtPhase::Done), Some(pod)) if pod.gated && recorded(&previous, pod) != Some(true) => {
+        (Some(AtPhase::Done), Some(pod))
+            if pod.gated() && recorded(&previous, pod) != Some(true) =>
+        {
             Step::Discard(pod.uid.clone(), Box::new(step_for(at, None, now)))
         }
-        (Some(AtPhase::Done), _) => Step::Record(AtStatus {
-            conditions: after_start_conditions(at, &previous, None, now),
-            ..previous
-        }),
+        (Some(AtPhase::Done), _) => ttl::finished(
+            at,
+            AtStatus {
+                conditions: after_start_conditions(at, &previous, None, now),
+                ..previous
+            },
+            now,
+        ),
         // Another pod than the one recorded: the cache may still show one that is gone
         // (one this operator deleted unreleased, say) while the recorded one is not in yet.
         (_, Some(pod)) if recorded(&previous, pod) == Some(false) => Step::Confirm,
@@ -249,13 +273,13 @@ fn step_for(at: &At, pod: Option<&CachedPod>, now: Timestamp) -> Step {
             Step::Confirm
         }
         (Some(AtPhase::Running), None) => CREATE,
-        (None | Some(AtPhase::Pending), None) => match parse_schedule(&at.spec.schedule) {
-            Err(message) => Step::Record(blocked(at, REASON_INVALID_SCHEDULE, message, now)),
+        (None | Some(AtPhase::Pending), None) => match due(&at.spec) {
+            Err(why) => Step::Record(blocked(at, why.reason, why.message, now)),
             Ok(due) => match until_due(due, now) {
                 Some(left) if left > MAX_WAIT => {
-                    Step::Wait(pending(at, scheduled(at), now), now + MAX_WAIT)
+                    Step::Wait(pending(at, scheduled(at, due), now), now + MAX_WAIT)
                 }
-                Some(_) => Step::Wait(pending(at, scheduled(at), now), due),
+                Some(_) => Step::Wait(pending(at, scheduled(at, due), now), due),
                 None => CREATE,
             },
         },
@@ -267,16 +291,18 @@ const CREATE: Step = Step::Create { read_first: false };
 
 mod deadline;
 mod events;
+mod health;
 pub mod outcome;
 mod pod;
 mod recorded;
 mod schedule;
 mod status;
+mod ttl;
 pub use deadline::REASON_DEADLINE_EXCEEDED;
 pub use events::{StatusEvent, status_events};
-pub use pod::pod_for;
+pub use pod::{gate_index, pod_for};
 use recorded::{confirmed, legacy_started, recorded, seen};
-pub use schedule::{MAX_WAIT, parse_schedule, until_due, wait_for};
+pub use schedule::{MAX_WAIT, Unscheduled, due, parse_schedule, until_due, wait_for};
 use status::{after_start_conditions, pending, scheduled, vanished};
 pub use status::{blocked, progress};
 #[cfg(test)]

@@ -21,7 +21,7 @@ pub fn pod(name: &str) -> CachedPod {
         ready_since: at(100),
         node_name: Some("node".into()),
         terminating: false,
-        gated: false,
+        gate: None,
         created: at(50),
         deletion_cost: 0,
         restarts: 0,
@@ -54,15 +54,7 @@ pub fn podset(replicas: i32) -> PodSet {
 
 /// At `ns/<name>` (UID `at-uid`, generation 1) running `echo YAY` at `schedule`.
 pub fn an_at(name: &str, schedule: &str) -> At {
-    let mut at = At::new(
-        name,
-        AtSpec {
-            schedule: schedule.into(),
-            command: "echo YAY".into(),
-            image: None,
-            start_deadline_seconds: None,
-        },
-    );
+    let mut at = At::new(name, AtSpec::shell(schedule, "echo YAY"));
     at.metadata.namespace = Some("ns".into());
     at.metadata.uid = Some("at-uid".into());
     at.metadata.generation = Some(1);

@@ -5,6 +5,7 @@ pub mod at;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub mod health;
+pub mod kstatus;
 pub mod name;
 pub mod owned;
 pub mod podset;

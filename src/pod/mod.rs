@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 pub mod intern;
 mod trouble;
 
-use crate::api::AT_COMMAND_CONTAINER;
+use crate::api::{AT_COMMAND_CONTAINER, AT_CONTAINER_ANNOTATION, AT_GATE};
 use crate::uid::Uid;
 pub use trouble::Trouble;
 use trouble::trouble;
@@ -148,8 +148,10 @@ pub struct CachedPod {
     pub ready: bool,
     /// `metadata.deletionTimestamp` is set.
     pub terminating: bool,
-    /// A scheduling gate holds the pod back: it has not started (an At's pod, until released).
-    pub gated: bool,
+    /// Where the At's scheduling gate ([`AT_GATE`]) is among the pod's gates while it holds
+    /// the pod back: an At's pod, until released. Another controller's gate is not the At's:
+    /// a pod the At released may still wait on it.
+    pub gate: Option<u8>,
     /// The `controller.kubernetes.io/pod-deletion-cost` annotation (0 when absent or invalid).
     pub deletion_cost: i32,
     /// The restart count of the most restarted container, as upstream ranks pods by.
@@ -171,7 +173,8 @@ pub struct Notes {
     pub ended: Option<Ended>,
     pub trouble: Option<Trouble>,
     pub made_from: Option<i64>,
-    /// An At's pod: its command's container ([`AT_COMMAND_CONTAINER`]) has terminated.
+    /// An At's pod: its command's container (the one [`AT_CONTAINER_ANNOTATION`] names, else
+    /// [`AT_COMMAND_CONTAINER`]) has terminated.
     pub command: Option<Exited>,
 }
 
@@ -187,9 +190,14 @@ pub struct Exited {
 /// alone, never from a sidecar or an init container admission added.
 fn command_exited(meta: &ObjectMeta, containers: &[ContainerStatus]) -> Option<Exited> {
     controller_of(meta).filter(|r| r.kind == "At")?;
+    let name = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(AT_CONTAINER_ANNOTATION))
+        .map_or(AT_COMMAND_CONTAINER, String::as_str);
     let ended = containers
         .iter()
-        .find(|c| c.name == AT_COMMAND_CONTAINER)?
+        .find(|c| c.name == name)?
         .state
         .as_ref()?
         .terminated
@@ -252,11 +260,12 @@ impl CachedPod {
                 .and_then(|s| s.node_name.as_deref())
                 .map(intern::name),
             terminating: meta.deletion_timestamp.is_some(),
-            gated: pod
+            gate: pod
                 .spec
                 .as_ref()
                 .and_then(|s| s.scheduling_gates.as_ref())
-                .is_some_and(|gates| !gates.is_empty()),
+                .and_then(|gates| gates.iter().position(|g| g.name == AT_GATE))
+                .and_then(|i| u8::try_from(i).ok()),
             created: meta.creation_timestamp.as_ref().map(|t| t.0.into()),
             deletion_cost: meta
                 .annotations
@@ -287,6 +296,11 @@ impl CachedPod {
 
     pub fn trouble(&self) -> Option<&Trouble> {
         self.notes.as_ref()?.trouble.as_ref()
+    }
+
+    /// Whether the At's gate still holds the pod: it has not started, and never did.
+    pub fn gated(&self) -> bool {
+        self.gate.is_some()
     }
 
     /// The generation of the At this pod was made from, if it is an At's pod that says.

@@ -174,15 +174,23 @@ pub async fn client_from_kubeconfig(path: &Path) -> Result<Client> {
     Ok(Client::try_from(config)?)
 }
 
-/// Applies CRD manifests (server-side) and waits until each is Established.
-pub async fn apply_crds(client: &Client, yaml: &str) -> Result<()> {
+/// Applies CRD manifests (server-side), their conversion pointed at `conversion` if given,
+/// and waits until each is Established.
+pub async fn apply_crds(
+    client: &Client,
+    yaml: &str,
+    conversion: Option<&crate::conversion::Conversion>,
+) -> Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{Patch, PatchParams};
     use serde::Deserialize;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut names = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(yaml) {
-        let crd = CustomResourceDefinition::deserialize(doc)?;
+        let mut crd = CustomResourceDefinition::deserialize(doc)?;
+        if let Some(conversion) = conversion {
+            conversion.point(&mut crd);
+        }
         let name = crd
             .metadata
             .name

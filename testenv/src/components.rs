@@ -71,6 +71,9 @@ impl Cluster {
             // may not be loopback; and with no kube-proxy the Service routes nowhere anyway
             // (pods are given the API server's address, see hack/deploy-local.sh).
             "--endpoint-reconciler-type=none".into(),
+            // Webhooks behind a Service (the operator's conversion webhook) are dialled at
+            // their endpoints' pod addresses: with no kube-proxy, a ClusterIP leads nowhere.
+            "--enable-aggregator-routing=true".into(),
             // Not in the defaults: setting blockOwnerDeletion on an ownerReference then needs
             // update on the owner's finalizers, as on most production clusters.
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement,NodeRestriction"

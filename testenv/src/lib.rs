@@ -15,6 +15,7 @@ mod access;
 pub mod audit;
 mod components;
 pub mod connect_proxy;
+pub mod conversion;
 pub mod harness;
 pub mod helm;
 mod max_pods;
@@ -78,6 +79,8 @@ pub struct Cluster {
     not_ready: Vec<audit::NotReady>,
     /// How long the real nodes took from their registry's start to Ready (benchmarks).
     pub real_nodes_ready_in: Option<Duration>,
+    /// The At's conversion webhook the installed CRDs point at.
+    conversion: Option<conversion::Conversion>,
 }
 
 enum Root {
@@ -175,6 +178,7 @@ impl Cluster {
             audit: opts.audit,
             not_ready: Vec::new(),
             real_nodes_ready_in: None,
+            conversion: None,
         };
         cluster.write_kubeconfig(&cluster.kubeconfig, &cluster.admin_token.clone())?;
         cluster.start_etcd()?;
@@ -196,7 +200,9 @@ impl Cluster {
         }
         cluster.start_apiserver(&apiserver_args).await?;
         if let Some(crds) = &opts.crds {
-            apply_crds(&cluster.client().await?, crds).await?;
+            let conversion = conversion::Conversion::start()?;
+            apply_crds(&cluster.client().await?, crds, Some(&conversion)).await?;
+            cluster.conversion = Some(conversion);
         }
         if opts.controller_manager {
             cluster.start_controller_manager(&opts)?;

@@ -1,12 +1,14 @@
 //! What the API server admits: the schema and CEL rules on a new At, and spec edits only
-//! while PENDING.
+//! while PENDING, at the book's version (v1alpha1, through the conversion webhook) as the
+//! seeds write it.
 
 use anyhow::{Result, bail};
 use kube::api::{Patch, PatchParams, PostParams};
+use podset_operator::api::AtPhase;
+use podset_operator::api::at::v1alpha1::At;
 use podset_operator::api::at::{SCHEDULE_MESSAGE, SPEC_FROZEN_MESSAGE};
-use podset_operator::api::{At, AtPhase};
 use podset_operator::plan::at::{CONDITION_SCHEDULED, REASON_SCHEDULED};
-use testenv::harness::at;
+use testenv::harness::alpha_at as at;
 
 use super::{condition, only_pod, setup, wait_phase, wait_started};
 
@@ -15,7 +17,8 @@ use super::{condition, only_pod, setup, wait_phase, wait_started};
 /// running; it admits everything else, a spec edit while PENDING included.
 #[tokio::test]
 async fn the_api_server_refuses_what_cannot_run_and_edits_after_pending() -> Result<()> {
-    let (ns, mut operator, api) = setup("at-invalid").await?;
+    let (ns, mut operator, _) = setup("at-invalid").await?;
+    let api = ns.api::<At>();
     let refused = |result: kube::Result<At>, part: &str| match result {
         Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains(part) => Ok(s.message),
         other => bail!("expected 422 Invalid naming {part:?}, got {other:?}"),

@@ -3,12 +3,12 @@
 use anyhow::Result;
 use kube::ResourceExt;
 use kube::api::PostParams;
-use podset_operator::api::{At, AtPhase};
+use podset_operator::api::AtPhase;
 use testenv::harness::{at, set_pod_phase};
 
 use super::{only_pod, setup, status, wait_phase, wait_started};
 
-fn sample() -> Result<At> {
+fn sample() -> Result<podset_operator::api::at::v1alpha1::At> {
     Ok(serde_yaml::from_str(&std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/config/samples/cnat_v1alpha1_at.yaml"
@@ -19,7 +19,7 @@ fn sample() -> Result<At> {
 async fn operator_restart_while_running_keeps_one_pod() -> Result<()> {
     let (ns, mut operator, api) = setup("at-restart").await?;
     // The book's sample: `echo YAY`, scheduled in 2019, so it runs at once.
-    api.create(&PostParams::default(), &sample()?).await?;
+    ns.api().create(&PostParams::default(), &sample()?).await?;
     let running = wait_started(&ns, "example-at").await?;
     let pod = only_pod(&ns, &running).await?;
     assert_eq!(

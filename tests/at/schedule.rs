@@ -183,7 +183,7 @@ async fn runs_once_at_its_schedule_then_done_with_success() -> Result<()> {
         "{again:?}"
     );
     let done = api.get("hello").await?;
-    assert_eq!(done.spec.command, "echo YAY; echo done");
+    assert_eq!(done.spec.shell_line(), Some("echo YAY; echo done"));
     assert_eq!(
         only_pod(&ns, &done).await?.uid(),
         pod.uid(),

@@ -76,7 +76,7 @@ async fn handled(ns: &TestNs, c: &Case) -> Result<String> {
                 Ok(match &c.expect {
                     Expect::Running if status.phase == Some(AtPhase::Running) => {
                         let pod = ns.api::<Pod>().get(&format!("{}-pod", c.name)).await?;
-                        ensure_runs_command(&pod, &at.spec.command)?;
+                        ensure_runs_command(&pod, at.spec.shell_line().unwrap_or_default())?;
                         Some("RUNNING, the pod's command intact".to_string())
                     }
                     Expect::Pending => {

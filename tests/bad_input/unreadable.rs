@@ -5,7 +5,7 @@ use anyhow::{Result, ensure};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
-use podset_operator::api::{PodSet, crd};
+use podset_operator::api::{PodSet, podset_crd};
 use podset_operator::plan::podset::CONDITION_REPLICA_FAILURE;
 use podset_operator::plan::unreadable::REASON_UNREADABLE;
 use serde_json::{Value, json};
@@ -91,7 +91,7 @@ async fn served(ns: &TestNs, name: &str, n: usize) -> Result<PodSet> {
 #[tokio::test]
 async fn an_object_the_operator_cannot_read_is_reported_and_stops_no_other() -> Result<()> {
     let ns = own_cluster_ns("unreadable", &[]).await?;
-    let mut loose = serde_json::to_value(crd::<PodSet>())?;
+    let mut loose = serde_json::to_value(podset_crd())?;
     loosen(&mut loose);
     install(&ns, loose).await?;
     let unreadable = probing("bad", json!(2_147_483_648_i64));
@@ -106,7 +106,7 @@ async fn an_object_the_operator_cannot_read_is_reported_and_stops_no_other() -> 
         .create(&PostParams::default(), &podset("before", 2))
         .await?;
 
-    install(&ns, serde_json::to_value(crd::<PodSet>())?).await?;
+    install(&ns, serde_json::to_value(podset_crd())?).await?;
     // Until it is served, a create may still be stored: each try has its own name.
     let tries = std::sync::atomic::AtomicUsize::new(0);
     let refusal = poll_some(PROMPTLY, "this release's schema to refuse it", || async {

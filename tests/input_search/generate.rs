@@ -470,10 +470,10 @@ fn as_object(node: &mut Value) -> &mut Map<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use podset_operator::api::{At, PodSet, crd};
+    use podset_operator::api::{at_crd, podset_crd};
 
     fn schemas() -> Schemas {
-        Schemas::new(&crd::<PodSet>(), &crd::<At>())
+        Schemas::new(&podset_crd(), &at_crd())
     }
 
     #[test]

@@ -498,10 +498,10 @@ async fn an_at_whose_command_cannot_start_gives_up_at_its_start_deadline() -> Re
     let _op = ns.start_operator(&["--controllers=at"]).await?;
     let api = ns.api::<At>();
     let mut stuck = at("stuck", "2019-04-12T10:12:00Z", "echo never");
-    stuck.spec.image = Some("podset-test/no-such-image:1".into());
+    stuck.spec.command_container_mut().unwrap().image = Some("podset-test/no-such-image:1".into());
     stuck.spec.start_deadline_seconds = Some(15);
     let mut named = at("named", "2019-04-12T10:12:00Z", "echo YAY");
-    named.spec.image = Some(format!(
+    named.spec.command_container_mut().unwrap().image = Some(format!(
         "docker.io/library/{}",
         podset_operator::api::BUSYBOX_IMAGE
     ));

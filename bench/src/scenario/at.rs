@@ -46,12 +46,7 @@ fn at_of(pod: &Pod) -> Option<String> {
 
 async fn create_ats(client: &Client, n: usize, due: Timestamp) -> Result<()> {
     let schedule = due.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-    let spec = AtSpec {
-        schedule,
-        command: "echo YAY".into(),
-        image: None,
-        start_deadline_seconds: None,
-    };
+    let spec = AtSpec::shell(schedule, "echo YAY");
     let ats = names("at", n)
         .iter()
         .map(|name| At::new(name, spec.clone()))

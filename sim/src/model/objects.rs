@@ -57,15 +57,28 @@ pub fn gated(o: &Value) -> bool {
         .is_some_and(|g| !g.is_empty())
 }
 
-/// The container of an At's pod that runs its command (admission may add others).
+/// The container of an At's pod that runs its command (admission may add others): the one
+/// the pod's annotation names, else `busybox`.
 pub fn command_container(pod: &Value) -> &Value {
+    let name = pod["metadata"]["annotations"][podset_operator::api::AT_CONTAINER_ANNOTATION]
+        .as_str()
+        .unwrap_or(podset_operator::api::AT_COMMAND_CONTAINER);
     pod["spec"]["containers"]
         .as_array()
-        .and_then(|cs| {
-            cs.iter()
-                .find(|c| c["name"] == podset_operator::api::AT_COMMAND_CONTAINER)
-        })
+        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
         .unwrap_or(&Value::Null)
+}
+
+/// The spec of an At (as stored, at v1beta1), if it reads.
+pub fn at_spec(at: &Value) -> Option<podset_operator::api::AtSpec> {
+    serde_json::from_value(at["spec"].clone()).ok()
+}
+
+/// The line an At's command container runs through `sh -c`, as v1alpha1 writes it.
+pub fn command_line(at: &Value) -> String {
+    at_spec(at)
+        .and_then(|s| s.shell_line().map(String::from))
+        .unwrap_or_default()
 }
 
 /// What a container runs under `sh -c`.

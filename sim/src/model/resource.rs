@@ -17,8 +17,8 @@ impl Kind {
     pub fn api_version(self) -> &'static str {
         match self {
             Kind::Pod => "v1",
-            Kind::PodSet => "app.example.com/v1alpha1",
-            Kind::At => "cnat.programming-kubernetes.info/v1alpha1",
+            Kind::PodSet => "app.example.com/v1beta1",
+            Kind::At => "cnat.programming-kubernetes.info/v1beta1",
             Kind::Lease => "coordination.k8s.io/v1",
             Kind::Event => "events.k8s.io/v1",
         }

@@ -170,7 +170,7 @@ impl Oracle {
         let record = self.ats.entry(objects::uid(new).into()).or_default();
         record.pod_uid = new["status"]["podUID"].as_str().map(String::from);
         if is == "RUNNING" && !matches!(was, "RUNNING" | "DONE") {
-            record.started_with = Some(new["spec"]["command"].as_str().unwrap_or_default().into());
+            record.started_with = Some(objects::command_line(new));
         }
         if is != "DONE" || was == "DONE" {
             return;

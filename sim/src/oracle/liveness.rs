@@ -23,10 +23,9 @@ impl Oracle {
             .objects(Kind::At, None)
             .filter(|a| !objects::terminating(a))
         {
-            let schedule = at["spec"]["schedule"].as_str().unwrap_or_default();
-            let due = schedule
-                .parse::<jiff::Timestamp>()
-                .is_ok_and(|due| due <= now);
+            let due = objects::at_spec(at)
+                .and_then(|spec| podset_operator::plan::at::due(&spec).ok())
+                .is_some_and(|due| due <= now);
             let phase = objects::phase(at);
             // Its pod stuck Terminating on a lost node: what became of the command is unknown
             // until the node comes back, as for a Job.

@@ -63,7 +63,7 @@ fn decide_ends_for_an_at_found_gone_and_reads_first_when_in_doubt() {
 fn a_running_record_without_a_watched_pod_looks_again() {
     let mut at = running();
     at.metadata.deletion_timestamp = Some(Time(ts(SCHEDULE)));
-    let status = at.status.clone().unwrap();
+    let status = health::summarized(&at, at.status.clone().unwrap(), seen(&at, None).now);
     let poll = Step::Poll(status.clone());
     assert_eq!(decide(&seen(&at, None)), poll);
     assert_eq!(
@@ -138,7 +138,12 @@ fn each_answer_leads_to_the_next_step() {
     ];
     for (i, (at, step, answer, want)) in rows.into_iter().enumerate() {
         let pod = gated();
-        assert_eq!(after(&seen(at, Some(&pod)), step, answer), want, "row {i}");
+        let seen = seen(at, Some(&pod));
+        assert_eq!(
+            after(&seen, step, answer),
+            summarized(&seen, want),
+            "row {i}"
+        );
     }
 }
 

@@ -1,10 +1,11 @@
-//! A command that cannot start: its pod is never scheduled, or its image never pulled. The
-//! At says why while it waits (the `Completed` condition, in the scheduler's or kubelet's
-//! words), for good by default, as a Job does. With `spec.startDeadlineSeconds` it gives up
-//! once the command has not started that long after the At started: the pod, never started,
-//! is deleted, and the At ends DONE, failed, `DeadlineExceeded` (issue 45, fault 8). A pod
-//! that starts in the moment before its delete is stopped: the message says the pod was
-//! deleted, as a Job's `activeDeadlineSeconds` stops what runs.
+//! An At's two deadlines, each counted from its start (`status.startTime`, when RUNNING was
+//! recorded), as a Job's. A command that cannot start (its pod never scheduled, its image
+//! never pulled) is waited for, saying why (the `Completed` condition, in the scheduler's or
+//! kubelet's words), for good by default, as a Job does; with `spec.startDeadlineSeconds` it
+//! is given up that long after the start: the pod, never started, is deleted (only while it
+//! has not started), and the At ends DONE, failed, `DeadlineExceeded`. With
+//! `spec.activeDeadlineSeconds`, as a Job's, whatever the pod is doing that long after the
+//! start, it is stopped (deleted) and the At ends the same way.
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -18,29 +19,49 @@ use crate::pod::{CachedPod, Phase};
 pub const REASON_DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 
 /// What follows `status`, the progress of `pod`, the At's recorded pod: it is recorded; and,
-/// while the command has not started under a start deadline, looked at again at the deadline,
-/// or, past it, the pod is deleted and the At ends.
-pub(super) fn unstarted(at: &At, pod: &CachedPod, status: AtStatus, now: Timestamp) -> Step {
-    let deadline = deadline(at, &status);
-    match deadline {
-        Some(deadline) if status.phase == Some(AtPhase::Running) && !started(pod) => {
-            if now < deadline {
-                // A wall-clock time: a clock stepped back would push a far one back as far.
-                Step::Wait(status, deadline.min(now + MAX_WAIT))
-            } else {
-                let ended = exceeded(at, pod, status, now);
-                Step::Discard(pod.uid.clone(), Box::new(Step::Record(ended)))
-            }
+/// while it runs under a deadline, looked at again when the first falls due, or, past it, the
+/// pod is deleted (stopped, for the active deadline) and the At ends.
+pub(super) fn deadlines(at: &At, pod: &CachedPod, status: AtStatus, now: Timestamp) -> Step {
+    if status.phase != Some(AtPhase::Running) {
+        return Step::Record(status);
+    }
+    let start = deadline(&status, at.spec.start_deadline_seconds).filter(|_| !started(pod));
+    let active = deadline(&status, at.spec.active_deadline_seconds);
+    match (start, active) {
+        (_, Some(active)) if now >= active => {
+            let ended = exceeded(at, &running_too_long(at, &pod.name), status, now);
+            Step::Stop(pod.uid.clone(), Box::new(Step::Record(ended)))
         }
-        _ => Step::Record(status),
+        (Some(start), _) if now >= start => {
+            let ended = exceeded(at, &never_started(at, pod), status, now);
+            Step::Discard(pod.uid.clone(), Box::new(Step::Record(ended)))
+        }
+        (None, None) => Step::Record(status),
+        // A wall-clock time: a clock stepped back would push a far one back as far.
+        (start, active) => {
+            let first = start.into_iter().chain(active).min().expect("one of them");
+            Step::Wait(status, first.min(now + MAX_WAIT))
+        }
     }
 }
 
-/// When the command must have started by: the At's start plus its start deadline.
-fn deadline(at: &At, status: &AtStatus) -> Option<Timestamp> {
-    let seconds = at.spec.start_deadline_seconds?;
+/// The DONE status of an At whose recorded pod is gone while RUNNING past its active
+/// deadline: stopped there (the operator deleted it, and did not record why before it went).
+pub(super) fn stopped(at: &At, previous: &AtStatus, now: Timestamp) -> Option<AtStatus> {
+    let active = deadline(previous, at.spec.active_deadline_seconds)?;
+    let name = previous
+        .pod_name
+        .clone()
+        .unwrap_or_else(|| super::pod_name(at));
+    (now >= active).then(|| exceeded(at, &running_too_long(at, &name), previous.clone(), now))
+}
+
+/// When `seconds` after the At's start falls.
+fn deadline(status: &AtStatus, seconds: Option<i64>) -> Option<Timestamp> {
     let started = status.start_time.as_ref()?.0;
-    started.checked_add(SignedDuration::from_secs(seconds)).ok()
+    started
+        .checked_add(SignedDuration::from_secs(seconds?))
+        .ok()
 }
 
 /// Whether the pod's containers started: it left Pending, or its command already ended.
@@ -48,22 +69,31 @@ fn started(pod: &CachedPod) -> bool {
     pod.phase != Phase::Pending || pod.command().is_some()
 }
 
-fn exceeded(at: &At, pod: &CachedPod, previous: AtStatus, now: Timestamp) -> AtStatus {
+fn never_started(at: &At, pod: &CachedPod) -> String {
     let seconds = at.spec.start_deadline_seconds.unwrap_or_default();
     let why = pod
         .trouble()
         .map(|t| format!(" ({}: {})", t.reason, t.message))
         .unwrap_or_default();
+    format!(
+        "the command did not start within {seconds} s of the At's start{why}: pod {} was deleted, and the command is not run",
+        pod.name
+    )
+}
+
+fn running_too_long(at: &At, pod: &str) -> String {
+    let seconds = at.spec.active_deadline_seconds.unwrap_or_default();
+    format!("the command ran longer than its active deadline of {seconds} s: pod {pod} was deleted")
+}
+
+fn exceeded(at: &At, message: &str, previous: AtStatus, now: Timestamp) -> AtStatus {
     let completed = conditions::condition(
         &previous.conditions,
         Desired {
             type_: CONDITION_COMPLETED,
             status: true,
             reason: REASON_DEADLINE_EXCEEDED,
-            message: format!(
-                "the command did not start within {seconds} s of the At's start{why}: pod {} was deleted, and the command is not run",
-                pod.name
-            ),
+            message: message.to_string(),
         },
         at.meta().generation,
         now,

@@ -11,6 +11,7 @@ use super::{
 };
 use crate::api::AtStatus;
 use crate::conditions;
+use crate::plan::kstatus;
 
 /// Condition reasons a user has to act on or know went wrong: their events are Warnings.
 const WARNING_REASONS: [&str; 7] = [
@@ -41,13 +42,14 @@ pub struct StatusEvent {
     pub note: String,
 }
 
-/// One event per condition that appeared or changed its status or reason from `old` to
-/// `new`: the conditions follow the phases, so `kubectl describe at` tells the whole story,
+/// One event per condition of the At's own (not kstatus's, which repeat them) that appeared
+/// or changed its status or reason from `old` to `new`: the conditions follow the phases, so `kubectl describe at` tells the whole story,
 /// and recomputing an unchanged status publishes nothing.
 pub fn status_events(old: Option<&AtStatus>, new: &AtStatus) -> Vec<StatusEvent> {
     let before = old.map(|s| s.conditions.as_slice()).unwrap_or_default();
     new.conditions
         .iter()
+        .filter(|c| !kstatus::TYPES.contains(&c.type_.as_str()))
         .filter(|c| {
             !conditions::find(before, &c.type_)
                 .is_some_and(|b| b.status == c.status && b.reason == c.reason)

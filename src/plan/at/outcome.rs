@@ -4,9 +4,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::{
-    REASON_DEADLINE_EXCEEDED, REASON_FAILED, REASON_POD_VANISHED, REASON_SUCCEEDED, parse_schedule,
-};
+use super::{REASON_DEADLINE_EXCEEDED, REASON_FAILED, REASON_POD_VANISHED, REASON_SUCCEEDED, due};
 use crate::api::{At, AtPhase, AtStatus};
 use crate::conditions;
 
@@ -15,7 +13,7 @@ use crate::conditions;
 /// second the API server keeps). `None` for a schedule that cannot be read (no pod is made
 /// for it).
 pub fn lateness(at: &At, now: Timestamp) -> Option<Duration> {
-    let scheduled = parse_schedule(&at.spec.schedule).ok()?;
+    let scheduled = due(&at.spec).ok()?;
     let made = at.metadata.creation_timestamp.as_ref().map(|t| t.0);
     let due = made.map_or(scheduled, |made| made.max(scheduled));
     Some(Duration::try_from(now.duration_since(due)).unwrap_or(Duration::ZERO))
@@ -47,15 +45,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
     fn at(schedule: &str) -> At {
-        At::new(
-            "a",
-            AtSpec {
-                schedule: schedule.into(),
-                command: "true".into(),
-                image: None,
-                start_deadline_seconds: None,
-            },
-        )
+        At::new("a", AtSpec::shell(schedule, "true"))
     }
 
     #[test]

@@ -206,7 +206,7 @@ fn starting_before_the_create(at: &At) -> AtStatus {
 /// A gated pod made from generation `made_from` of the At.
 pub(super) fn gated_from(made_from: Option<i64>) -> CachedPod {
     CachedPod {
-        gated: true,
+        gate: Some(0),
         notes: Some(Box::new(Notes {
             made_from,
             ..Notes::default()
@@ -280,7 +280,7 @@ fn a_pod_of_the_current_spec_is_recorded_then_released() {
         matches!(*then, Step::Record(s) if s.phase == Some(AtPhase::Done)),
         "the recorded pod is gone"
     );
-    another.gated = false;
+    another.gate = None;
     assert!(
         matches!(confirmed(&at, Some(&another), ts(SCHEDULE)), Step::Record(s) if s.phase == Some(AtPhase::Done)),
         "one released by someone else is left alone"

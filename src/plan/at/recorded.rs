@@ -21,13 +21,13 @@ pub(super) fn seen(at: &At, pod: &CachedPod, now: Timestamp) -> Step {
     let running = status.phase == Some(AtPhase::Running);
     match recorded(&status, pod) {
         // A gated one never ran, and is never recorded now: it is not left behind.
-        Some(false) if pod.gated => {
+        Some(false) if pod.gated() => {
             Step::Discard(pod.uid.clone(), Box::new(Step::Record(vanished(at, now))))
         }
         Some(false) => Step::Record(vanished(at, now)),
-        None if pod.gated && !running => unrecorded(at, pod, now),
-        _ if pod.gated => Step::Release(progress(at, pod, now)),
-        _ => deadline::unstarted(at, pod, progress(at, pod, now), now),
+        None if pod.gated() && !running => unrecorded(at, pod, now),
+        _ if pod.gated() => Step::Release(progress(at, pod, now)),
+        _ => deadline::deadlines(at, pod, progress(at, pod, now), now),
     }
 }
 

@@ -38,6 +38,7 @@ pub fn progress(at: &At, pod: &CachedPod, now: Timestamp) -> AtStatus {
             .or(Some(Time(now))),
         completion_time: done.map(|_| previous.completion_time.clone().unwrap_or(Time(now))),
         succeeded: done,
+        observed_generation: previous.observed_generation,
         conditions: after_start_conditions(at, &previous, Some(completed), now),
     }
 }
@@ -75,6 +76,9 @@ fn running(pod: &CachedPod) -> Desired<'_> {
 /// is not run again.
 pub(super) fn vanished(at: &At, now: Timestamp) -> AtStatus {
     let previous = at.status.clone().unwrap_or_default();
+    if let Some(stopped) = deadline::stopped(at, &previous, now) {
+        return stopped;
+    }
     let name = previous.pod_name.clone().unwrap_or_else(|| pod_name(at));
     let completed = conditions::condition(
         &previous.conditions,
@@ -110,12 +114,19 @@ pub fn blocked(at: &At, reason: &str, message: String, now: Timestamp) -> AtStat
     pending(at, want, now)
 }
 
-pub(super) fn scheduled(at: &At) -> Desired<'static> {
+/// `Scheduled` for an At whose schedule reads: when it runs, in UTC, and as written in its
+/// zone.
+pub(super) fn scheduled(at: &At, due: Timestamp) -> Desired<'static> {
+    let when = due.strftime("%Y-%m-%dT%H:%M:%SZ");
+    let message = match &at.spec.time_zone {
+        Some(zone) => format!("the command runs at {when} ({} {zone})", at.spec.schedule),
+        None => format!("the command runs at {when}"),
+    };
     Desired {
         type_: CONDITION_SCHEDULED,
         status: true,
         reason: REASON_SCHEDULED,
-        message: format!("the command runs at {}", at.spec.schedule),
+        message,
     }
 }
 
@@ -188,7 +199,22 @@ pub(in crate::plan::at) fn after_start_conditions(
             generation,
             now,
         ),
-        _ => conditions::condition(&previous.conditions, scheduled(at), generation, now),
+        _ => match due(&at.spec) {
+            Ok(due) => {
+                conditions::condition(&previous.conditions, scheduled(at, due), generation, now)
+            }
+            Err(why) => conditions::condition(
+                &previous.conditions,
+                Desired {
+                    type_: CONDITION_SCHEDULED,
+                    status: false,
+                    reason: why.reason,
+                    message: why.message,
+                },
+                generation,
+                now,
+            ),
+        },
     };
     let completed =
         completed.or_else(|| conditions::find(&previous.conditions, CONDITION_COMPLETED).cloned());

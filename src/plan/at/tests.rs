@@ -29,7 +29,7 @@ pub(super) fn pod(phase: Phase) -> CachedPod {
         ready_since: None,
         node_name: None,
         terminating: false,
-        gated: false,
+        gate: None,
         created: Some(ts("2019-04-12T10:12:01Z").into()),
         deletion_cost: 0,
         restarts: 0,
@@ -63,9 +63,12 @@ pub(super) fn record(step: Step) -> AtStatus {
 
 #[test]
 fn parses_utc_schedules_and_refuses_impossible_dates() {
-    assert_eq!(parse_schedule(SCHEDULE).unwrap(), ts(SCHEDULE));
     assert_eq!(
-        parse_schedule("2024-02-29T23:59:59Z").unwrap(),
+        parse_schedule(SCHEDULE, jiff::tz::TimeZone::UTC).unwrap(),
+        ts(SCHEDULE)
+    );
+    assert_eq!(
+        parse_schedule("2024-02-29T23:59:59Z", jiff::tz::TimeZone::UTC).unwrap(),
         ts("2024-02-29T23:59:59Z")
     );
     for bad in [
@@ -74,7 +77,7 @@ fn parses_utc_schedules_and_refuses_impossible_dates() {
         "2019-04-12T25:00:00Z",
         "2023-02-29T00:00:00Z",
     ] {
-        let e = parse_schedule(bad).unwrap_err();
+        let e = parse_schedule(bad, jiff::tz::TimeZone::UTC).unwrap_err();
         assert!(e.contains(bad), "{e}");
     }
     for unparsable in [
@@ -84,7 +87,10 @@ fn parses_utc_schedules_and_refuses_impossible_dates() {
         "2019-04-12T10:12:00+02:00",
         "2019-04-12T10:12:00.5Z",
     ] {
-        assert!(parse_schedule(unparsable).is_err(), "{unparsable:?} parsed");
+        assert!(
+            parse_schedule(unparsable, jiff::tz::TimeZone::UTC).is_err(),
+            "{unparsable:?} parsed"
+        );
     }
 }
 
@@ -94,8 +100,8 @@ fn parses_utc_schedules_and_refuses_impossible_dates() {
 #[test]
 fn the_latest_schedule_the_crd_admits_is_the_latest_the_operator_reads() {
     use crate::api::at::LATEST_SCHEDULE;
-    assert!(parse_schedule(LATEST_SCHEDULE).is_ok());
-    assert!(parse_schedule("9999-12-30T22:00:01Z").is_err());
+    assert!(parse_schedule(LATEST_SCHEDULE, jiff::tz::TimeZone::UTC).is_ok());
+    assert!(parse_schedule("9999-12-30T22:00:01Z", jiff::tz::TimeZone::UTC).is_err());
     assert!(crate::api::at::SCHEDULE_RULE.contains(&format!("self <= '{LATEST_SCHEDULE}'")));
 }
 

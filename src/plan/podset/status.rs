@@ -11,7 +11,10 @@ use crate::api::decoded::Reported;
 use crate::api::{PodSet, PodSetStatus};
 use crate::conditions::{self, Desired};
 use crate::plan::health;
+use crate::plan::kstatus::{self, Progress};
 use crate::pod::CachedPod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use std::cmp::Ordering;
 
 pub const CONDITION_AVAILABLE: &str = "Available";
 pub const CONDITION_REPLICA_FAILURE: &str = "ReplicaFailure";
@@ -120,14 +123,46 @@ pub fn status(
             now,
         ));
     }
+    let ready = i32::try_from(ready).unwrap_or(i32::MAX);
+    let progress = progress(&conds, replicas, available, ready);
     PodSetStatus {
         pod_names,
         available_replicas: available,
-        ready_replicas: i32::try_from(ready).unwrap_or(i32::MAX),
+        ready_replicas: ready,
         observed_generation: generation,
         selector: Some(selector(&ps.name_any())),
-        conditions: conds,
+        conditions: kstatus::summarized(conds, &previous.conditions, progress, generation, now),
     }
+}
+
+/// Where a PodSet stands for kstatus: Ready once exactly the wanted pods run and are Ready;
+/// Stalled while its creates or deletes fail (a quota, a webhook) or its pods cannot start
+/// (the scheduler's or kubelet's reason); Reconciling while it scales or its pods get ready.
+fn progress(own: &[Condition], replicas: i32, available: i32, ready: i32) -> Progress {
+    let failing = conditions::find(own, CONDITION_REPLICA_FAILURE).filter(|c| c.status == "True");
+    let troubled =
+        conditions::find(own, health::CONDITION_PODS_HEALTHY).filter(|c| c.status == "False");
+    if let Some(c) = failing.or(troubled) {
+        return Progress::Stalled(c.reason.clone(), c.message.clone());
+    }
+    let (reason, message) = match available.cmp(&replicas) {
+        Ordering::Less => (
+            "ScalingUp",
+            format!("{available} of {replicas} pods available"),
+        ),
+        Ordering::Greater => (
+            "ScalingDown",
+            format!("{available} pods for {replicas} wanted"),
+        ),
+        Ordering::Equal if ready < replicas => {
+            ("PodsNotReady", format!("{ready} of {replicas} pods ready"))
+        }
+        Ordering::Equal => {
+            let message = format!("{ready} of {replicas} pods ready");
+            return Progress::Ready("AllPodsReady".into(), message);
+        }
+    };
+    Progress::Reconciling(reason.into(), message)
 }
 
 fn no_failure() -> Desired<'static> {

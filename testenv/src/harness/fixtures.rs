@@ -4,14 +4,22 @@ use anyhow::{Result, ensure};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
+use podset_operator::api::at::v1alpha1;
 use podset_operator::api::{At, AtSpec, PodSet, PodSetSpec};
 
 use super::TestNs;
 
+/// An At (v1beta1) running `command` through `sh -c` in busybox at `schedule`: what the
+/// book's v1alpha1 At says, in the stored version.
 pub fn at(name: &str, schedule: &str, command: &str) -> At {
-    At::new(
+    At::new(name, AtSpec::shell(schedule, command))
+}
+
+/// The book's At (v1alpha1, converted by the webhook): `command` at `schedule`.
+pub fn alpha_at(name: &str, schedule: &str, command: &str) -> v1alpha1::At {
+    v1alpha1::At::new(
         name,
-        AtSpec {
+        v1alpha1::AtSpec {
             schedule: schedule.into(),
             command: command.into(),
             image: None,

@@ -23,7 +23,7 @@ pub use clusters::{
 };
 pub use faults::seeded_rng;
 pub use fixtures::{
-    at, condition, enforce_restricted, ensure_runs_command, phase, podset, set_pod_phase,
+    alpha_at, at, condition, enforce_restricted, ensure_runs_command, phase, podset, set_pod_phase,
 };
 pub use grants::OPERATOR_SA;
 pub use inspect::Kind;

@@ -4,10 +4,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow, bail};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 
 use super::{OPERATOR_SA, cluster};
 use crate::operator::{Launcher, Operator};
@@ -77,6 +77,29 @@ impl TestNs {
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
     {
         Api::namespaced(self.client.clone(), &self.name)
+    }
+
+    /// Creates the object a manifest (`path`, from the repository's root) holds, at the
+    /// version it names, as `kubectl create -f` does: a sample at v1alpha1 goes through the
+    /// conversion the API server does for that version.
+    pub async fn create_manifest(&self, path: &str) -> Result<DynamicObject> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let text = std::fs::read_to_string(root.join(path))?;
+        let object: DynamicObject = serde_yaml::from_str(&text)?;
+        let types = object
+            .types
+            .clone()
+            .ok_or_else(|| anyhow!("{path} names no kind"))?;
+        let (group, version) = types
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", &types.api_version));
+        let gvk = GroupVersionKind::gvk(group, version, &types.kind);
+        let resource =
+            ApiResource::from_gvk_with_plural(&gvk, &format!("{}s", types.kind.to_lowercase()));
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &self.name, &resource);
+        Ok(api.create(&PostParams::default(), &object).await?)
     }
 
     /// Pods in this namespace whose controller is the object with `owner_uid`.

@@ -20,6 +20,7 @@ fn an_exact_patch_names_every_status_field() {
         start_time: Some(Time(Timestamp::UNIX_EPOCH)),
         completion_time: Some(Time(Timestamp::UNIX_EPOCH)),
         succeeded: Some(true),
+        observed_generation: Some(1),
         conditions: vec![Condition {
             type_: "Completed".into(),
             status: "False".into(),
@@ -41,7 +42,7 @@ fn an_exact_patch_names_every_status_field() {
     assert_eq!(exact(&full), serde_json::to_value(&full).unwrap());
 }
 
-const STATUS: &str = "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/ns/ats/job/status";
+const STATUS: &str = "/apis/cnat.programming-kubernetes.info/v1beta1/namespaces/ns/ats/job/status";
 const PODS: &str = "/api/v1/namespaces/ns/pods";
 const POD: &str = "/api/v1/namespaces/ns/pods/job-pod";
 
@@ -70,6 +71,11 @@ fn created(sent: &Sent) -> Value {
     let mut pod = sent.body.clone();
     pod["metadata"]["uid"] = "pod-uid".into();
     pod
+}
+
+/// The pod as the API server answers its release: ungated.
+fn released() -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "job-pod", "uid": "pod-uid"}})
 }
 
 /// Status patches succeed, pods are answered by `pods`.
@@ -206,12 +212,12 @@ async fn discard_stray(gated: bool) -> Vec<Sent> {
         _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, created(sent)),
         _ if sent.is(&Method::GET, POD) => Answer::Reply(200, live_stray(gated)),
         _ if sent.is(&Method::DELETE, POD) => Answer::Reply(200, sent.body.clone()),
-        _ if sent.is(&Method::PATCH, POD) => Answer::Reply(200, sent.body.clone()),
+        _ if sent.is(&Method::PATCH, POD) => Answer::Reply(200, released()),
         _ => Answer::status(404, "NotFound"),
     });
     let stray = CachedPod {
         uid: "stray-uid".into(),
-        gated: true,
+        gate: Some(0),
         phase: crate::pod::Phase::Pending,
         ..crate::plan::fixtures::pod("job-pod")
     };
@@ -252,13 +258,13 @@ async fn a_pod_released_by_someone_else_is_not_deleted() {
     );
 }
 
-const ATS: &str = "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/ns/ats";
+const ATS: &str = "/apis/cnat.programming-kubernetes.info/v1beta1/namespaces/ns/ats";
 
 /// A list of `at` alone, as a read back by name answers.
 fn listed(at: Value) -> Answer {
     Answer::Reply(
         200,
-        serde_json::json!({"apiVersion": "cnat.programming-kubernetes.info/v1alpha1",
+        serde_json::json!({"apiVersion": "cnat.programming-kubernetes.info/v1beta1",
             "kind": "AtList", "metadata": {"resourceVersion": "9"}, "items": [at]}),
     )
 }

@@ -20,7 +20,7 @@ async fn a_conflict_with_our_own_running_write_still_releases_the_pod() {
         }
         _ if sent.is(&Method::GET, ATS) => listed(stored.lock().clone().unwrap()),
         _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, created(sent)),
-        _ if sent.is(&Method::PATCH, POD) => Answer::Reply(200, sent.body.clone()),
+        _ if sent.is(&Method::PATCH, POD) => Answer::Reply(200, released()),
         _ => Answer::status(404, "NotFound"),
     });
     reconcile(Arc::new(due_at()), ctx).await.unwrap();
@@ -36,7 +36,7 @@ async fn reconcile_running_without_pod(status: AtStatus) -> Vec<Vec<Value>> {
     let (ctx, log) = scripted_context(|sent, _| match () {
         _ if sent.is(&Method::PATCH, STATUS) => patched(sent),
         _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, created(sent)),
-        _ if sent.is(&Method::PATCH, POD) => Answer::Reply(200, sent.body.clone()),
+        _ if sent.is(&Method::PATCH, POD) => Answer::Reply(200, released()),
         _ => Answer::status(404, "NotFound"),
     });
     reconcile(Arc::new(at), ctx).await.unwrap();
@@ -78,7 +78,7 @@ async fn the_pod_is_recorded_before_it_is_released() {
     let (ctx, log) = scripted_context(|sent, _| match () {
         _ if sent.is(&Method::PATCH, STATUS) => patched(sent),
         _ if sent.is(&Method::POST, PODS) => Answer::Reply(201, created(sent)),
-        _ if sent.is(&Method::PATCH, POD) => Answer::Reply(200, sent.body.clone()),
+        _ if sent.is(&Method::PATCH, POD) => Answer::Reply(200, released()),
         _ => Answer::status(404, "NotFound"),
     });
     reconcile(Arc::new(due_at()), ctx).await.unwrap();
@@ -98,9 +98,15 @@ async fn the_pod_is_recorded_before_it_is_released() {
         .position(|s| s.is(&Method::PATCH, POD))
         .expect("the pod released");
     assert!(record < release, "released before it was recorded");
-    let patch = &log[release].body;
-    assert_eq!(patch["metadata"]["uid"], "pod-uid");
-    assert_eq!(patch["spec"]["schedulingGates"], Value::Null);
+    assert_eq!(
+        log[release].body,
+        json!([
+            {"op": "test", "path": "/metadata/uid", "value": "pod-uid"},
+            {"op": "test", "path": "/spec/schedulingGates/0/name", "value": plan::GATE},
+            {"op": "remove", "path": "/spec/schedulingGates/0"},
+        ]),
+        "only the At's own gate, of that pod, removed"
+    );
 }
 
 /// Issue 26, fault 4, in the order the pod comes first: the RUNNING write landed but its
@@ -124,7 +130,7 @@ async fn a_running_write_whose_reply_was_lost_is_followed_by_the_release() {
             Answer::Reply(201, created(sent))
         }
         _ if sent.is(&Method::GET, POD) => Answer::Reply(200, pod.lock().clone().unwrap()),
-        _ if sent.is(&Method::PATCH, POD) => Answer::Reply(200, sent.body.clone()),
+        _ if sent.is(&Method::PATCH, POD) => Answer::Reply(200, released()),
         _ => Answer::status(404, "NotFound"),
     });
     assert!(reconcile(Arc::new(due_at()), ctx.clone()).await.is_err());

@@ -84,9 +84,9 @@ fn a_pod_seen_between_the_reads_is_not_created_again() {
 }
 
 const PODS: &str = "/api/v1/namespaces/ns/pods";
-const STATUS: &str = "/apis/app.example.com/v1alpha1/namespaces/ns/podsets/web/status";
+const STATUS: &str = "/apis/app.example.com/v1beta1/namespaces/ns/podsets/web/status";
 
-const PODSETS: &str = "/apis/app.example.com/v1alpha1/namespaces/ns/podsets";
+const PODSETS: &str = "/apis/app.example.com/v1beta1/namespaces/ns/podsets";
 
 /// What the scripted API answers to anything a test does not script: status patches succeed,
 /// the PodSet is there, and nothing else exists.
@@ -101,7 +101,7 @@ fn otherwise(sent: &Sent) -> Answer {
 }
 
 fn podset_list(items: Value) -> Value {
-    json!({"apiVersion": "app.example.com/v1alpha1", "kind": "PodSetList",
+    json!({"apiVersion": "app.example.com/v1beta1", "kind": "PodSetList",
         "metadata": {"resourceVersion": "9"}, "items": items})
 }
 
