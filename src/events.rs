@@ -223,7 +223,7 @@ mod tests {
 
     fn podset(uid: &str) -> ObjectReference {
         ObjectReference {
-            api_version: Some("app.example.com/v1alpha1".into()),
+            api_version: Some("app.example.com/v1beta1".into()),
             kind: Some("PodSet".into()),
             name: Some("web".into()),
             namespace: Some("ns".into()),

@@ -337,12 +337,7 @@ async fn watch_expiry_after_compaction_relists_and_carries_on() -> Result<()> {
 }
 
 fn at_now(name: &str) -> At {
-    serde_json::from_value(json!({
-        "apiVersion": "cnat.programming-kubernetes.info/v1alpha1", "kind": "At",
-        "metadata": {"name": name},
-        "spec": {"schedule": "2019-04-12T10:12:00Z", "command": "echo YAY"}
-    }))
-    .expect("a valid At")
+    testenv::harness::at(name, "2019-04-12T10:12:00Z", "echo YAY")
 }
 
 #[tokio::test]

@@ -199,7 +199,7 @@ async fn pods_left_out_of_the_watch_are_told_apart_when_the_operator_starts() ->
         .api::<PodSet>()
         .create(&PostParams::default(), &podset("web", 1))
         .await?;
-    let owner = json!([{"apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+    let owner = json!([{"apiVersion": "app.example.com/v1beta1", "kind": "PodSet",
         "name": "web", "uid": ps.uid(), "controller": true, "blockOwnerDeletion": true}]);
     let made = |name: &str, labels: Value| -> Result<Pod> {
         Ok(serde_json::from_value(

@@ -12,7 +12,7 @@ fn pod(uid: &str, owner: Option<&str>, phase: &str) -> Pod {
             uid: Some(uid.into()),
             owner_references: owner.map(|o| {
                 vec![OwnerReference {
-                    api_version: "app.example.com/v1alpha1".into(),
+                    api_version: "app.example.com/v1beta1".into(),
                     kind: "PodSet".into(),
                     name: format!("ps-{o}"),
                     uid: o.into(),

@@ -183,7 +183,7 @@ mod tests {
     use serde_json::{Value, json};
 
     fn pod(uid: &str, owned: bool) -> Value {
-        let owner = json!([{"apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+        let owner = json!([{"apiVersion": "app.example.com/v1beta1", "kind": "PodSet",
             "name": "web", "uid": "web-uid", "controller": true}]);
         let mut meta = json!({"name": format!("p-{uid}"), "namespace": "ns", "uid": uid});
         if owned {

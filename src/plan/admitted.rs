@@ -39,7 +39,7 @@ mod tests {
 
     fn pod(labels: serde_json::Value, owner: &str) -> Pod {
         serde_json::from_value(json!({"metadata": {"name": "web-pod-x", "labels": labels,
-            "ownerReferences": [{"apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+            "ownerReferences": [{"apiVersion": "app.example.com/v1beta1", "kind": "PodSet",
                 "name": "web", "uid": owner, "controller": true}]}}))
         .unwrap()
     }

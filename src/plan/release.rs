@@ -86,7 +86,7 @@ mod tests {
         let mut pod: Pod = serde_json::from_value(json!({"metadata": {"name": "web-pod-x",
             "uid": "p1", "labels": labels, "ownerReferences": [
                 {"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "c1"},
-                {"apiVersion": "app.example.com/v1alpha1", "kind": "PodSet", "name": "web",
+                {"apiVersion": "app.example.com/v1beta1", "kind": "PodSet", "name": "web",
                  "uid": "ps1", "controller": true}]}}))
         .unwrap();
         if deleting {

@@ -17,7 +17,7 @@ use testenv::harness::{
 /// The readiness probe of a PodSet's one container on `port`.
 fn probing(name: &str, port: Value) -> Value {
     json!({
-        "apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+        "apiVersion": "app.example.com/v1beta1", "kind": "PodSet",
         "metadata": {"name": name},
         "spec": {"replicas": 1, "template": {"spec": {"containers": [{
             "name": "busybox", "image": "busybox", "command": ["sleep", "3600"],

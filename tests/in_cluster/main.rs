@@ -466,8 +466,8 @@ async fn helm_test(cluster: &Cluster, release: &str, ns: &str) -> Result<()> {
     ];
     let out = testenv::helm::run(&args).await?;
     for passed in [
-        "ok: PodSets are served (app.example.com/v1alpha1)",
-        "ok: Ats are served (cnat.programming-kubernetes.info/v1alpha1)",
+        "ok: PodSets are served (app.example.com/v1beta1)",
+        "ok: Ats are served (cnat.programming-kubernetes.info/v1beta1)",
         "answers /readyz on",
     ] {
         ensure!(

@@ -482,10 +482,7 @@ mod tests {
         let now = Timestamp::from_second(1_800_000_000).unwrap();
         let (podset_paths, at_paths) = s.paths();
         assert!(podset_paths > 1000, "{podset_paths} PodSet paths");
-        assert_eq!(
-            at_paths, 4,
-            "schedule, command, image, startDeadlineSeconds"
-        );
+        assert!(at_paths > 1000, "{at_paths} At paths: its template's too");
         for seed in 0..200 {
             assert_eq!(s.generate(seed, now).body, s.generate(seed, now).body);
         }

@@ -407,7 +407,7 @@ async fn a_user_template_runs_its_own_command() -> Result<()> {
     let ns = namespace("ps-tmpl").await?;
     let _op = ns.start_operator(&["--controllers=podset"]).await?;
     let ps: PodSet = serde_json::from_value(serde_json::json!({
-        "apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+        "apiVersion": "app.example.com/v1beta1", "kind": "PodSet",
         "metadata": {"name": "tmpl"},
         "spec": {"replicas": 1, "template": {"spec": {"containers": [{
             "name": "web", "image": "busybox",
@@ -453,7 +453,7 @@ async fn pods_that_cannot_start_are_described_in_the_podset() -> Result<()> {
     ];
     for (name, spec, _, _) in &trouble {
         let ps: PodSet = serde_json::from_value(serde_json::json!({
-            "apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+            "apiVersion": "app.example.com/v1beta1", "kind": "PodSet",
             "metadata": {"name": name},
             "spec": {"replicas": 1, "template": {"spec": spec}},
         }))?;

@@ -28,7 +28,7 @@ mod wait;
 
 use access::*;
 use metrics::Installed;
-use release::{Release, metrics_rbac_objects, user_role_objects};
+use release::{Release, conversion_rbac_objects, metrics_rbac_objects, user_role_objects};
 use render::*;
 use wait::*;
 
@@ -80,6 +80,7 @@ async fn helm_install_cluster_wide_then_uninstall() -> Result<()> {
         format!("clusterrolebinding/{fullname}-manager"),
     ];
     cluster_objects.extend(metrics_rbac_objects(fullname));
+    cluster_objects.extend(conversion_rbac_objects(fullname));
     cluster_objects.extend(user_role_objects(fullname));
     wait_objects(kc, "", &cluster_objects, true).await?;
     assert_user_roles_aggregated(kc, &other).await?;
@@ -128,8 +129,10 @@ async fn helm_install_namespace_list_then_uninstall() -> Result<()> {
     for n in [&watched, &second] {
         wait_objects(kc, n, &watched_objects, true).await?;
     }
-    // Cluster-wide: the metrics reviews' RBAC, and the roles for people (bound per namespace).
+    // Cluster-wide: the metrics reviews' RBAC, the At CRD's conversion (by name), and the
+    // roles for people (bound per namespace).
     let mut metrics_objects = metrics_rbac_objects(fullname);
+    metrics_objects.extend(conversion_rbac_objects(fullname));
     metrics_objects.extend(user_role_objects(fullname));
     wait_objects(kc, "", &metrics_objects, true).await?;
     let out = kubectl(
@@ -144,7 +147,7 @@ async fn helm_install_namespace_list_then_uninstall() -> Result<()> {
     assert_eq!(
         cluster_wide,
         metrics_objects.iter().map(String::as_str).collect(),
-        "a namespaced install made more cluster-wide RBAC than the metrics reviews and the roles for people"
+        "a namespaced install made more cluster-wide RBAC than the metrics reviews, the At CRD's conversion and the roles for people"
     );
     let deploy = kubectl(kc, &["get", "deployment", fullname, "-n", ns, "-o", "json"]).await?;
     let deploy: Value = serde_json::from_str(&deploy)?;

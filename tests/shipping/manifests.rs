@@ -57,13 +57,16 @@ async fn chart_lints_and_renders_both_scopes() -> Result<()> {
     assert_metrics_rbac(&docs, "ops")?;
 
     // One namespace: the manager rules in a Role + RoleBinding there; cluster-wide, only the
-    // metrics reviews (TokenReviews and SubjectAccessReviews have no namespace) and the roles
-    // for people (bound per namespace).
+    // metrics reviews (TokenReviews and SubjectAccessReviews have no namespace), the At CRD's
+    // conversion (CRDs have none either; that CRD alone, by name) and the roles for people
+    // (bound per namespace).
     let docs = render(&["--set-string", "watchNamespace=team-a"]).await?;
     let mut cluster_wide = BTreeSet::from([
         "ClusterRole/ps-podset-operator-metrics-auth".to_string(),
         "ClusterRole/ps-podset-operator-metrics-reader".to_string(),
         "ClusterRoleBinding/ps-podset-operator-metrics-auth".to_string(),
+        "ClusterRole/ps-podset-operator-conversion".to_string(),
+        "ClusterRoleBinding/ps-podset-operator-conversion".to_string(),
     ]);
     cluster_wide.extend(
         rbac::user_roles()

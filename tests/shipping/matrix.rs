@@ -40,8 +40,8 @@ const TAKEN: &[(&str, Option<&str>)] = &[
         Some("--shutdown-timeout-seconds=45"),
     ),
     (
-        "metrics.port=9443,healthProbe.port=9081",
-        Some("--metrics-bind-address=:9443"),
+        "metrics.port=9444,healthProbe.port=9081",
+        Some("--metrics-bind-address=:9444"),
     ),
     ("metrics.secure=false", Some("--metrics-secure=false")),
     (
@@ -49,7 +49,9 @@ const TAKEN: &[(&str, Option<&str>)] = &[
         Some("--metrics-cert-dir=/etc/podset-operator/metrics-certs"),
     ),
     ("metrics.service.enabled=false", None),
-    ("networkPolicy.enabled=true,metrics.port=9443,healthProbe.port=9081", None),
+    ("webhook.port=9555", Some("--webhook-bind-address=:9555")),
+    ("webhook.enabled=false", None),
+    ("networkPolicy.enabled=true,metrics.port=9444,healthProbe.port=9081", None),
     ("networkPolicy.metrics.namespaceSelector=null,networkPolicy.enabled=true", None),
     ("userRoles.aggregate=false", None),
     ("resources=null", None),
@@ -86,6 +88,7 @@ const REFUSED: &[(&str, &str)] = &[
         "plus the Lease's release (up to 40 s",
     ),
     ("metrics.port=8081", "could not bind it"),
+    ("webhook.port=8443", "the webhook could not bind it"),
     (
         "leaderElection.leaseDurationSeconds=1",
         "at '/leaderElection/leaseDurationSeconds'",

@@ -2,7 +2,8 @@
 //! so the installed container is run on this host instead: the operator binary with the
 //! Deployment's args and literal env, as the installed ServiceAccount. That exercises what the
 //! install decides (flags, the metrics-auth binding, the metrics-reader ClusterRole); the image
-//! itself waits for real nodes.
+//! itself, and the conversion webhook (which the API server reaches only in a pod behind the
+//! Service), wait for real nodes (`tests/in_cluster`).
 
 use testenv::Process;
 
@@ -32,6 +33,7 @@ impl Installed {
             .filter_map(Value::as_str)
             .filter(|a| !a.starts_with("--metrics-bind-address="))
             .filter(|a| !a.starts_with("--health-probe-bind-address="))
+            .filter(|a| !a.starts_with("--webhook-"))
             .map(String::from)
             .collect();
         args.extend([

@@ -63,7 +63,7 @@ async fn replicas_spread_over_nodes_unless_told_otherwise() -> Result<()> {
 
 #[tokio::test]
 async fn the_listeners_bind_every_address_of_both_families() -> Result<()> {
-    let docs = render(&["--set", "metrics.port=9443,healthProbe.port=9081"]).await?;
+    let docs = render(&["--set", "metrics.port=9444,healthProbe.port=9081"]).await?;
     let args = &pod_spec(&docs)?["containers"][0]["args"];
     let args: Vec<&str> = args
         .as_array()
@@ -71,7 +71,7 @@ async fn the_listeners_bind_every_address_of_both_families() -> Result<()> {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    assert!(args.contains(&"--metrics-bind-address=:9443"), "{args:?}");
+    assert!(args.contains(&"--metrics-bind-address=:9444"), "{args:?}");
     assert!(
         args.contains(&"--health-probe-bind-address=:9081"),
         "{args:?}"
@@ -92,12 +92,12 @@ async fn the_metrics_network_policy_only_when_asked_for() -> Result<()> {
         json!([{
             "from": [{"namespaceSelector": {"matchLabels": {"metrics": "enabled"}}, "podSelector": {}}],
             "ports": [{"port": 8443, "protocol": "TCP"}],
-        }, check_ingress(8081)])
+        }, check_ingress(8081), webhook_ingress(9443)])
     );
     // Chosen pods of the release's own namespace, on another port.
     let docs = render(&[
         "--set",
-        "networkPolicy.enabled=true,metrics.port=9443,healthProbe.port=9081",
+        "networkPolicy.enabled=true,metrics.port=9444,healthProbe.port=9081",
         "--set-json",
         r#"networkPolicy.metrics={"namespaceSelector":null,"podSelector":{"matchLabels":{"app":"prometheus"}}}"#,
     ])
@@ -107,8 +107,8 @@ async fn the_metrics_network_policy_only_when_asked_for() -> Result<()> {
         policy["ingress"],
         json!([{
             "from": [{"podSelector": {"matchLabels": {"app": "prometheus"}}}],
-            "ports": [{"port": 9443, "protocol": "TCP"}],
-        }, check_ingress(9081)])
+            "ports": [{"port": 9444, "protocol": "TCP"}],
+        }, check_ingress(9081), webhook_ingress(9443)])
     );
     Ok(())
 }
@@ -124,6 +124,12 @@ fn check_ingress(port: u16) -> Value {
         "from": [{"podSelector": {"matchLabels": check}}],
         "ports": [{"port": port, "protocol": "TCP"}],
     })
+}
+
+/// The policy's last rule: the conversion webhook, from anywhere (the API server's addresses
+/// are no pod's).
+fn webhook_ingress(port: u16) -> Value {
+    json!({"ports": [{"port": port, "protocol": "TCP"}]})
 }
 
 /// `helm test`'s hook: the operator's image running `check` against this release's manager
@@ -166,9 +172,11 @@ async fn helm_test_checks_the_release_with_the_generated_rules_only() -> Result<
     let (check, run) = (&pod["containers"][0], &template["spec"]["containers"][0]);
     assert_eq!(check["image"], run["image"]);
     assert_eq!(check["securityContext"], run["securityContext"]);
+    // Every operator pod, whether or not its version serves the webhook.
     let labels = template["metadata"]["labels"].as_object().expect("labels");
     let mut selector: Vec<String> = labels
         .iter()
+        .filter(|(k, _)| *k != "podset-operator.example.com/webhook")
         .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
         .collect();
     selector.sort();

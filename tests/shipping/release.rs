@@ -11,6 +11,15 @@ pub fn metrics_rbac_objects(fullname: &str) -> Vec<String> {
     ]
 }
 
+/// The conversion webhook's cluster-wide RBAC (the At CRD alone, by name), as `kubectl get -o
+/// name` lists it.
+pub fn conversion_rbac_objects(fullname: &str) -> Vec<String> {
+    vec![
+        format!("clusterrole.rbac.authorization.k8s.io/{fullname}-conversion"),
+        format!("clusterrolebinding.rbac.authorization.k8s.io/{fullname}-conversion"),
+    ]
+}
+
 /// The editor and viewer ClusterRoles for people, as `kubectl get -o name` lists them.
 pub fn user_role_objects(fullname: &str) -> Vec<String> {
     rbac::user_roles()

@@ -47,8 +47,9 @@ pub fn assert_rules(role: &Value, want: &Value) {
     );
 }
 
-/// What every install path must ship: 2 replicas, the hardening, the probes, the ports and
-/// POD_NAME from the downward API.
+/// What every install path must ship: 2 replicas, the hardening, the probes, the ports,
+/// POD_NAME and POD_NAMESPACE from the downward API, and the conversion webhook served for
+/// its Service.
 pub fn assert_hardened_deployment(deploy: &Value) {
     let spec = &deploy["spec"];
     assert_eq!(spec["replicas"], 2, "two replicas: {deploy}");
@@ -117,6 +118,21 @@ pub fn assert_hardened_deployment(deploy: &Value) {
         .collect();
     assert!(ports.contains(&(8443, "metrics")), "{ports:?}");
     assert!(ports.contains(&(8081, "health")), "{ports:?}");
+    assert!(ports.contains(&(9443, "webhook")), "{ports:?}");
+    assert!(
+        args.iter().any(|a| a.starts_with("--webhook-service=")),
+        "the webhook served for its Service: {args:?}"
+    );
+    let namespace = c["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == "POD_NAMESPACE")
+        .expect("POD_NAMESPACE set");
+    assert_eq!(
+        namespace["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
     for (probe, path) in [("livenessProbe", "/livez"), ("readinessProbe", "/readyz")] {
         assert_eq!(c[probe]["httpGet"]["path"], path);
         assert_eq!(c[probe]["httpGet"]["port"], "health");

@@ -53,10 +53,10 @@ impl Scenario {
     fn owners(self, ns: &str) -> String {
         match self {
             Scenario::PodSet | Scenario::Released => {
-                format!("/apis/app.example.com/v1alpha1/namespaces/{ns}/podsets")
+                format!("/apis/app.example.com/v1beta1/namespaces/{ns}/podsets")
             }
             Scenario::At | Scenario::DeletedAt => {
-                format!("/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/{ns}/ats")
+                format!("/apis/cnat.programming-kubernetes.info/v1beta1/namespaces/{ns}/ats")
             }
         }
     }

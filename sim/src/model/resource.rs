@@ -154,7 +154,7 @@ mod tests {
 
     #[test]
     fn paths_name_their_targets() {
-        let t = parse("/apis/app.example.com/v1alpha1/namespaces/ns/podsets/web/status").unwrap();
+        let t = parse("/apis/app.example.com/v1beta1/namespaces/ns/podsets/web/status").unwrap();
         assert_eq!(
             (t.kind, t.namespace.as_deref(), t.name.as_deref()),
             (Kind::PodSet, Some("ns"), Some("web"))

@@ -101,7 +101,7 @@ async fn owner_with_pods(s: &mut Side, name: &str) -> Result<()> {
     let owner = s.create("a PodSet", Kind::PodSet, podset(name, 2)).await?;
     for i in 1..=2 {
         let mut owned = pod(&format!("{name}-{i}"), managed());
-        owned["metadata"]["ownerReferences"] = json!([{"apiVersion": "app.example.com/v1alpha1",
+        owned["metadata"]["ownerReferences"] = json!([{"apiVersion": "app.example.com/v1beta1",
             "kind": "PodSet", "name": name, "uid": owner["metadata"]["uid"],
             "controller": true, "blockOwnerDeletion": true}]);
         s.create("a pod it controls", Kind::Pod, owned).await?;

@@ -19,7 +19,7 @@ async fn garbage_collection() -> Result<()> {
             .create("a PodSet", Kind::PodSet, podset("owner", 2))
             .await?;
         let reference = |kind: &str, name: &str, uid: &Value| {
-            json!([{"apiVersion": "app.example.com/v1alpha1", "kind": kind, "name": name,
+            json!([{"apiVersion": "app.example.com/v1beta1", "kind": kind, "name": name,
                 "uid": uid, "controller": true, "blockOwnerDeletion": true}])
         };
         for name in ["owned-1", "owned-2"] {

@@ -41,7 +41,7 @@ async fn lists() -> Result<()> {
             .await?;
         s.list("Leases: none", Kind::Lease, "").await?;
         let web = s.get("the PodSet", Kind::PodSet, "web").await?;
-        let owned = json!({"apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+        let owned = json!({"apiVersion": "app.example.com/v1beta1", "kind": "PodSet",
             "name": "web", "uid": web["metadata"]["uid"], "controller": true});
         let mut c = pod("c", crate::objects::managed());
         c["metadata"]["ownerReferences"] = json!([owned]);

@@ -18,18 +18,21 @@ pub(crate) fn managed() -> Value {
 
 pub(crate) fn podset(name: &str, replicas: i64) -> Value {
     json!({
-        "apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+        "apiVersion": "app.example.com/v1beta1", "kind": "PodSet",
         "metadata": {"name": name},
         "spec": {"replicas": replicas},
     })
 }
 
+/// The book's At, written at v1alpha1, as the API server stores it (v1beta1).
 pub(crate) fn at(name: &str) -> Value {
-    json!({
+    let alpha = json!({
         "apiVersion": "cnat.programming-kubernetes.info/v1alpha1", "kind": "At",
         "metadata": {"name": name},
         "spec": {"schedule": "2030-01-01T00:00:00Z", "command": "echo YAY"},
-    })
+    });
+    let hub = "cnat.programming-kubernetes.info/v1beta1";
+    podset_operator::api::conversion::convert(alpha, hub).expect("an At converts")
 }
 
 pub(crate) fn lease(name: &str, holder: &str) -> Value {

@@ -20,7 +20,7 @@ async fn pod_edits() -> Result<()> {
             .create("another PodSet", Kind::PodSet, podset("b", 1))
             .await?;
         let controller = |ps: &Value, name: &str| {
-            json!([{"apiVersion": "app.example.com/v1alpha1", "kind": "PodSet", "name": name,
+            json!([{"apiVersion": "app.example.com/v1beta1", "kind": "PodSet", "name": name,
                 "uid": ps["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}])
         };
         let mut owned = pod("owned", managed());

@@ -22,7 +22,7 @@ async fn creates() -> Result<()> {
             .create(
                 "generateName",
                 Kind::PodSet,
-                json!({"apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+                json!({"apiVersion": "app.example.com/v1beta1", "kind": "PodSet",
                     "metadata": {"generateName": "web-"}, "spec": {"replicas": 1}}),
             )
             .await?;
@@ -167,7 +167,7 @@ async fn concurrency() -> Result<()> {
         // dangling one would race the real garbage collector.
         let web_uid = web["metadata"]["uid"].clone();
         let mut owned = pod("owned", json!({"x": "y"}));
-        owned["metadata"]["ownerReferences"] = json!([{"apiVersion": "app.example.com/v1alpha1",
+        owned["metadata"]["ownerReferences"] = json!([{"apiVersion": "app.example.com/v1beta1",
             "kind": "PodSet", "name": "web", "uid": web_uid, "controller": true}]);
         let owned = s.create("a pod with an owner", Kind::Pod, owned).await?;
         let release = |uid: &Value| {

@@ -264,7 +264,7 @@ fn a_stale_copy_of_the_at_never_deletes_the_pod_it_recorded() {
         // The leader's At watch (from about 17 s) goes quiet from 27 s to 87 s; its pod watch
         // (from 17.014 s) from 32.004 s, between the pod's create (32.002 s) and its release
         // (32.010 s): the next reconcile sees the pod gated and the At as it was before.
-        let watch = "/apis/cnat.programming-kubernetes.info/v1alpha1/ats?&watch=true";
+        let watch = "/apis/cnat.programming-kubernetes.info/v1beta1/ats?&watch=true";
         scene.rule(rule(None, Method::GET, watch, quiet(10, 60), 1));
         let pods = RequestPlan {
             watch: Some(WatchPlan {
@@ -313,7 +313,7 @@ fn an_at_deleted_behind_a_quiet_watch_is_not_made_a_pod_again_after_an_unanswere
 /// made for it.
 fn deleted_behind_a_quiet_watch(seed: u64, fault: Option<Rule>) {
     let report = play(seed, Setup::default(), |scene| async move {
-        let watch = "/apis/cnat.programming-kubernetes.info/v1alpha1/ats?&watch=true";
+        let watch = "/apis/cnat.programming-kubernetes.info/v1beta1/ats?&watch=true";
         scene.rule(rule(None, Method::GET, watch, quiet(20, 60), 2));
         leader(&scene).await?;
         scene.user(Action::CreateAt {

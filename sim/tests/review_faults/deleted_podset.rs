@@ -19,7 +19,7 @@ fn a_create_sent_again_for_a_podset_deleted_behind_an_unanswered_watch_reads_it_
     let report = play(45, Setup::default(), |scene| async move {
         // The leader's PodSet watch, right after its list, is never answered; nor are the two
         // next tries (each given up at the client's 30 s deadline): blind for some 95 s.
-        let podsets = "/apis/app.example.com/v1alpha1/podsets?&watch=true";
+        let podsets = "/apis/app.example.com/v1beta1/podsets?&watch=true";
         let unanswered = plan(Before::Pass, After::Hang);
         scene.rule(rule(None, Method::GET, podsets, unanswered, 3));
         // The first create leaves 20 s late, after the deletion, and the server holds it 50 s:
@@ -213,7 +213,7 @@ impl Default for QuietDeletion {
 
 fn deleted_behind_a_quiet_watch(seed: u64, d: QuietDeletion) {
     let report = play(seed, Setup::default(), move |scene| async move {
-        let watch = "/apis/app.example.com/v1alpha1/podsets?&watch=true";
+        let watch = "/apis/app.example.com/v1beta1/podsets?&watch=true";
         let (from, long) = d.podsets_quiet;
         scene.rule(rule(None, Method::GET, watch, quiet(from, long), 1));
         if let Some((from, long)) = d.pods_quiet {

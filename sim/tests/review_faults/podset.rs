@@ -324,7 +324,7 @@ fn a_status_write_refused_after_its_own_resend_landed_is_put_right() {
             held,
             1,
         ));
-        let watch = "/apis/app.example.com/v1alpha1/podsets?&watch=true";
+        let watch = "/apis/app.example.com/v1beta1/podsets?&watch=true";
         scene.rule(rule(Some(standby), Method::GET, watch, quiet(6, 60), 1));
         let lost = plan(Before::Pass, After::Lost);
         scene.rule(rule(Some(standby), Method::DELETE, "/pods/", lost, 1));

@@ -10,7 +10,7 @@ use crate::pod::Phase;
 fn pod_with(phase: &str, init: serde_json::Value, containers: serde_json::Value) -> CachedPod {
     let pod = serde_json::json!({
         "metadata": {"name": "example-at-pod", "namespace": "ns", "uid": "pod-uid",
-            "ownerReferences": [{"apiVersion": "cnat.programming-kubernetes.info/v1alpha1",
+            "ownerReferences": [{"apiVersion": "cnat.programming-kubernetes.info/v1beta1",
                 "kind": "At", "name": "example-at", "uid": "at-uid", "controller": true}]},
         "spec": {"containers": [{"name": "busybox"}]},
         "status": {"phase": phase, "initContainerStatuses": init,

@@ -17,8 +17,8 @@ pub enum Kind {
 impl Kind {
     pub fn api_version(self) -> &'static str {
         match self {
-            Kind::PodSet => "app.example.com/v1alpha1",
-            Kind::At => "cnat.programming-kubernetes.info/v1alpha1",
+            Kind::PodSet => "app.example.com/v1beta1",
+            Kind::At => "cnat.programming-kubernetes.info/v1beta1",
         }
     }
 

@@ -198,7 +198,7 @@ async fn a_stale_copy_publishes_no_event_of_a_status_already_written() {
     Arc::get_mut(&mut ctx).unwrap().clock = crate::clock::Clock::new(move || now);
     let pod = serde_json::json!({
         "metadata": {"name": "job-pod", "namespace": "ns", "uid": "pod-uid",
-            "ownerReferences": [{"apiVersion": "cnat.programming-kubernetes.info/v1alpha1",
+            "ownerReferences": [{"apiVersion": "cnat.programming-kubernetes.info/v1beta1",
                 "kind": "At", "name": "job", "uid": "at-uid", "controller": true}]},
         "spec": {"containers": [{"name": "busybox"}]},
         "status": {"phase": "Succeeded", "containerStatuses": [{"name": "busybox",

@@ -14,7 +14,7 @@ use std::cell::Cell;
 fn owned_pod(name: &str, uid: &str) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "ns", "uid": uid,
-            "ownerReferences": [{"apiVersion": "app.example.com/v1alpha1", "kind": "PodSet",
+            "ownerReferences": [{"apiVersion": "app.example.com/v1beta1", "kind": "PodSet",
                 "name": "web", "uid": "ps-uid", "controller": true}]},
         "status": {"phase": "Pending"}
     }))
