@@ -287,6 +287,7 @@ impl Replica {
             clock_sim.now() + skew
         });
         Operator {
+            migrate_storage: false,
             controllers,
             lease,
             fence,
