@@ -1,16 +1,18 @@
-//! Issue 59's At at v1beta1 on a real node, its pods really run: a template's Secret,
-//! ServiceAccount and downward API reach the command; a schedule is read in its time zone;
-//! an active deadline stops the command; a TTL deletes the DONE At with its pod;
-//! `containerName` picks the verdict; another controller's scheduling gate is left to it; and
-//! kubectl shows the Zone column and explains the fields.
+//! Issue 59's At at v1beta1 on a real node, its pods really run: a template's Secret, own
+//! ServiceAccount and downward API reach the command; a schedule is read in its time zone; an
+//! active deadline stops the command; a TTL deletes the DONE At with its pod; `containerName`
+//! picks the verdict; another controller's gate is left to it; kubectl shows the Zone column.
 
 use std::time::Duration;
 
-use anyhow::{Result, anyhow, ensure};
+use anyhow::{Result, anyhow, bail, ensure};
+use futures::{StreamExt, TryStreamExt};
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, LogParams, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, LogParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use podset_operator::api::at::time_zone;
 use podset_operator::api::{At, AtPhase};
 use podset_operator::plan::at::{
     CONDITION_COMPLETED, CONDITION_SCHEDULED, REASON_DEADLINE_EXCEEDED,
@@ -77,13 +79,11 @@ async fn done(api: &Api<At>, name: &str) -> Result<At> {
     .await
 }
 
-/// Waits for object `name` to be gone; when it was first seen gone.
-async fn gone<K>(api: &Api<K>, name: &str) -> Result<Timestamp>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    poll_some(PROMPTLY, &format!("{name} gone"), || async {
-        Ok(api.get_opt(name).await?.is_none().then(Timestamp::now))
+/// Waits for pod `name` to run its command.
+async fn running(ns: &TestNs, name: &str) -> Result<()> {
+    harness::poll(PROMPTLY, &format!("pod {name} running"), || async {
+        let pod = ns.api::<Pod>().get_opt(name).await?;
+        Ok(pod.is_some_and(|p| harness::phase(&p) == "Running"))
     })
     .await
 }
@@ -107,7 +107,7 @@ async fn log(ns: &TestNs, pod: &str, container: &str) -> Result<String> {
     Ok(ns.api::<Pod>().logs(pod, &params).await?)
 }
 
-fn stamp(at: Option<&Time>) -> Result<Timestamp> {
+fn stamp(at: Option<Time>) -> Result<Timestamp> {
     at.map(|t| t.0).ok_or_else(|| anyhow!("no time recorded"))
 }
 
@@ -117,12 +117,8 @@ fn stamp(at: Option<&Time>) -> Result<Timestamp> {
 #[tokio::test]
 async fn a_template_runs_with_its_secret_and_service_account_and_is_ready() -> Result<()> {
     let (ns, _op) = watched("beta-env").await?;
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "greeting"}, "stringData": {"word": "open-sesame-59"},
-    }))?;
-    ns.api::<Secret>()
-        .create(&PostParams::default(), &secret)
-        .await?;
+    let secret = "create secret generic greeting --from-literal=word=open-sesame-59";
+    kubectl(&ns, &secret.split(' ').collect::<Vec<_>>()).await?;
     ns.create_service_account("runner").await?;
     let mut container = shell("busybox", "echo \"word=$WORD sa=$SA\"");
     container["env"] = json!([
@@ -142,9 +138,8 @@ async fn a_template_runs_with_its_secret_and_service_account_and_is_ready() -> R
     assert_eq!(status.succeeded, Some(true));
     assert!(holds(&at, CONDITION_READY, "Succeeded"), "{status:?}");
     assert_eq!(status.observed_generation, at.metadata.generation);
-    let pod = status.pod_name.unwrap_or_default();
-    ended(&ns, &pod).await?;
-    let printed = log(&ns, &pod, "busybox").await?;
+    ended(&ns, "greet-pod").await?;
+    let printed = log(&ns, "greet-pod", "busybox").await?;
     println!("kubectl wait: Ready {waited:?} after the create; the log: {printed:?}");
     assert_eq!(printed, "word=open-sesame-59 sa=runner\n");
     Ok(())
@@ -156,14 +151,10 @@ async fn a_template_runs_with_its_secret_and_service_account_and_is_ready() -> R
 #[tokio::test]
 async fn a_local_schedule_runs_at_its_time_zones_time() -> Result<()> {
     let (ns, _op) = watched("beta-zone").await?;
-    let berlin =
-        podset_operator::api::at::time_zone("Europe/Berlin").map_err(anyhow::Error::msg)?;
+    let berlin = time_zone("Europe/Berlin").map_err(anyhow::Error::msg)?;
     // Whole seconds, the schedule's resolution; far enough ahead to be seen PENDING.
     let due = Timestamp::from_second(Timestamp::now().as_second() + 10)?;
-    let local = due
-        .to_zoned(berlin)
-        .strftime("%Y-%m-%dT%H:%M:%S")
-        .to_string();
+    let local = format!("{}", due.to_zoned(berlin).strftime("%Y-%m-%dT%H:%M:%S"));
     let utc = due.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
     ensure!(!utc.starts_with(&local), "Berlin's time is UTC's: {local}");
     let fields = json!({"schedule": local, "timeZone": "Europe/Berlin"});
@@ -185,7 +176,7 @@ async fn a_local_schedule_runs_at_its_time_zones_time() -> Result<()> {
     .await?;
     let status = at.status.clone().unwrap_or_default();
     let pod = ended(&ns, "berlin-pod").await?;
-    let created = stamp(pod.metadata.creation_timestamp.as_ref())?;
+    let created = stamp(pod.metadata.creation_timestamp.clone())?;
     let ran: i64 = log(&ns, "berlin-pod", "busybox").await?.trim().parse()?;
     let late = left.duration_since(due);
     println!(
@@ -194,7 +185,7 @@ async fn a_local_schedule_runs_at_its_time_zones_time() -> Result<()> {
         ran - due.as_second()
     );
     ensure!(left >= due && created >= due, "left PENDING before {utc}");
-    ensure!(stamp(status.start_time.as_ref())? >= due && ran >= due.as_second());
+    ensure!(stamp(status.start_time.clone())? >= due && ran >= due.as_second());
     ensure!(late <= SignedDuration::from_secs(5), "{late:?} late");
     Ok(())
 }
@@ -209,17 +200,21 @@ async fn an_active_deadline_stops_a_long_command() -> Result<()> {
     let fields = json!({"activeDeadlineSeconds": 6});
     let api = create(&ns, "long", fields, one(line)).await?;
     let pods = ns.api::<Pod>();
-    harness::poll(PROMPTLY, "the long command running", || async {
-        let pod = pods.get_opt("long-pod").await?;
-        Ok(pod.is_some_and(|p| harness::phase(&p) == "Running"))
-    })
-    .await?;
+    running(&ns, "long-pod").await?;
     let stopped = done(&api, "long").await?;
     let seen_done = Timestamp::now();
     let status = stopped.status.clone().unwrap_or_default();
-    let started = stamp(status.start_time.as_ref())?;
-    let ran = stamp(status.completion_time.as_ref())?.duration_since(started);
-    let pod_gone = gone(&pods, "long-pod").await?.duration_since(seen_done);
+    let started = stamp(status.start_time.clone())?;
+    let ran = stamp(status.completion_time.clone())?.duration_since(started);
+    let gone = poll_some(PROMPTLY, "the long pod gone", || async {
+        Ok(pods
+            .get_opt("long-pod")
+            .await?
+            .is_none()
+            .then(Timestamp::now))
+    })
+    .await?;
+    let pod_gone = gone.duration_since(seen_done);
     println!(
         "activeDeadlineSeconds 6: DONE {ran:?} after the start, its pod gone {pod_gone:?} after DONE"
     );
@@ -235,35 +230,56 @@ async fn an_active_deadline_stops_a_long_command() -> Result<()> {
     Ok(())
 }
 
-/// `ttlSecondsAfterFinished` deletes the DONE At that long after its completion, and not
-/// before, its pod gone first (a foreground deletion).
+/// `ttlSecondsAfterFinished` deletes the DONE At that long after its completion, its pod
+/// with it.
 #[tokio::test]
 async fn a_ttl_deletes_the_done_at_with_its_pod_after_it() -> Result<()> {
     let (ns, _op) = watched("beta-ttl").await?;
     let fields = json!({"ttlSecondsAfterFinished": 5});
     let api = create(&ns, "brief", fields, one("echo done")).await?;
     let finished = done(&api, "brief").await?;
-    let completed = stamp(finished.status.and_then(|s| s.completion_time).as_ref())?;
-    let expires = completed + SignedDuration::from_secs(5);
-    let pods = ns.api::<Pod>();
-    ensure!(pods.get_opt("brief-pod").await?.is_some(), "no pod");
-    let deleting = poll_some(PROMPTLY, "the brief At being deleted", || async {
-        Ok(match api.get_opt("brief").await? {
-            None => Some(Timestamp::now()),
-            Some(at) => at.metadata.deletion_timestamp.map(|t| t.0),
-        })
-    })
-    .await?;
-    let at_gone = gone(&api, "brief").await?;
-    let pod_left = pods.get_opt("brief-pod").await?;
+    let pod = ns.api::<Pod>().get_opt("brief-pod").await?;
+    ensure!(pod.is_some(), "DONE without its pod");
+    expires(&ns, &finished, 5).await
+}
+
+/// Follows `finished`, an At seen DONE under a TTL of `ttl` s, until it is deleted: begun no
+/// earlier than its completion plus `ttl`, within 5 s of it, and in the foreground (held by
+/// `foregroundDeletion` until its pod is gone). Every change since it was seen DONE is
+/// watched: each step of its deletion, however quick.
+async fn expires(ns: &TestNs, finished: &At, ttl: i64) -> Result<()> {
+    let (api, name) = (ns.api::<At>(), finished.name_any());
+    let completed = stamp(finished.status.clone().and_then(|s| s.completion_time))?;
+    let expiry = completed + SignedDuration::from_secs(ttl);
+    let params = WatchParams::default().timeout(60);
+    let params = params.fields(&format!("metadata.name={name}"));
+    let version = finished.resource_version().unwrap_or_default();
+    let mut changes = api.watch(&params, &version).await?.boxed();
+    let mut held = None;
+    let gone = loop {
+        match changes.try_next().await? {
+            Some(WatchEvent::Modified(at)) if at.metadata.deletion_timestamp.is_some() => {
+                held.get_or_insert(at);
+            }
+            Some(WatchEvent::Deleted(_)) => break Timestamp::now(),
+            Some(WatchEvent::Error(e)) => bail!("watching the At: {e:?}"),
+            Some(_) => {}
+            None => bail!("{name} was not deleted within 60 s of being seen DONE"),
+        }
+    };
+    let held = held.ok_or_else(|| anyhow!("{name} went at once, not held for its pod"))?;
+    let began = stamp(held.metadata.deletion_timestamp.clone())?;
+    let pod_left = ns.api::<Pod>().get_opt(&format!("{name}-pod")).await?;
     println!(
-        "ttlSecondsAfterFinished 5: deletion began {:?} after completion, the At gone {:?} after",
-        deleting.duration_since(completed),
-        at_gone.duration_since(completed)
+        "ttlSecondsAfterFinished {ttl}: {name}'s deletion began {:?} after its completion, it was gone {:?} after",
+        began.duration_since(completed),
+        gone.duration_since(completed)
     );
-    ensure!(deleting >= expires, "deleted before its TTL ran out");
+    ensure!(began >= expiry, "deleted before its TTL ran out");
+    let foreground = held.finalizers().iter().any(|f| f == "foregroundDeletion");
+    ensure!(foreground, "not in the foreground: {:?}", held.metadata);
     ensure!(pod_left.is_none(), "the At went before its pod");
-    let late = at_gone.duration_since(expires);
+    let late = gone.duration_since(expiry);
     ensure!(late <= SignedDuration::from_secs(5), "{late:?} late");
     Ok(())
 }
@@ -273,12 +289,9 @@ async fn a_ttl_deletes_the_done_at_with_its_pod_after_it() -> Result<()> {
 #[tokio::test]
 async fn the_named_container_decides_the_verdict() -> Result<()> {
     let (ns, _op) = watched("beta-named").await?;
-    let containers = json!([
-        shell("helper", "exit 7"),
-        shell("verdict", "sleep 2; echo ok")
-    ]);
-    let fields = json!({"containerName": "verdict"});
-    let api = create(&ns, "two", fields, json!({"containers": containers})).await?;
+    let pod = json!({"containers": [
+        shell("helper", "exit 7"), shell("verdict", "sleep 2; echo ok")]});
+    let api = create(&ns, "two", json!({"containerName": "verdict"}), pod).await?;
     let at = done(&api, "two").await?;
     let pod = ended(&ns, "two-pod").await?;
     let message = condition(&at, CONDITION_COMPLETED).map(|c| c.message.clone());
@@ -330,10 +343,8 @@ async fn another_controllers_gate_holds_the_pod_until_it_is_removed() -> Result<
         .await?;
     let freed = Timestamp::now();
     let at = done(&api, "held").await?;
-    println!(
-        "held 5 s by its own gate; DONE {:?} after it was removed",
-        Timestamp::now().duration_since(freed)
-    );
+    let took = Timestamp::now().duration_since(freed);
+    println!("held 5 s by its own gate; DONE {took:?} after it was removed");
     assert_eq!(at.status.and_then(|s| s.succeeded), Some(true));
     ended(&ns, "held-pod").await?;
     assert_eq!(log(&ns, "held-pod", "busybox").await?, "ran\n");
@@ -356,10 +367,10 @@ async fn kubectl_shows_the_zone_column_and_explains_time_zone() -> Result<()> {
     let columns = header.split_whitespace().collect::<Vec<_>>().join(" ");
     assert_eq!(columns, "NAME SCHEDULE ZONE PHASE STATUS AGE");
     let zone = header.find("ZONE").unwrap_or_default();
-    ensure!(
-        row.get(zone..)
-            .is_some_and(|z| z.starts_with("Europe/Berlin "))
-    );
+    let zoned = row
+        .get(zone..)
+        .is_some_and(|z| z.starts_with("Europe/Berlin "));
+    ensure!(zoned, "no Europe/Berlin under ZONE");
     ensure!(!narrow.contains("ZONE") && !narrow.contains("Europe/Berlin"));
     let version = "--api-version=cnat.programming-kubernetes.info/v1beta1";
     let explained = kubectl(&ns, &["explain", "at.spec.timeZone", version]).await?;
