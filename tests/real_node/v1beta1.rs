@@ -243,6 +243,22 @@ async fn a_ttl_deletes_the_done_at_with_its_pod_after_it() -> Result<()> {
     expires(&ns, &finished, 5).await
 }
 
+/// The TTL holds for an At an operator finds ended as it starts (its pod ended while none
+/// ran): the At recorded DONE then is deleted as long after, no event of its pod to wake it.
+#[tokio::test]
+async fn a_ttl_holds_for_an_at_that_ended_while_no_operator_ran() -> Result<()> {
+    let (ns, mut op) = watched("beta-ttl-found").await?;
+    let fields = json!({"ttlSecondsAfterFinished": 5});
+    let api = create(&ns, "found", fields, one("sleep 3")).await?;
+    running(&ns, "found-pod").await?;
+    op.terminate();
+    ended(&ns, "found-pod").await?;
+    ensure!(phase(&api.get("found").await?) == Some(AtPhase::Running));
+    op.restart()?;
+    let finished = done(&api, "found").await?;
+    expires(&ns, &finished, 5).await
+}
+
 /// Follows `finished`, an At seen DONE under a TTL of `ttl` s, until it is deleted: begun no
 /// earlier than its completion plus `ttl`, within 5 s of it, and in the foreground (held by
 /// `foregroundDeletion` until its pod is gone). Every change since it was seen DONE is
