@@ -17,7 +17,8 @@ use podset_operator::metrics::Metrics;
 use podset_operator::operator::{Election, Operator};
 use podset_operator::scope::Scope;
 use podset_operator::telemetry::{self, LogFormat};
-use podset_operator::webhook::{self, Certificate, keeper::Provisioned};
+use podset_operator::webhook::keeper::{Provisioned, Service};
+use podset_operator::webhook::{self, Certificate};
 use podset_operator::{api, migrate};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -138,15 +139,16 @@ struct RunArgs {
     webhook_bind_address: SocketAddr,
 
     /// Directory holding the webhook's certificate and key (`tls.crt`, `tls.key`: a mounted
-    /// Secret, cert-manager's), read again when they change. The CRD's `caBundle` is then
-    /// someone else's to keep (cert-manager's CA injector).
-    #[arg(long, env = "WEBHOOK_CERT_DIR", conflicts_with = "webhook_service")]
+    /// Secret, cert-manager's), read again when they change. With `--webhook-service`, the At
+    /// CRD is pointed at that Service trusting the `ca.crt` beside them (as cert-manager's CA
+    /// injector would make it).
+    #[arg(long, env = "WEBHOOK_CERT_DIR")]
     webhook_cert_dir: Option<PathBuf>,
 
     /// The Service in front of the replicas' webhooks, in the operator's namespace: the
-    /// operator makes and renews the webhook's certificate for its names (in
-    /// `--webhook-cert-secret`) and points the At CRD's conversion at it, with the CA as its
-    /// `caBundle`.
+    /// operator points the At CRD's conversion at it, and, without `--webhook-cert-dir`,
+    /// makes and renews the webhook's certificate for its names (in `--webhook-cert-secret`)
+    /// with its CA as the CRD's `caBundle`.
     #[arg(long, env = "WEBHOOK_SERVICE", value_parser = flags::lease_name)]
     webhook_service: Option<String>,
 
@@ -433,15 +435,21 @@ async fn serve_webhook(
     shutdown: &CancellationToken,
     stop: &CancellationToken,
 ) -> anyhow::Result<Option<SocketAddr>> {
-    let certificate = match (&args.webhook_cert_dir, &args.webhook_service) {
-        (Some(dir), _) => Certificate::Mounted(dir.clone()),
-        (None, Some(service)) => Certificate::Provisioned(Provisioned {
+    let service = match &args.webhook_service {
+        Some(name) => Some(Service {
             namespace: args.pod_namespace.clone().or_else(own_namespace).context(
-                "--webhook-service provisions a certificate in the operator's namespace: \
-                 run in a pod, or set POD_NAMESPACE",
+                "--webhook-service names a Service of the operator's namespace: run in a pod, \
+                 or set POD_NAMESPACE",
             )?,
+            name: name.clone(),
+        }),
+        None => None,
+    };
+    let certificate = match (&args.webhook_cert_dir, service) {
+        (Some(dir), service) => Certificate::Mounted(dir.clone(), service),
+        (None, Some(service)) => Certificate::Provisioned(Provisioned {
             secret: args.webhook_cert_secret.clone(),
-            service: service.clone(),
+            service,
         }),
         (None, None) => {
             info!(

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use testenv::{Cluster, Options, poll, poll_some};
 
 mod access;
+mod certmanager;
 mod manifests;
 mod matrix;
 mod metrics;
