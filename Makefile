@@ -15,7 +15,7 @@ export K8S_VERSION
 HELM_VERSION := $(shell sed -n 's/^HELM_VERSION=//p' hack/go/versions.env)
 export PATH := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/podset-operator/kubernetes-v$(K8S_VERSION)/bin:$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/podset-operator/helm-v$(HELM_VERSION)/bin:$(PATH)
 # The tests that also run on K8S_OLDEST: integration targets, then name filters.
-OLDEST_TESTS := real_node faults in_cluster -- podset_walkthrough at_echo_yay apiserver_restart install_from_the_local_image
+OLDEST_TESTS := real_node faults in_cluster -- podset_walkthrough at_echo_yay apiserver_restart previous_install_yaml_upgraded previous_chart_upgraded_from_oci
 
 CLUSTER_DIR ?= $(CURDIR)/.local/cluster
 # make cluster-up / make run: real nodes (pods run real containers) and kubemark hollow nodes.

@@ -1,32 +1,37 @@
-//! A rolling upgrade loses nothing (issue 19): PodSets keep their pods, Ats due before,
-//! during and after the rollout each run exactly once and end DONE, leadership passes without
-//! a gap longer than the lease, and the operator never has fewer Ready pods than its
-//! PodDisruptionBudget's `minAvailable`. The upgrade itself is the caller's: `helm upgrade`
-//! or kustomize with a new image tag, as the README's Upgrade section says.
+//! A rolling upgrade from the previous release loses nothing (issue 19, issue 59): what that
+//! release had in its care, all written at v1alpha1 (PodSets converged, Ats DONE, an At
+//! RUNNING, Ats falling due before, during and after the rollout) comes through: PodSets keep
+//! their pods, DONE stays DONE, the running At ends DONE in its one pod, each due At runs
+//! exactly once; leadership passes without a gap longer than the lease, and the operator never
+//! has fewer Ready pods than its PodDisruptionBudget's `minAvailable`. Then every object reads
+//! at both versions and the leader's migration trims both CRDs' storedVersions. The upgrade
+//! itself is the caller's: `helm upgrade` or the new install.yaml, CRDs first, as
+//! docs/versioning.md says.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, ensure};
+use anyhow::{Context as _, Result, ensure};
 use futures::{AsyncBufReadExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{ListParams, LogParams, PostParams};
+use kube::api::{ListParams, LogParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use podset_operator::api::{At, AtPhase, PodSet};
+use podset_operator::api::{At, AtPhase};
 use tokio_util::sync::CancellationToken;
 
-use super::{Install, LEASE_DURATION, pod_ready};
-use crate::common::{TestNs, at, converged, poll};
+use crate::common::{TestNs, converged, poll};
+use crate::install::{Install, LEASE_DURATION, pod_ready};
+use crate::versions::{self, BETA};
 
 /// Ats fall due every [`AT_SPACING`], from one spacing after the upgrade begins.
 const ATS: u32 = 12;
 const AT_SPACING: Duration = Duration::from_secs(5);
 const PODSETS: usize = 3;
-const REPLICAS: usize = 2;
+pub const REPLICAS: usize = 2;
 /// The chart's and config/default's PodDisruptionBudget.
 const MIN_AVAILABLE: usize = 1;
 
@@ -65,48 +70,82 @@ impl Seen {
     }
 }
 
-/// Runs `upgrade` against `install` while PodSets and due Ats are in its care; checks that
-/// the upgrade lost nothing.
-pub async fn loses_nothing(
+/// What the previous release had in its care, kept through the upgrade: the namespace, its
+/// PodSets' pods, and the pod of every At, all DONE.
+pub struct Kept {
+    pub ns: TestNs,
+    pub podsets: BTreeSet<String>,
+    pub pods: BTreeSet<String>,
+    /// Each At's pod: every one is DONE.
+    pub done: BTreeMap<String, Option<String>>,
+}
+
+/// Ats that ran before the upgrade, and the one running across it: its command waits for
+/// [`GO`], which the test writes once the upgrade is over.
+const RAN: [&str; 2] = ["ran-1", "ran-2"];
+const RUNNING: &str = "running";
+const GO: &str = "/tmp/go";
+/// The leader's migration, from the rollout's end.
+const MIGRATED_WITHIN: Duration = Duration::from_secs(30);
+
+/// Runs `upgrade` against `install` while the previous release's objects are in its care;
+/// checks that the upgrade lost nothing, and returns them with what `upgrade` returned.
+pub async fn loses_nothing<T>(
     install: &Install,
-    upgrade: impl Future<Output = Result<()>>,
-) -> Result<()> {
+    upgrade: impl Future<Output = Result<T>>,
+) -> Result<(Kept, T)> {
     let ns = TestNs::new_in(install.cluster.clone(), "upgrade").await?;
-    let podsets = ns.api::<PodSet>();
-    for i in 0..PODSETS {
-        let ps = crate::common::podset(&format!("kept-{i}"), REPLICAS as i32);
-        podsets.create(&PostParams::default(), &ps).await?;
+    let podsets: BTreeSet<String> = (0..PODSETS).map(|i| format!("kept-{i}")).collect();
+    let mut ats = BTreeMap::new();
+    for name in &podsets {
+        versions::create_podset(&ns, name, REPLICAS).await?;
+    }
+    let past = "2019-04-12T10:12:00Z";
+    let waits = format!("until [ -e {GO} ]; do sleep 0.2; done; echo finished");
+    for (name, command) in RAN.map(|n| (n, "echo ran".to_string())).into_iter().chain([(RUNNING, waits)]) {
+        versions::create_at(&ns, name, past, &command).await?;
+        ats.insert(name.to_string(), command);
     }
     let mut before = BTreeSet::new();
-    for i in 0..PODSETS {
-        before.extend(
-            converged(&ns, &format!("kept-{i}"), REPLICAS)
-                .await?
-                .iter()
-                .filter_map(|p| p.uid()),
-        );
+    for name in &podsets {
+        before.extend(versions::running_pods(&ns, name, REPLICAS).await?);
     }
+    let mut ran = BTreeMap::new();
+    for name in RAN {
+        let done = versions::at_in(&ns, name, AtPhase::Done, Duration::from_secs(120)).await?;
+        ran.insert(name, done.pod_name);
+    }
+    let running = versions::at_in(&ns, RUNNING, AtPhase::Running, Duration::from_secs(120))
+        .await?
+        .pod_name
+        .context("a RUNNING At names no pod")?;
+
     let seen = Arc::new(Mutex::new(Seen::default()));
     let stop = CancellationToken::new();
     let watching = tokio::spawn(record_pods(ns.api::<Pod>(), seen.clone()));
     let sampling = tokio::spawn(sample(install.clone(), seen.clone(), stop.clone()));
 
     let began = jiff::Timestamp::now();
-    let names: Vec<String> = (1..=ATS).map(|i| format!("due-{i:02}")).collect();
-    for (i, name) in (1..=ATS).zip(&names) {
+    for i in 1..=ATS {
+        let name = format!("due-{i:02}");
         let when = began + jiff::SignedDuration::try_from(AT_SPACING * i)?;
         let schedule = when.round(jiff::Unit::Second)?.to_string();
-        ns.api::<At>()
-            .create(
-                &PostParams::default(),
-                &at(name, &schedule, "echo upgraded"),
-            )
-            .await?;
+        versions::create_at(&ns, &name, &schedule, "echo upgraded").await?;
+        ats.insert(name, "echo upgraded".into());
     }
     let started = Instant::now();
-    upgrade.await?;
+    let upgraded = upgrade.await?;
     rolled_out(install).await?;
     let rollout = started.elapsed();
+    let migrated = versions::stored_only_at(&ns.client, BETA, MIGRATED_WITHIN).await?;
+    println!(
+        "{}: storedVersions [v1beta1] on both CRDs {migrated:?} after the rollout, {:?} after the \
+         upgrade began",
+        install.deployment,
+        rollout + migrated
+    );
+    let exec = ["-n", &ns.name, "exec", &running, "--", "touch", GO];
+    crate::kubectl(&install.cluster, &exec).await?;
 
     let last_due = AT_SPACING * ATS;
     poll(
@@ -114,7 +153,7 @@ pub async fn loses_nothing(
         "every At DONE",
         || async {
             let list = ns.api::<At>().list(&ListParams::default()).await?;
-            Ok(list.items.len() == names.len()
+            Ok(list.items.len() == ats.len()
                 && list
                     .items
                     .iter()
@@ -132,26 +171,33 @@ pub async fn loses_nothing(
          fewest Ready operator pods {:?}",
         install.deployment, seen.holders, seen.longest_gap, seen.fewest_ready
     );
+    let mut done = BTreeMap::new();
     for at in ns.api::<At>().list(&ListParams::default()).await? {
-        let status = at.status.clone().unwrap_or_default();
+        let (name, status) = (at.name_any(), at.status.clone().unwrap_or_default());
+        done.insert(name.clone(), status.pod_name.clone());
         ensure!(
             status.succeeded == Some(true),
-            "{} did not succeed: {status:?}",
-            at.name_any()
+            "{name} did not succeed: {status:?}"
         );
-        let pods = seen.uids.get(&at.name_any()).map_or(0, BTreeSet::len);
-        ensure!(pods == 1, "{} ran in {pods} pods", at.name_any());
+        let pods = seen.uids.get(&name).map_or(0, BTreeSet::len);
+        ensure!(pods == 1, "{name} ran in {pods} pods");
+        if let Some(pod) = ran.get(name.as_str()) {
+            ensure!(
+                status.pod_name == *pod,
+                "{name}, DONE before the upgrade, now names pod {:?}, not {pod:?}",
+                status.pod_name
+            );
+        }
     }
     let mut after = BTreeSet::new();
-    for i in 0..PODSETS {
-        let name = format!("kept-{i}");
+    for name in &podsets {
         after.extend(
-            converged(&ns, &name, REPLICAS)
+            converged(&ns, name, REPLICAS)
                 .await?
                 .iter()
                 .filter_map(|p| p.uid()),
         );
-        let ever = seen.uids.get(&name).cloned().unwrap_or_default();
+        let ever = seen.uids.get(name).cloned().unwrap_or_default();
         ensure!(
             ever.is_subset(&before),
             "{name} got new pods during the upgrade: {ever:?}"
@@ -179,11 +225,18 @@ pub async fn loses_nothing(
         "Ready operator pods fell to {:?}",
         seen.fewest_ready
     );
-    Ok(())
+    versions::readable_at_both(&ns, &podsets, &ats).await?;
+    let kept = Kept {
+        ns,
+        podsets,
+        pods: after,
+        done,
+    };
+    Ok((kept, upgraded))
 }
 
 /// Waits until the Deployment runs only pods of its newest template, all Ready.
-async fn rolled_out(install: &Install) -> Result<()> {
+pub async fn rolled_out(install: &Install) -> Result<()> {
     let deployments = install.api::<Deployment>();
     poll(
         Duration::from_secs(240),
