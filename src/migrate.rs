@@ -156,7 +156,10 @@ async fn rewrite_all(
     }
 }
 
-/// Writes `object` back unchanged; whether it was still there.
+/// Writes `object` back unchanged; whether it was still there. A conflict means it was
+/// written since it was listed, and every write stores at the storage version: it needs no
+/// more (as kube-storage-version-migrator counts it), and no read, which the operator's
+/// ServiceAccount may not do.
 async fn rewrite(client: &Client, resource: &ApiResource, object: &DynamicObject) -> Result<bool> {
     let name = object.name_any();
     let api: Api<DynamicObject> = Api::namespaced_with(
@@ -164,25 +167,14 @@ async fn rewrite(client: &Client, resource: &ApiResource, object: &DynamicObject
         &object.namespace().unwrap_or_default(),
         resource,
     );
-    let mut current = object.clone();
-    for _ in 0..5 {
-        current.metadata.managed_fields = None;
-        match api.replace(&name, &PostParams::default(), &current).await {
-            Ok(_) => return Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
-            Err(kube::Error::Api(s)) if s.code == 409 => match api.get_opt(&name).await? {
-                Some(fresh) => current = fresh,
-                None => return Ok(false),
-            },
-            Err(e) => {
-                return Err(e).with_context(|| format!("writing {} {name} back", resource.kind));
-            }
-        }
+    let mut unchanged = object.clone();
+    unchanged.metadata.managed_fields = None;
+    match api.replace(&name, &PostParams::default(), &unchanged).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(true),
+        Err(e) => Err(e).with_context(|| format!("writing {} {name} back", resource.kind)),
     }
-    bail!(
-        "{} {name} kept changing while it was being written back",
-        resource.kind
-    )
 }
 
 /// Makes `version` the storage version of `kind`'s CRD: the first step back to a release that
@@ -221,19 +213,27 @@ pub async fn richer_than_v1alpha1(client: &Client) -> Result<Vec<String>> {
 }
 
 /// The leader's migration at the start of a term: to the storage version, in the namespaces
-/// it watches. A failure is logged and left to the next term: nothing depends on it but the
-/// day v1alpha1 is dropped.
+/// it watches. A kind that fails (its conversion webhook not answering yet during a rollout,
+/// say) is tried again with backoff, from [`RETRY_FIRST`] doubling to [`RETRY_MOST`], until
+/// it is done or the term ends.
 pub async fn at_term_start(client: Client, scope: Scope) {
     for kind in KINDS {
-        if let Err(e) = migrate(&client, kind, STORAGE_VERSION, &scope).await {
+        let mut wait = RETRY_FIRST;
+        while let Err(e) = migrate(&client, kind, STORAGE_VERSION, &scope).await {
             warn!(
                 kind = kind.kind,
                 error = format!("{e:#}"),
-                "migrating stored objects to {STORAGE_VERSION}; the next term tries again"
+                retry_in = ?wait,
+                "migrating stored objects to {STORAGE_VERSION}"
             );
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(RETRY_MOST);
         }
     }
 }
+
+const RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+const RETRY_MOST: std::time::Duration = std::time::Duration::from_secs(300);
 
 #[cfg(test)]
 mod tests {
