@@ -23,9 +23,7 @@ impl Oracle {
             .objects(Kind::At, None)
             .filter(|a| !objects::terminating(a))
         {
-            let due = objects::at_spec(at)
-                .and_then(|spec| podset_operator::plan::at::due(&spec).ok())
-                .is_some_and(|due| due <= now);
+            let due = super::schedule::due(&at["spec"]).is_some_and(|due| due <= now);
             let phase = objects::phase(at);
             // Its pod stuck Terminating on a lost node: what became of the command is unknown
             // until the node comes back, as for a Job.
@@ -40,6 +38,15 @@ impl Oracle {
                 return Some(format!(
                     "At {}/{name} is due and {phase:?}",
                     objects::namespace(at)
+                ));
+            }
+            // DONE with a time to live that runs out before the quiet operator is watched to
+            // its end: it is to be deleted, its pod with it.
+            if super::ttl::expires(at).is_some_and(|t| t <= now + super::ttl::HORIZON) {
+                return Some(format!(
+                    "At {}/{} is DONE with a ttlSecondsAfterFinished, and not deleted",
+                    objects::namespace(at),
+                    objects::name(at)
                 ));
             }
             // A pod held at its gate that its At will never release (the At is DONE, or the
@@ -66,7 +73,7 @@ impl Oracle {
                 ));
             }
         }
-        None
+        self.expired_pod_left(store)
     }
 }
 
