@@ -73,10 +73,10 @@ impl Oracle {
                 .as_deref()
                 .is_some_and(|p| !objects::terminating(p));
         let pod_uid = change.old.as_deref().map(objects::uid).unwrap_or(pod_uid);
-        // One with a deadline is stopped past it (`deadline`).
-        let deadlined = at.is_some_and(|a| {
-            a["spec"]["activeDeadlineSeconds"].is_i64()
-                || a["spec"]["startDeadlineSeconds"].is_i64()
+        // One with a deadline is stopped past it (`deadline`); the At may be gone since.
+        let spec = at.map(|a| &a["spec"]).or_else(|| self.latest_spec(at_uid));
+        let deadlined = spec.is_some_and(|s| {
+            s["activeDeadlineSeconds"].is_i64() || s["startDeadlineSeconds"].is_i64()
         });
         if deleted
             && matches!(actor, Actor::Replica { .. })

@@ -49,6 +49,11 @@ impl Oracle {
         self.specs.0.get(uid)?.get(&generation)
     }
 
+    /// The last spec At `uid` had.
+    pub(super) fn latest_spec(&self, uid: &str) -> Option<&Value> {
+        self.specs.0.get(uid)?.values().next_back()
+    }
+
     /// The spec of the At that controls `pod`, at the generation the pod says it was made
     /// from, with the At's UID.
     pub(super) fn made_from<'a>(&'a self, pod: &Value) -> Option<(&'a Value, String)> {
