@@ -80,6 +80,16 @@ impl std::fmt::Display for Actor {
     }
 }
 
+/// One committed write, as each check reads it: the change, who made it, how long the server
+/// held its request, and when it landed (simulated time, and the true time of day).
+pub(super) struct Write<'a> {
+    change: &'a Change,
+    actor: Actor,
+    held: Duration,
+    now: Instant,
+    wall: Timestamp,
+}
+
 #[derive(Default)]
 pub struct Oracle {
     violations: Vec<String>,
@@ -179,18 +189,25 @@ impl Oracle {
         store: &Store,
         times: (Instant, Timestamp),
     ) {
-        let now = times.0;
+        let (now, wall) = times;
+        let w = Write {
+            change,
+            actor,
+            held,
+            now,
+            wall,
+        };
         self.checks += 1;
         match change.key.kind {
             Kind::PodSet => self.podset_changed(change, actor, now),
             Kind::Pod => {
                 self.pod_done(change, actor, now);
-                self.control_changed(change, actor, held, store, now);
+                self.control_changed(&w, store);
                 self.gates_kept(change, actor);
-                self.runs_on_time(change, actor, held, times);
+                self.runs_on_time(&w);
                 self.command_timed(change);
-                self.stopped_in_time(change, actor, held, times, store);
-                self.pod_changed(change, actor, held, store, now)
+                self.stopped_in_time(&w, store);
+                self.pod_changed(&w, store)
             }
             Kind::At => {
                 self.deletion_seen(change, now);
@@ -199,8 +216,8 @@ impl Oracle {
                     self.object_says(at, now);
                 }
                 self.health_told(change, actor);
-                self.deadline_kept(change, actor, held, times, store);
-                self.ttl_kept(change, actor, held, times);
+                self.deadline_kept(&w, store);
+                self.ttl_kept(&w);
                 self.at_changed(change, actor, store)
             }
             Kind::Lease => self.lease_changed(change, now),

@@ -217,7 +217,7 @@ pub fn plan(rng: &mut fastrand::Rng, span: Duration) -> Vec<(Duration, Action)> 
     for (ns, name) in &podsets {
         hold(rng, &mut plan, Kind::PodSet, ns, name, &at);
     }
-    ats::book(rng, &mut plan, span, &at, &ns);
+    ats::draw(rng, &mut plan, (span, ats::Version::Book), &at, &ns);
     if rng.f64() < 0.15 {
         plan.push((at(rng, 0.2, 0.9), Action::DeleteLease));
     }
@@ -225,7 +225,7 @@ pub fn plan(rng: &mut fastrand::Rng, span: Duration) -> Vec<(Duration, Action)> 
         let seconds = [None, Some(2), Some(60)][rng.usize(..3)];
         plan.push((at(rng, 0.2, 0.9), Action::WriteLease { seconds }));
     }
-    ats::beta(rng, &mut plan, span, &at, &ns);
+    ats::draw(rng, &mut plan, (span, ats::Version::Beta), &at, &ns);
     plan.sort_by_key(|(t, _)| *t);
     plan
 }

@@ -92,6 +92,12 @@ impl Store {
             .map(|(_, o)| o)
     }
 
+    /// The object of `kind` in `namespace` whose UID is `uid`.
+    pub fn by_uid(&self, kind: Kind, namespace: &str, uid: &str) -> Option<&Object> {
+        self.objects(kind, Some(namespace))
+            .find(|o| o["metadata"]["uid"] == uid)
+    }
+
     /// The changes committed since the last call.
     pub fn take_committed(&mut self) -> Vec<Arc<Change>> {
         std::mem::take(&mut self.committed)

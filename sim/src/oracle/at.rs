@@ -40,18 +40,14 @@ impl Oracle {
     ) {
         let old_phase = change.old.as_deref().map(objects::phase);
         let new_phase = change.new.as_deref().map(objects::phase);
-        let vanished = store
-            .objects(Kind::At, Some(&change.key.namespace))
-            .find(|a| objects::uid(a) == at_uid)
+        let at = store.by_uid(Kind::At, &change.key.namespace, at_uid);
+        let vanished = at
             .filter(|a| reason(a) == Some("PodVanished"))
             .map(|a| objects::name(a).to_string());
         // Released: the At's own gate taken off (the pod may wait on another's still).
         let at_gated = |p: &Value| objects::gates(p).contains(&podset_operator::api::AT_GATE);
         let released = change.old.as_deref().is_some_and(at_gated)
             && change.new.as_deref().is_some_and(|p| !at_gated(p));
-        let at = store
-            .objects(Kind::At, Some(&change.key.namespace))
-            .find(|a| objects::uid(a) == at_uid);
         let recorded = match at {
             Some(a) => a["status"]["podUID"].as_str().map(String::from),
             None => self.ats.get(at_uid).and_then(|r| r.pod_uid.clone()),

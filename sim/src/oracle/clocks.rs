@@ -4,13 +4,11 @@
 //! came allows the lead (or lag) its replica's clock had while it may have decided it: in the
 //! [`STALE`] before its request was sent.
 
-use std::collections::HashMap;
-use std::time::Duration;
-
 use jiff::{SignedDuration, Timestamp};
+use std::collections::HashMap;
 use tokio::time::Instant;
 
-use super::{Actor, Oracle, STALE, in_force_since};
+use super::{Actor, Oracle, STALE, Write, in_force_since};
 
 /// Per replica: since when its clock was how many seconds ahead of the true time.
 #[derive(Default)]
@@ -27,42 +25,35 @@ impl Oracle {
         history.push((Instant::now(), seconds));
     }
 
-    /// The times `actor`'s clock may have read while it decided a write that arrived at true
-    /// time `wall`, `held` after it was sent: the earliest and the latest.
-    pub(super) fn read_by(
-        &self,
-        actor: Actor,
-        wall: Timestamp,
-        held: Duration,
-        now: Instant,
-    ) -> (Timestamp, Timestamp) {
-        let Actor::Replica { id, .. } = actor else {
-            return (wall, wall);
+    /// The times the clock of the replica that made write `w` may have read, while it decided
+    /// it, for the true time `at`: the earliest and the latest.
+    pub(super) fn read_by(&self, w: &Write, at: Timestamp) -> (Timestamp, Timestamp) {
+        let Actor::Replica { id, .. } = w.actor else {
+            return (at, at);
         };
-        let history = self
-            .clocks
-            .0
-            .get(&id)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let leads: Vec<i64> = in_force_since(history, now.checked_sub(held + STALE))
+        let history = self.clocks.0.get(&id).map(Vec::as_slice);
+        let leads: Vec<i64> = in_force_since(history.unwrap_or_default(), decided_since(w))
             .copied()
             .collect();
         let lead = |pick: fn(i64, i64) -> i64| {
             let lead = leads.iter().copied().reduce(pick).unwrap_or(0);
-            wall + SignedDuration::from_secs(lead)
+            at + SignedDuration::from_secs(lead)
         };
         (lead(i64::min), lead(i64::max))
     }
 
-    /// The latest time any replica's clock may have read while the write was decided: what
+    /// The latest time any replica's clock may have read while write `w` was decided: what
     /// one replica recorded, another may carry out.
-    pub(super) fn latest_read(&self, wall: Timestamp, held: Duration, now: Instant) -> Timestamp {
-        let since = now.checked_sub(held + STALE);
+    pub(super) fn latest_read(&self, w: &Write) -> Timestamp {
         let leads = self.clocks.0.values();
         let lead = leads
-            .flat_map(|history| in_force_since(history, since).copied())
+            .flat_map(|history| in_force_since(history, decided_since(w)).copied())
             .fold(0, i64::max);
-        wall + SignedDuration::from_secs(lead)
+        w.wall + SignedDuration::from_secs(lead)
     }
+}
+
+/// Since when a write may have been decided: [`STALE`] before it was sent.
+fn decided_since(w: &Write) -> Option<Instant> {
+    w.now.checked_sub(w.held + STALE)
 }

@@ -16,13 +16,11 @@
 //! [`clocks`]: super::clocks
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
-use tokio::time::Instant;
 
-use super::{Actor, Oracle, at::reason};
+use super::{Actor, Oracle, Write, at::reason};
 use crate::model::objects;
 use crate::model::resource::Kind;
 use crate::model::store::{Change, Store};
@@ -44,14 +42,8 @@ impl Oracle {
     }
 
     /// An At write: if it is the operator's and ends the At, it keeps to its deadlines.
-    pub(super) fn deadline_kept(
-        &mut self,
-        change: &Change,
-        actor: Actor,
-        held: Duration,
-        (now, wall): (Instant, Timestamp),
-        store: &Store,
-    ) {
+    pub(super) fn deadline_kept(&mut self, w: &Write, store: &Store) {
+        let (change, actor, wall) = (w.change, w.actor, w.wall);
         let (Some(old), Some(new)) = (change.old.as_deref(), change.new.as_deref()) else {
             return;
         };
@@ -67,7 +59,7 @@ impl Oracle {
                 let (Some(deadline), Some(end)) = (active, self.ends.0.get(pod).copied()) else {
                     return;
                 };
-                let (read, _) = self.read_by(actor, end, held, now);
+                let (read, _) = self.read_by(w, end);
                 (read > deadline).then(|| {
                     format!("{verdict}, from a run that ended at {end} (read {read}), after its active deadline, {deadline}")
                 })
@@ -77,7 +69,7 @@ impl Oracle {
                     .objects(Kind::Pod, Some(&change.key.namespace))
                     .any(|p| objects::uid(p) == pod && !objects::terminating(p));
                 let first = active.into_iter().chain(starting).min();
-                let (_, read) = self.read_by(actor, wall, held, now);
+                let (_, read) = self.read_by(w, wall);
                 match first {
                     _ if runs => Some(format!(
                         "DeadlineExceeded, yet its pod {pod} was not deleted"
@@ -101,14 +93,8 @@ impl Oracle {
     /// A pod write: the operator deletes the pod an At with a deadline records only past
     /// that deadline by its clock: the active one, or the start one if the pod never left
     /// Pending.
-    pub(super) fn stopped_in_time(
-        &mut self,
-        change: &Change,
-        actor: Actor,
-        held: Duration,
-        (now, wall): (Instant, Timestamp),
-        store: &Store,
-    ) {
+    pub(super) fn stopped_in_time(&mut self, w: &Write, store: &Store) {
+        let (change, actor, wall) = (w.change, w.actor, w.wall);
         let Some(old) = change.old.as_deref() else {
             return;
         };
@@ -119,10 +105,7 @@ impl Oracle {
             return;
         };
         let ns = &change.key.namespace;
-        let Some(at) = store
-            .objects(Kind::At, Some(ns))
-            .find(|a| objects::uid(a) == owner)
-        else {
+        let Some(at) = store.by_uid(Kind::At, ns, owner) else {
             return;
         };
         if at["status"]["podUID"] != objects::uid(old) {
@@ -132,7 +115,7 @@ impl Oracle {
         if active.is_none() && starting.is_none() {
             return; // the At's own rule: never deleted (`at`)
         }
-        let (_, read) = self.read_by(actor, wall, held, now);
+        let (_, read) = self.read_by(w, wall);
         let pending = objects::phase(old) == "Pending";
         let past = |d: Option<Timestamp>| d.is_some_and(|d| read >= d);
         if !(past(active) || pending && past(starting)) {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::{Actor, CHURN_WINDOW, Oracle, STALE, in_force_since};
+use super::{Actor, CHURN_WINDOW, Oracle, STALE, Write, in_force_since};
 use crate::model::objects::{self, controller};
 use crate::model::resource::Kind;
 use crate::model::store::{Change, Key, Store};
@@ -62,14 +62,8 @@ impl Oracle {
             .unwrap_or(0)
     }
 
-    pub(super) fn pod_changed(
-        &mut self,
-        change: &Change,
-        actor: Actor,
-        held: Duration,
-        store: &Store,
-        now: Instant,
-    ) {
+    pub(super) fn pod_changed(&mut self, w: &Write, store: &Store) {
+        let (change, actor, held, now) = (w.change, w.actor, w.held, w.now);
         let Some(pod) = change.new.as_ref().or(change.old.as_ref()) else {
             return;
         };
@@ -180,10 +174,7 @@ impl Oracle {
         now: Instant,
     ) {
         let ns = &change.key.namespace;
-        let Some(ps) = store
-            .objects(Kind::PodSet, Some(ns))
-            .find(|p| objects::uid(p) == owner)
-        else {
+        let Some(ps) = store.by_uid(Kind::PodSet, ns, owner) else {
             return;
         };
         let active = store

@@ -10,17 +10,15 @@
 //! [`clocks`]: super::clocks
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
 
 use jiff::Timestamp;
 use jiff::civil::DateTime;
 use jiff::tz::AmbiguousOffset;
 use serde_json::Value;
-use tokio::time::Instant;
 
 use podset_operator::api::{AT_GATE, AT_GENERATION_ANNOTATION};
 
-use super::{Actor, Oracle};
+use super::{Actor, Oracle, Write};
 use crate::model::objects::{self, controller};
 use crate::model::store::Change;
 
@@ -65,13 +63,8 @@ impl Oracle {
 
     /// A pod write: one of the operator's that makes an At's pod, or takes the At's gate off
     /// it, lands only once its schedule is due by the clock of its replica.
-    pub(super) fn runs_on_time(
-        &mut self,
-        change: &Change,
-        actor: Actor,
-        held: Duration,
-        (now, wall): (Instant, Timestamp),
-    ) {
+    pub(super) fn runs_on_time(&mut self, w: &Write) {
+        let (change, actor, wall) = (w.change, w.actor, w.wall);
         let Some(pod) = change.new.as_deref() else {
             return;
         };
@@ -89,8 +82,8 @@ impl Oracle {
         };
         // Made: decided by its maker. Released: by whoever recorded the At RUNNING.
         let read = match made {
-            true => self.read_by(actor, wall, held, now).1,
-            false => self.latest_read(wall, held, now),
+            true => self.read_by(w, wall).1,
+            false => self.latest_read(w),
         };
         if read < due {
             let what = if made { "made" } else { "released" };

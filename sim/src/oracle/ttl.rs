@@ -9,17 +9,14 @@
 //!
 //! [`clocks`]: super::clocks
 
-use std::time::Duration;
-
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
-use tokio::time::Instant;
 
-use super::{Actor, Oracle};
+use super::{Actor, Oracle, Write};
 use crate::faults::{MAX_HOLD, STALLS_OVER};
 use crate::model::objects;
 use crate::model::resource::Kind;
-use crate::model::store::{Change, Store};
+use crate::model::store::Store;
 use crate::run::IDLE_WATCH;
 
 /// How far ahead an At's TTL running out is waited for: past the watch of the quiet operator
@@ -46,13 +43,8 @@ pub(super) struct Expired(Vec<(String, String)>);
 
 impl Oracle {
     /// An At write: if it is the operator's and deletes the At, the At's TTL is over.
-    pub(super) fn ttl_kept(
-        &mut self,
-        change: &Change,
-        actor: Actor,
-        held: Duration,
-        (now, wall): (Instant, Timestamp),
-    ) {
+    pub(super) fn ttl_kept(&mut self, w: &Write) {
+        let (change, actor, wall) = (w.change, w.actor, w.wall);
         let Some(old) = change.old.as_deref() else {
             return;
         };
@@ -68,7 +60,7 @@ impl Oracle {
         let why = match (objects::phase(old), ttl, done) {
             ("DONE", Some(ttl), Some(done)) => {
                 let expires = done + SignedDuration::from_secs(ttl);
-                let (_, read) = self.read_by(actor, wall, held, now);
+                let (_, read) = self.read_by(w, wall);
                 (read < expires).then(|| {
                     format!("at {wall} (its clock read {read} at most), before its TTL ran out at {expires}")
                 })

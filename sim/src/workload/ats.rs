@@ -10,56 +10,57 @@ use crate::model::resource::Kind;
 
 type Plan = Vec<(Duration, Action)>;
 
-/// The book's Ats: one to three, each with a `sh -c` command that succeeds or fails.
-pub(super) fn book(
-    rng: &mut fastrand::Rng,
-    plan: &mut Plan,
-    span: Duration,
-    at: &impl Fn(&mut fastrand::Rng, f64, f64) -> Duration,
-    ns: &impl Fn(&mut fastrand::Rng) -> &'static str,
-) {
-    let limit = span.as_secs() as i64;
-    for i in 0..rng.usize(1..=3) {
-        let (ns, name) = (ns(rng), format!("job-{i}"));
-        let due_in = rng.i64(-60..limit / 2);
-        let command = match rng.f64() {
-            x if x < 0.2 => "echo no; exit 3",
-            _ => "echo YAY",
-        }
-        .to_string();
-        let when = at(rng, 0.0, 0.4);
-        let create = Action::CreateAt {
-            ns,
-            name: name.clone(),
-            due_in,
-            command,
-        };
-        plan.push((when, create));
-        follow_ups(rng, plan, (ns, &name, i), (when, due_in), false, at);
-    }
+/// Which Ats a user writes: the book's (`job-N`, one to three, at v1alpha1, a `sh -c` command
+/// that succeeds or fails) or v1beta1's (`cron-N`, none to two, with what v1alpha1 cannot say:
+/// see [`BetaAt`]).
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Version {
+    Book,
+    Beta,
 }
 
-/// v1beta1's Ats: none to two, with what v1alpha1 cannot say (see [`BetaAt`]).
-pub(super) fn beta(
+/// The Ats of `version`, and what happens to them.
+pub(super) fn draw(
     rng: &mut fastrand::Rng,
     plan: &mut Plan,
-    span: Duration,
+    (span, version): (Duration, Version),
     at: &impl Fn(&mut fastrand::Rng, f64, f64) -> Duration,
     ns: &impl Fn(&mut fastrand::Rng) -> &'static str,
 ) {
     let limit = span.as_secs() as i64;
-    for i in 0..rng.usize(0..=2) {
-        let (ns, name) = (ns(rng), format!("cron-{i}"));
+    let (count, prefix) = match version {
+        Version::Book => (rng.usize(1..=3), "job"),
+        Version::Beta => (rng.usize(0..=2), "cron"),
+    };
+    for i in 0..count {
+        let (ns, name) = (ns(rng), format!("{prefix}-{i}"));
         let due_in = rng.i64(-60..limit / 2);
-        let beta = BetaAt::draw(rng, due_in);
-        let (due_in, when) = (beta.due_in, at(rng, 0.0, 0.4));
-        let create = Action::CreateBetaAt {
-            ns,
-            name: name.clone(),
-            at: Box::new(beta),
+        let (when, create) = match version {
+            Version::Book => {
+                let command = match rng.f64() {
+                    x if x < 0.2 => "echo no; exit 3",
+                    _ => "echo YAY",
+                };
+                let name = name.clone();
+                let command = command.to_string();
+                let create = Action::CreateAt {
+                    ns,
+                    name,
+                    due_in,
+                    command,
+                };
+                (at(rng, 0.0, 0.4), create)
+            }
+            Version::Beta => {
+                let beta = Box::new(BetaAt::draw(rng, due_in));
+                let name = name.clone();
+                let create = Action::CreateBetaAt { ns, name, at: beta };
+                (at(rng, 0.0, 0.4), create)
+            }
         };
         plan.push((when, create));
-        follow_ups(rng, plan, (ns, &name, i), (when, due_in), true, at);
+        let keep_schedule = version == Version::Beta;
+        follow_ups(rng, plan, (ns, &name, i), (when, due_in), keep_schedule, at);
     }
 }
 

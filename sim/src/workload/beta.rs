@@ -51,13 +51,18 @@ pub struct BetaAt {
     /// A second container (`helper`), before or after the command's.
     pub helper: Option<&'static str>,
     pub helper_first: bool,
+    /// `startDeadlineSeconds`.
+    pub start_deadline: Option<i64>,
+    /// `activeDeadlineSeconds`.
+    pub active_deadline: Option<i64>,
     /// Held by [`queue::GATE`] as well.
     pub queued: bool,
-    pub start_deadline: Option<i64>,
-    pub active_deadline: Option<i64>,
+    /// `ttlSecondsAfterFinished`.
     pub ttl: Option<i32>,
 }
 
+/// Which odd local time: one repeated (`fold`) or skipped, at the zone's last change (`past`)
+/// or its next.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Odd {
     pub fold: bool,
