@@ -320,6 +320,14 @@ pub async fn converge(sim: &Sim, bound: Duration) -> Option<Duration> {
         if !sim.violations().is_empty() || panicked() {
             return None;
         }
+        // A due At starts within the bound, however long its own times make it last.
+        let unstarted = sim.with(|w| w.oracle.unstarted(&w.store, sim.now()));
+        if let Some(why) = unstarted.filter(|_| start.elapsed() > LIVENESS_BOUND) {
+            sim.violate(format!(
+                "not started {LIVENESS_BOUND:?} after the faults stopped: {why}"
+            ));
+            return None;
+        }
         // A TTL that runs out later is waited for (see `oracle::ttl`).
         let expiring = sim.with(|w| w.oracle.expiring(&w.store));
         let excused = expiring.is_some_and(|t| sim.now() < t + LIVENESS_BOUND);
