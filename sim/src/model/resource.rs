@@ -182,6 +182,11 @@ mod tests {
         let all = parse("/api/v1/pods").unwrap();
         assert_eq!((all.kind, all.namespace, all.name), (Kind::Pod, None, None));
         assert!(parse("/api/v1/namespaces/ns/configmaps").is_none());
+        let alpha = parse("/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/ns/ats/a");
+        let alpha = alpha.unwrap();
+        assert_eq!(alpha.kind, Kind::At);
+        assert_eq!(alpha.version, Some(crate::model::versions::AT_ALPHA));
+        assert_eq!(t.version, None);
         assert_eq!(Kind::At.qualified(), "ats.cnat.programming-kubernetes.info");
         assert_eq!(
             Kind::Lease.path("x", Some("l")),
