@@ -17,7 +17,9 @@ use podset_operator::metrics::Metrics;
 use podset_operator::operator::{Election, Operator};
 use podset_operator::scope::Scope;
 use podset_operator::telemetry::{self, LogFormat};
-use podset_operator::webhook::{self, Certificate, keeper::Provisioned};
+use podset_operator::webhook::keeper::{Provisioned, Service};
+use podset_operator::webhook::{self, Certificate};
+use podset_operator::{api, migrate};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -40,12 +42,33 @@ enum Command {
     /// Check an installed operator from a pod beside it (the chart's `helm test`): both CRDs
     /// are served and every ready operator pod answers /readyz.
     Check(podset_operator::check::Check),
+    /// Rewrite every stored PodSet and At at a version and trim the CRDs' storedVersions to it,
+    /// as `cmctl upgrade migrate-api-version` does: after an upgrade, to v1beta1 (the operator's
+    /// leader does this itself when it watches every namespace); before going back to a release
+    /// that knows only v1alpha1, `--to v1alpha1`, which first makes it the storage version.
+    /// Uses the kubeconfig's credentials: they must read and write every PodSet and At, and the
+    /// CRDs (docs/versioning.md).
+    Migrate(Migrate),
+    /// Write a manifest's PodSets and Ats at another version, offline, as the conversion
+    /// webhook would (`kubectl convert` knows only built-in kinds).
+    Convert(podset_operator::convert::Convert),
     /// Write the generated CRD and RBAC manifests (config/, charts/) below a directory.
     Manifests {
         /// The repository root.
         #[arg(long, default_value = ".")]
         root: PathBuf,
     },
+}
+
+#[derive(clap::Args)]
+struct Migrate {
+    /// The version to store every object at.
+    #[arg(long, default_value = api::STORAGE_VERSION, value_parser = [api::STORAGE_VERSION, api::DEPRECATED_VERSION])]
+    to: String,
+    /// Go back to v1alpha1 even though some Ats that have not run yet use what v1alpha1
+    /// cannot express: a release that knows only v1alpha1 runs their v1alpha1 form.
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -116,15 +139,16 @@ struct RunArgs {
     webhook_bind_address: SocketAddr,
 
     /// Directory holding the webhook's certificate and key (`tls.crt`, `tls.key`: a mounted
-    /// Secret, cert-manager's), read again when they change. The CRD's `caBundle` is then
-    /// someone else's to keep (cert-manager's CA injector).
-    #[arg(long, env = "WEBHOOK_CERT_DIR", conflicts_with = "webhook_service")]
+    /// Secret, cert-manager's), read again when they change. With `--webhook-service`, the At
+    /// CRD is pointed at that Service trusting the `ca.crt` beside them (as cert-manager's CA
+    /// injector would make it).
+    #[arg(long, env = "WEBHOOK_CERT_DIR")]
     webhook_cert_dir: Option<PathBuf>,
 
     /// The Service in front of the replicas' webhooks, in the operator's namespace: the
-    /// operator makes and renews the webhook's certificate for its names (in
-    /// `--webhook-cert-secret`) and points the At CRD's conversion at it, with the CA as its
-    /// `caBundle`.
+    /// operator points the At CRD's conversion at it, and, without `--webhook-cert-dir`,
+    /// makes and renews the webhook's certificate for its names (in `--webhook-cert-secret`)
+    /// with its CA as the CRD's `caBundle`.
     #[arg(long, env = "WEBHOOK_SERVICE", value_parser = flags::lease_name)]
     webhook_service: Option<String>,
 
@@ -138,6 +162,12 @@ struct RunArgs {
     /// mounted ServiceAccount's.
     #[arg(long, env = "POD_NAMESPACE", value_parser = flags::namespace)]
     pod_namespace: Option<String>,
+
+    /// As leader, write back every PodSet and At still stored at an older version, at the
+    /// storage version, then (watching every namespace) trim the CRDs' storedVersions: what an
+    /// upgrade leaves, migrated without a step of the user's (docs/versioning.md).
+    #[arg(long, env = "MIGRATE_STORAGE", default_value_t = true, action = clap::ArgAction::Set)]
+    migrate_storage: bool,
 
     /// Address of the /livez and /readyz probe endpoints: IP:PORT, or :PORT.
     #[arg(
@@ -236,6 +266,8 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Run(args) => run(*args).await,
+        Command::Migrate(m) => migrate_storage(m).await,
+        Command::Convert(c) => c.run(),
         Command::Check(check) => podset_operator::check::main(check).await,
     }
 }
@@ -349,6 +381,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         exported,
         election,
         warm_standby: args.warm_standby,
+        migrate_storage: args.migrate_storage,
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout_seconds),
     };
     let result = operator.run(shutdown).await;
@@ -364,6 +397,36 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     result
 }
 
+/// `podset-operator migrate`: every PodSet and At stored at `--to`, the CRDs' storedVersions
+/// trimmed to it.
+async fn migrate_storage(m: Migrate) -> anyhow::Result<()> {
+    let client = kube::Client::try_default()
+        .await
+        .context("finding Kubernetes credentials (kubeconfig)")?;
+    if m.to == api::DEPRECATED_VERSION {
+        let richer = migrate::richer_than_v1alpha1(&client).await?;
+        if !richer.is_empty() && !m.force {
+            anyhow::bail!(
+                "these Ats have not run and use what v1alpha1 cannot express; a release that \
+                 knows only v1alpha1 would run their v1alpha1 form (the command line and image) \
+                 and ignore the rest: let them run, delete them, or pass --force: {}",
+                richer.join(", ")
+            );
+        }
+        for kind in migrate::KINDS {
+            migrate::store_at(&client, kind, &m.to).await?;
+        }
+    }
+    for kind in migrate::KINDS {
+        let done = migrate::migrate(&client, kind, &m.to, &Scope::All).await?;
+        println!(
+            "{}: {} written back at {}; storedVersions [{}]",
+            kind.crd, done.rewritten, m.to, m.to
+        );
+    }
+    Ok(())
+}
+
 /// Serves the conversion webhook if it has a certificate, once it has it: until then the
 /// process is not ready, as the API server could not call it. Its address, if served.
 async fn serve_webhook(
@@ -372,15 +435,21 @@ async fn serve_webhook(
     shutdown: &CancellationToken,
     stop: &CancellationToken,
 ) -> anyhow::Result<Option<SocketAddr>> {
-    let certificate = match (&args.webhook_cert_dir, &args.webhook_service) {
-        (Some(dir), _) => Certificate::Mounted(dir.clone()),
-        (None, Some(service)) => Certificate::Provisioned(Provisioned {
+    let service = match &args.webhook_service {
+        Some(name) => Some(Service {
             namespace: args.pod_namespace.clone().or_else(own_namespace).context(
-                "--webhook-service provisions a certificate in the operator's namespace: \
-                 run in a pod, or set POD_NAMESPACE",
+                "--webhook-service names a Service of the operator's namespace: run in a pod, \
+                 or set POD_NAMESPACE",
             )?,
+            name: name.clone(),
+        }),
+        None => None,
+    };
+    let certificate = match (&args.webhook_cert_dir, service) {
+        (Some(dir), service) => Certificate::Mounted(dir.clone(), service),
+        (None, Some(service)) => Certificate::Provisioned(Provisioned {
             secret: args.webhook_cert_secret.clone(),
-            service: service.clone(),
+            service,
         }),
         (None, None) => {
             info!(

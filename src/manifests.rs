@@ -84,6 +84,10 @@ pub fn generated() -> Vec<(PathBuf, String)> {
             yaml(&rbac::conversion_cluster_role()),
         ),
         (
+            "config/rbac/migration_role.yaml".into(),
+            yaml(&rbac::migration_cluster_role()),
+        ),
+        (
             "config/rbac/metrics_auth_role.yaml".into(),
             yaml(&rbac::metrics_auth_cluster_role()),
         ),
@@ -114,6 +118,10 @@ pub fn generated() -> Vec<(PathBuf, String)> {
         (
             "charts/podset-operator/files/conversion-rules.yaml".into(),
             yaml(&rbac::conversion_rules()),
+        ),
+        (
+            "charts/podset-operator/files/migration-rules.yaml".into(),
+            yaml(&rbac::migration_rules()),
         ),
         (
             "charts/podset-operator/files/metrics-auth-rules.yaml".into(),
@@ -204,15 +212,21 @@ mod tests {
             );
         }
     }
-    /// The webhook's rules reach one Secret and one CRD, by name: only a create (which RBAC
-    /// cannot limit to a name) reaches further, to a Secret of the operator's own namespace
-    /// (a Role there).
+    /// The webhook's and the migration's rules reach one Secret and the operator's own two
+    /// CRDs, by name: only a create (which RBAC cannot limit to a name) reaches further, to a
+    /// Secret of the operator's own namespace (a Role there).
     #[test]
-    fn the_webhooks_rules_name_their_secret_and_crd() {
-        for rule in rbac::webhook_cert_rules()
-            .iter()
-            .chain(&rbac::conversion_rules())
-        {
+    fn the_webhook_and_migration_rules_name_their_secret_and_crds() {
+        let ours: Vec<&str> = [rbac::WEBHOOK_CERT_SECRET]
+            .into_iter()
+            .chain(crate::migrate::KINDS.map(|k| k.crd))
+            .collect();
+        let rules = [
+            rbac::webhook_cert_rules(),
+            rbac::conversion_rules(),
+            rbac::migration_rules(),
+        ];
+        for rule in rules.iter().flatten() {
             let named = rule.resource_names.as_deref().unwrap_or_default();
             if rule.verbs == ["create"] {
                 assert_eq!(
@@ -221,12 +235,8 @@ mod tests {
                 );
                 continue;
             }
-            assert_eq!(named.len(), 1, "{rule:?} names no one object");
-            assert!(
-                [rbac::WEBHOOK_CERT_SECRET, crate::webhook::keeper::AT_CRD]
-                    .contains(&named[0].as_str()),
-                "{rule:?}"
-            );
+            assert!(!named.is_empty(), "{rule:?} names no object");
+            assert!(named.iter().all(|n| ours.contains(&n.as_str())), "{rule:?}");
             assert!(
                 !rule.verbs.iter().any(|v| v == "delete" || v == "*"),
                 "{rule:?}"

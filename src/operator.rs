@@ -11,6 +11,7 @@ use crate::controller::{self, Exported, Settings, Watching};
 use crate::fence::Fence;
 pub use crate::leader::Election;
 use crate::leader::LeaderElection;
+use crate::migrate;
 
 pub struct Operator {
     /// The controllers' client: its writes leave only while `fence` is open (`client::ControllerWrites`).
@@ -27,6 +28,9 @@ pub struct Operator {
     pub warm_standby: bool,
     /// How long, after shutdown is asked, in-flight reconciles may take.
     pub shutdown_timeout: Duration,
+    /// At the start of each term, write back what is still stored at an older version
+    /// ([`crate::migrate`]).
+    pub migrate_storage: bool,
 }
 
 impl Operator {
@@ -36,9 +40,21 @@ impl Operator {
             Some(election) => self.run_as_leader(election, shutdown).await,
             None => {
                 self.exported.metrics.leading(true);
+                let _migrating = self.migrate();
                 self.run_controllers(self.watch(false), &shutdown).await
             }
         }
+    }
+
+    /// Starts the term's storage migration, if asked for; it stops when the guard is dropped,
+    /// with the term (a deposed leader's writes are refused at the fence anyway).
+    fn migrate(&self) -> Option<tokio_util::task::AbortOnDropHandle<()>> {
+        let (client, scope) = (self.controllers.clone(), self.settings.scope.clone());
+        self.migrate_storage.then(|| {
+            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(migrate::at_term_start(
+                client, scope,
+            )))
+        })
     }
 
     /// Starts watching the pods (`warm`: before this instance leads).
@@ -107,6 +123,7 @@ impl Operator {
             self.exported.health.set_ready(false);
             // Every line of this term carries the lease and the term's number in this process.
             let span = tracing::info_span!("term", %lease, term);
+            let _migrating = self.migrate();
             let controllers = self.run_controllers(watching, &shutdown).instrument(span);
             // Losing the lease drops the controllers at once (their tasks are aborted): a
             // standby may already be acting. It comes first when both are ready.

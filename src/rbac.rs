@@ -15,6 +15,9 @@ pub const LEADER_ELECTION_ROLE: &str = "podset-operator-leader-election";
 pub const WEBHOOK_CERT_ROLE: &str = "podset-operator-webhook-cert";
 /// Name of the ClusterRole for the At CRD's conversion settings (CRDs have no namespace).
 pub const CONVERSION_ROLE: &str = "podset-operator-conversion";
+/// Name of the ClusterRole for the storage migration's reads of both CRDs and their
+/// `storedVersions` (CRDs have no namespace).
+pub const MIGRATION_ROLE: &str = "podset-operator-migration";
 /// Name of the Secret the operator provisions the webhook's certificates in (as the
 /// manifests name it; `--webhook-cert-secret`).
 pub const WEBHOOK_CERT_SECRET: &str = "podset-operator-webhook-cert";
@@ -37,13 +40,18 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
 /// What the controllers call, wherever they watch.
 pub fn rules() -> Vec<PolicyRule> {
     vec![
-        // Watched through reflectors (list + watch); nothing reads them one by one. An At is
+        // Watched through reflectors (list + watch); nothing reads them one by one. One still
+        // stored at an older version is written back unchanged (update: `migrate`). An At is
         // deleted once DONE for its ttlSecondsAfterFinished.
-        rule("app.example.com", &["podsets"], &["list", "watch"]),
+        rule(
+            "app.example.com",
+            &["podsets"],
+            &["list", "watch", "update"],
+        ),
         rule(
             "cnat.programming-kubernetes.info",
             &["ats"],
-            &["list", "watch", "delete"],
+            &["list", "watch", "update", "delete"],
         ),
         // Status is written with merge patches; a write that met a conflict is read back by a
         // list of the object's name, to tell its own landed write from someone else's.
@@ -98,6 +106,26 @@ pub fn conversion_rules() -> Vec<PolicyRule> {
         ),
         crate::webhook::keeper::AT_CRD,
     )]
+}
+
+/// The storage migration at the start of a term (`migrate`): both CRDs read, to see whether
+/// anything may still be stored at an older version, and their `storedVersions` trimmed once
+/// nothing is. Those two CRDs alone, by name.
+pub fn migration_rules() -> Vec<PolicyRule> {
+    let crds = crate::migrate::KINDS.map(|k| k.crd);
+    let mut get = rule(
+        "apiextensions.k8s.io",
+        &["customresourcedefinitions"],
+        &["get"],
+    );
+    let mut trim = rule(
+        "apiextensions.k8s.io",
+        &["customresourcedefinitions/status"],
+        &["patch"],
+    );
+    get.resource_names = Some(crds.map(String::from).to_vec());
+    trim.resource_names = get.resource_names.clone();
+    vec![get, trim]
 }
 
 fn named(mut rule: PolicyRule, name: &str) -> PolicyRule {
@@ -266,6 +294,10 @@ pub fn metrics_reader_cluster_role() -> ClusterRole {
 
 pub fn manager_cluster_role() -> ClusterRole {
     cluster_role(MANAGER_ROLE, rules())
+}
+
+pub fn migration_cluster_role() -> ClusterRole {
+    cluster_role(MIGRATION_ROLE, migration_rules())
 }
 
 pub fn conversion_cluster_role() -> ClusterRole {

@@ -95,7 +95,7 @@ fn is_finalizers(resource: &str) -> bool {
 
 /// Every grant of the generated roles, with the scopes each role is bound at.
 fn grants() -> Vec<Grant> {
-    let roles: [(&'static str, Vec<PolicyRule>, &'static [bool]); 3] = [
+    let roles: [(&'static str, Vec<PolicyRule>, &'static [bool]); 6] = [
         // A RoleBinding per watched namespace, or one ClusterRoleBinding.
         (rbac::MANAGER_ROLE, rbac::rules(), &[true, false]),
         // A Role in the operator's own namespace.
@@ -110,6 +110,11 @@ fn grants() -> Vec<Grant> {
             rbac::metrics_auth_rules(),
             &[false],
         ),
+        // The webhook's certificate Secret, in the operator's own namespace.
+        (rbac::WEBHOOK_CERT_ROLE, rbac::webhook_cert_rules(), &[true]),
+        // CRDs have no namespace.
+        (rbac::CONVERSION_ROLE, rbac::conversion_rules(), &[false]),
+        (rbac::MIGRATION_ROLE, rbac::migration_rules(), &[false]),
     ];
     let mut grants = Vec::new();
     for (role, rules, scopes) in roles {

@@ -230,6 +230,7 @@ impl Replica {
             clock_sim.now() + skew
         });
         Operator {
+            migrate_storage: false,
             controllers,
             lease,
             fence,

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -85,6 +85,11 @@ pub async fn serve(
             debug!(%peer, "too many connections; closing this one");
             continue;
         };
+        // A response's last segment waits for no ACK: with Nagle's algorithm, a client that
+        // delays its ACKs (Go's, the API server calling the webhook) waited 40 ms a request.
+        if let Err(e) = tcp.set_nodelay(true) {
+            debug!(%peer, error = %e, "TCP_NODELAY not set");
+        }
         let (tls, app, shutdown) = (tls.clone(), app.clone(), shutdown.clone());
         tokio::spawn(async move {
             let served = async {
@@ -117,9 +122,9 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = TowerToHyperService::new(app);
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // HTTP/1 alone: the bounds above are its own, and the TLS configs offer nothing else.
+    let mut builder = http1::Builder::new();
     builder
-        .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .max_buf_size(MAX_HEAD_BYTES);
@@ -293,6 +298,36 @@ mod tests {
                 idle.len()
             );
         }
+        shutdown.cancel();
+    }
+
+    /// Every bound above is HTTP/1's (the head's size, the time to send it, one request at a
+    /// time): a client that opens with HTTP/2's preface (h2c, or TLS without ALPN) is answered
+    /// in HTTP/1 or not at all, never with HTTP/2's 200 streams a connection and no header
+    /// timer.
+    #[tokio::test]
+    async fn a_client_speaking_http2_by_prior_knowledge_is_not_served_http2() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/readyz", axum::routing::get(|| async { "ok" }));
+        let shutdown = CancellationToken::new();
+        let limits = Limits::PROBES_AND_METRICS;
+        tokio::spawn(serve(listener, None, app, limits, shutdown.clone()));
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        // The preface, then an empty SETTINGS frame (length 0, type 4, no flags, stream 0).
+        tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+            .await
+            .unwrap();
+        let mut answer = [0u8; 9];
+        let read = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut answer)).await;
+        let n = read.expect("answered or closed within 5 s").unwrap_or(0);
+        let settings_frame = n >= 4 && answer[3] == 0x04;
+        assert!(
+            !settings_frame,
+            "answered with an HTTP/2 SETTINGS frame: {:?}",
+            &answer[..n]
+        );
         shutdown.cancel();
     }
 

@@ -93,7 +93,8 @@ pub struct Seen<'a> {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Step {
     /// Record this status and look again at this time, at most [`MAX_WAIT`] from now:
-    /// PENDING, not due yet; or RUNNING, its command not started, until its start deadline.
+    /// PENDING, not due yet; RUNNING, its command not started, until its start deadline; or
+    /// DONE, until its `ttlSecondsAfterFinished` runs out.
     /// A time, not a duration: the wait is armed after the write, and counted from then.
     Wait(AtStatus, Timestamp),
     /// Record this status and look again in [`UNWATCHED_POD_POLL`], on the monotonic clock:
@@ -160,7 +161,7 @@ pub fn decide(seen: &Seen) -> Step {
         return Step::End;
     }
     let step = doubting(step_for(seen.at, seen.pod, seen.now), seen.in_doubt);
-    summarized(seen, unwatched(seen, step))
+    summarized(seen, unwatched(seen, ttl::armed(seen.at, step, seen.now)))
 }
 
 /// What follows `step`, which came to `answer`. A reconcile makes at most one create and one
@@ -191,7 +192,7 @@ pub fn after(seen: &Seen, step: Step, answer: Answer) -> Step {
         }
         (step, answer) => unreachable!("{step:?} cannot come to {answer:?}"),
     };
-    summarized(seen, unwatched(seen, next))
+    summarized(seen, unwatched(seen, ttl::armed(at, next, now)))
 }
 
 /// `step`, each status it records carrying kstatus's conditions and the generation it

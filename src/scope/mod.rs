@@ -43,7 +43,7 @@ impl Scope {
 
     /// The namespace each watch or list of the scope names: one per namespace, or none
     /// (all of them).
-    fn each(&self) -> Vec<Option<&str>> {
+    pub fn each(&self) -> Vec<Option<&str>> {
         match self {
             Self::All => vec![None],
             Self::Namespaces(names) => names.iter().map(|ns| Some(ns.as_str())).collect(),

@@ -4,6 +4,7 @@
 //! conversion pointed at the webhook Service with the CA as its `caBundle`. Its rights are
 //! that Secret and that CRD, by name.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -31,16 +32,21 @@ const RETRY: Duration = Duration::from_secs(2);
 /// Certificates the operator provisions in a Secret of its namespace.
 #[derive(Clone, Debug)]
 pub struct Provisioned {
-    pub namespace: String,
     pub secret: String,
-    /// The webhook Service: its DNS names are the certificate's, and the CRD points at it.
-    pub service: String,
+    pub service: Service,
 }
 
-impl Provisioned {
-    /// The names the serving certificate covers: the Service's, as the API server dials it.
+/// The webhook Service, in the operator's namespace: the At CRD's conversion points at it.
+#[derive(Clone, Debug)]
+pub struct Service {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Service {
+    /// The names a serving certificate must cover: the Service's, as the API server dials it.
     pub fn hosts(&self) -> Vec<String> {
-        let (svc, ns) = (&self.service, &self.namespace);
+        let (svc, ns) = (&self.name, &self.namespace);
         vec![
             format!("{svc}.{ns}.svc"),
             format!("{svc}.{ns}.svc.cluster.local"),
@@ -77,7 +83,7 @@ pub async fn keep(
     held: Held,
     shutdown: CancellationToken,
 ) {
-    let api: Api<Secret> = Api::namespaced(client.clone(), &provisioned.namespace);
+    let api: Api<Secret> = Api::namespaced(client.clone(), &provisioned.service.namespace);
     let config =
         watcher::Config::default().fields(&format!("metadata.name={}", provisioned.secret));
     let mut changes = watcher(api, config).boxed();
@@ -100,10 +106,11 @@ pub async fn keep(
 
 /// One look: the Secret read, written if it needs to be, served, and the CRD pointed at it.
 async fn round(client: &Client, p: &Provisioned, held: Option<&Held>) -> anyhow::Result<Held> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), &p.namespace);
+    let api: Api<Secret> = Api::namespaced(client.clone(), &p.service.namespace);
     let found = api.get_opt(&p.secret).await?;
     let mut stored = found.as_ref().map(stored);
-    if let Need::Write(new) = certs::need(stored.as_ref(), &p.hosts(), jiff::Timestamp::now())? {
+    let hosts = p.service.hosts();
+    if let Need::Write(new) = certs::need(stored.as_ref(), &hosts, jiff::Timestamp::now())? {
         info!(secret = %p.secret, "writing a new webhook certificate");
         let secret = secret(p, found.as_ref(), &new);
         match &found {
@@ -128,13 +135,45 @@ async fn round(client: &Client, p: &Provisioned, held: Option<&Held>) -> anyhow:
         }
         None => Held::new(crt, key)?,
     };
-    point_crd(client, p, &certs::bundle(&stored, jiff::Timestamp::now())).await?;
+    point_crd(
+        client,
+        &p.service,
+        &certs::bundle(&stored, jiff::Timestamp::now()),
+    )
+    .await?;
     Ok(held)
+}
+
+/// Keeps the At CRD's conversion pointed at `service`, trusting the CA mounted beside a
+/// mounted certificate (`ca.crt`, as cert-manager writes it; its CA injector may write the
+/// same), until `stop`: looked at every [`RECHECK`].
+pub async fn keep_pointed(client: Client, service: Service, dir: PathBuf, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(RECHECK);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let pointed = match std::fs::read(dir.join(certs::CA_CRT)) {
+            Ok(bundle) => point_crd(&client, &service, &bundle).await,
+            Err(e) => Err(anyhow::anyhow!(
+                "reading {}: {e}",
+                dir.join(certs::CA_CRT).display()
+            )),
+        };
+        if let Err(e) = pointed {
+            warn!(
+                error = format!("{e:#}"),
+                "pointing the At CRD's conversion at this webhook"
+            );
+            tick.reset_after(RETRY);
+        }
+    }
 }
 
 /// The At CRD's conversion, pointed at the webhook Service and trusting `bundle`, unless it
 /// already is.
-async fn point_crd(client: &Client, p: &Provisioned, bundle: &[u8]) -> anyhow::Result<()> {
+async fn point_crd(client: &Client, p: &Service, bundle: &[u8]) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = api.get(AT_CRD).await?;
     let config = crd
@@ -145,7 +184,7 @@ async fn point_crd(client: &Client, p: &Provisioned, bundle: &[u8]) -> anyhow::R
         .and_then(|w| w.client_config.as_ref());
     let service = config.and_then(|c| c.service.as_ref());
     let pointed = service.is_some_and(|s| {
-        s.namespace == p.namespace && s.name == p.service && s.path.as_deref() == Some(CONVERT_PATH)
+        s.namespace == p.namespace && s.name == p.name && s.path.as_deref() == Some(CONVERT_PATH)
     }) && config.is_some_and(|c| c.url.is_none());
     let trusted = config
         .and_then(|c| c.ca_bundle.as_ref())
@@ -153,12 +192,12 @@ async fn point_crd(client: &Client, p: &Provisioned, bundle: &[u8]) -> anyhow::R
     if pointed && trusted {
         return Ok(());
     }
-    info!(crd = AT_CRD, service = %p.service, "pointing the At CRD's conversion at this webhook");
+    info!(crd = AT_CRD, service = %p.name, "pointing the At CRD's conversion at this webhook");
     let patch = serde_json::json!({"spec": {"conversion": {"strategy": "Webhook", "webhook": {
         "conversionReviewVersions": ["v1"],
         "clientConfig": {
             "url": null,
-            "service": {"namespace": p.namespace, "name": p.service, "path": CONVERT_PATH, "port": 443},
+            "service": {"namespace": p.namespace, "name": p.name, "path": CONVERT_PATH, "port": 443},
             "caBundle": ByteString(bundle.to_vec()),
         },
     }}}});
@@ -184,7 +223,7 @@ fn stored(secret: &Secret) -> Stored {
 fn secret(p: &Provisioned, found: Option<&Secret>, new: &Stored) -> Secret {
     let mut secret = found.cloned().unwrap_or_default();
     secret.metadata.name = Some(p.secret.clone());
-    secret.metadata.namespace = Some(p.namespace.clone());
+    secret.metadata.namespace = Some(p.service.namespace.clone());
     secret.metadata.managed_fields = None;
     secret.annotations_mut().extend(new.annotations.clone());
     secret.type_ = Some("kubernetes.io/tls".into());

@@ -27,7 +27,7 @@ use tower::limit::ConcurrencyLimitLayer;
 
 use crate::api::{CONVERT_PATH, conversion};
 use crate::http::{self, serve::Limits, tls};
-use keeper::Provisioned;
+use keeper::{Provisioned, Service};
 
 /// The largest review read: the API server sends a list's objects in one review, and an At
 /// is about 1.5 KiB.
@@ -44,8 +44,9 @@ pub const DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 #[derive(Clone, Debug)]
 pub enum Certificate {
     /// `tls.crt` and `tls.key` in a directory (a mounted Secret, cert-manager's), read again
-    /// when they change.
-    Mounted(PathBuf),
+    /// when they change; with a Service, the At CRD kept pointed at it, trusting the `ca.crt`
+    /// beside them.
+    Mounted(PathBuf, Option<Service>),
     /// Made and renewed by the operator in a Secret.
     Provisioned(Provisioned),
 }
@@ -60,7 +61,13 @@ pub async fn serve(
     stop: CancellationToken,
 ) -> anyhow::Result<Option<SocketAddr>> {
     let config = match certificate {
-        Certificate::Mounted(dir) => tls::server_config(Some(&dir), tls::RELOAD_EVERY, &stop)?,
+        Certificate::Mounted(dir, service) => {
+            let config = tls::server_config(Some(&dir), tls::RELOAD_EVERY, &stop)?;
+            if let Some(service) = service {
+                tokio::spawn(keeper::keep_pointed(client, service, dir, stop.clone()));
+            }
+            config
+        }
         Certificate::Provisioned(provisioned) => {
             let Some(held) = keeper::first(&client, &provisioned, shutdown).await else {
                 return Ok(None);

@@ -6,6 +6,7 @@ mod admission;
 mod failures;
 mod restart;
 mod schedule;
+mod webhook;
 
 use anyhow::{Result, bail};
 use k8s_openapi::api::core::v1::Pod;

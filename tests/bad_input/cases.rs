@@ -35,10 +35,19 @@ pub struct Case {
     pub event: bool,
 }
 
+/// The version the cases are written at: the PodSets' stored one, and the book's for the Ats
+/// (the command a string, converted by the operator's webhook to v1beta1's template).
+pub fn api_version(kind: Kind) -> &'static str {
+    match kind {
+        Kind::PodSet => kind.api_version(),
+        Kind::At => "cnat.programming-kubernetes.info/v1alpha1",
+    }
+}
+
 pub fn case(what: &'static str, kind: Kind, name: &str, obj: Value, expect: Expect) -> Case {
     let mut obj = obj;
     let defaults = json!({
-        "apiVersion": kind.api_version(),
+        "apiVersion": api_version(kind),
         "kind": format!("{kind:?}"),
         "metadata": {"name": name},
     });

@@ -24,7 +24,12 @@ async fn shared_ns(prefix: &str) -> Result<TestNs> {
 
 /// POSTs the raw body; the error's code and message if the API server refuses it.
 async fn submit(ns: &TestNs, c: &Case) -> Result<Option<(u16, String)>> {
-    ns.post_raw(c.kind, c.body.clone().into_bytes()).await
+    ns.post_raw(
+        c.kind,
+        cases::api_version(c.kind),
+        c.body.clone().into_bytes(),
+    )
+    .await
 }
 
 /// Waits for what the operator should make of an accepted object; a description of it.

@@ -61,7 +61,12 @@ async fn install(ns: &TestNs, crd: Value) -> Result<()> {
 
 /// Creates `body`; the API server's code and message if it refuses it.
 async fn create(ns: &TestNs, body: &Value) -> Result<Option<(u16, String)>> {
-    ns.post_raw(Kind::PodSet, serde_json::to_vec(body)?).await
+    ns.post_raw(
+        Kind::PodSet,
+        Kind::PodSet.api_version(),
+        serde_json::to_vec(body)?,
+    )
+    .await
 }
 
 /// The PodSet `name` as stored, whatever the Rust type can hold.

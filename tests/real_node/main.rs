@@ -18,6 +18,7 @@ use testenv::harness::{self, PROMPTLY, TestNs, at, cluster_with_real_node, conve
 use testenv::{Cluster, Options};
 
 mod readme;
+mod v1beta1;
 
 async fn namespace(prefix: &str) -> Result<TestNs> {
     TestNs::new_in(cluster_with_real_node().await?, prefix).await
@@ -295,31 +296,32 @@ async fn scale(api: &Api<PodSet>, name: &str, n: i32) -> Result<()> {
     Ok(())
 }
 
-/// Runs `command` in the pod's container with `kubectl exec` (through the API server and
-/// the kubelet, as a user would); its stdout.
-async fn exec(ns: &TestNs, pod: &str, command: &[&str]) -> Result<String> {
-    let kubeconfig = ns.cluster.kubeconfig().display().to_string();
-    let mut args = vec![
-        "--kubeconfig",
-        &kubeconfig,
-        "-n",
-        &ns.name,
-        "exec",
-        pod,
-        "--",
-    ];
-    args.extend_from_slice(command);
+/// Runs the cluster's kubectl in the test's namespace, as a user would; its stdout.
+async fn kubectl(ns: &TestNs, args: &[&str]) -> Result<String> {
     let out = tokio::process::Command::new(testenv::versions::kubectl())
-        .args(&args)
+        .arg(format!(
+            "--kubeconfig={}",
+            ns.cluster.kubeconfig().display()
+        ))
+        .args(["-n", &ns.name])
+        .args(args)
         .kill_on_drop(true)
         .output()
         .await?;
     ensure!(
         out.status.success(),
-        "kubectl exec {pod} {command:?}: {}",
+        "kubectl {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(String::from_utf8(out.stdout)?)
+}
+
+/// Runs `command` in the pod's container with `kubectl exec` (through the API server and
+/// the kubelet, as a user would); its stdout.
+async fn exec(ns: &TestNs, pod: &str, command: &[&str]) -> Result<String> {
+    let mut args = vec!["exec", pod, "--"];
+    args.extend_from_slice(command);
+    kubectl(ns, &args).await
 }
 
 /// The field of /proc/1/status (`Uid:`, `Seccomp:` ...) as the container's PID 1 sees it.

@@ -105,6 +105,26 @@ fn checks() -> Vec<(&'static str, Check)> {
             "kubectl get at in-a-minute -w",
             Check::Watches(pending_running_done),
         ),
+        (
+            "kubectl apply -f config/samples/cnat_v1beta1_at.yaml",
+            Check::Runs,
+        ),
+        (
+            "kubectl wait --for=condition=Ready at/example-at-v1beta1",
+            Check::Shows(|out, _| out.contains("condition met")),
+        ),
+        (
+            "kubectl get ats -o wide",
+            Check::Shows(|out, _| {
+                out.lines().any(|l| {
+                    let cells: Vec<&str> = l.split_whitespace().collect();
+                    cells.first() == Some(&"example-at-v1beta1")
+                        && cells.contains(&"Europe/Berlin")
+                        && cells.contains(&"DONE")
+                        && cells.contains(&"Succeeded")
+                })
+            }),
+        ),
     ]
 }
 

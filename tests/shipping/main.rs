@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use testenv::{Cluster, Options, poll, poll_some};
 
 mod access;
+mod certmanager;
 mod manifests;
 mod matrix;
 mod metrics;
@@ -28,7 +29,7 @@ mod wait;
 
 use access::*;
 use metrics::Installed;
-use release::{Release, conversion_rbac_objects, metrics_rbac_objects, user_role_objects};
+use release::{Release, crd_rbac_objects, metrics_rbac_objects, user_role_objects};
 use render::*;
 use wait::*;
 
@@ -80,7 +81,7 @@ async fn helm_install_cluster_wide_then_uninstall() -> Result<()> {
         format!("clusterrolebinding/{fullname}-manager"),
     ];
     cluster_objects.extend(metrics_rbac_objects(fullname));
-    cluster_objects.extend(conversion_rbac_objects(fullname));
+    cluster_objects.extend(crd_rbac_objects(fullname));
     cluster_objects.extend(user_role_objects(fullname));
     wait_objects(kc, "", &cluster_objects, true).await?;
     assert_user_roles_aggregated(kc, &other).await?;
@@ -132,7 +133,7 @@ async fn helm_install_namespace_list_then_uninstall() -> Result<()> {
     // Cluster-wide: the metrics reviews' RBAC, the At CRD's conversion (by name), and the
     // roles for people (bound per namespace).
     let mut metrics_objects = metrics_rbac_objects(fullname);
-    metrics_objects.extend(conversion_rbac_objects(fullname));
+    metrics_objects.extend(crd_rbac_objects(fullname));
     metrics_objects.extend(user_role_objects(fullname));
     wait_objects(kc, "", &metrics_objects, true).await?;
     let out = kubectl(

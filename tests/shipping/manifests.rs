@@ -67,6 +67,8 @@ async fn chart_lints_and_renders_both_scopes() -> Result<()> {
         "ClusterRoleBinding/ps-podset-operator-metrics-auth".to_string(),
         "ClusterRole/ps-podset-operator-conversion".to_string(),
         "ClusterRoleBinding/ps-podset-operator-conversion".to_string(),
+        "ClusterRole/ps-podset-operator-migration".to_string(),
+        "ClusterRoleBinding/ps-podset-operator-migration".to_string(),
     ]);
     cluster_wide.extend(
         rbac::user_roles()

@@ -11,13 +11,18 @@ pub fn metrics_rbac_objects(fullname: &str) -> Vec<String> {
     ]
 }
 
-/// The conversion webhook's cluster-wide RBAC (the At CRD alone, by name), as `kubectl get -o
-/// name` lists it.
-pub fn conversion_rbac_objects(fullname: &str) -> Vec<String> {
-    vec![
-        format!("clusterrole.rbac.authorization.k8s.io/{fullname}-conversion"),
-        format!("clusterrolebinding.rbac.authorization.k8s.io/{fullname}-conversion"),
-    ]
+/// The cluster-wide RBAC on the operator's own CRDs (by name: the At's conversion, both
+/// kinds' storage migration), as `kubectl get -o name` lists it.
+pub fn crd_rbac_objects(fullname: &str) -> Vec<String> {
+    ["conversion", "migration"]
+        .iter()
+        .flat_map(|role| {
+            [
+                format!("clusterrole.rbac.authorization.k8s.io/{fullname}-{role}"),
+                format!("clusterrolebinding.rbac.authorization.k8s.io/{fullname}-{role}"),
+            ]
+        })
+        .collect()
 }
 
 /// The editor and viewer ClusterRoles for people, as `kubectl get -o name` lists them.

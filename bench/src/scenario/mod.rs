@@ -4,6 +4,7 @@ mod apf;
 mod at;
 mod blackhole;
 mod converge;
+mod conversion;
 mod cronjob;
 mod decode;
 mod failover;
@@ -19,6 +20,7 @@ use crate::report::{Row, check_invariants, repeat, repeat_each, report};
 use at::at_run;
 use blackhole::blackhole_run;
 use converge::{Work, converge_run};
+use conversion::conversion_run;
 use decode::decode_run;
 use failover::{Pair, Scale, failover_run};
 use storm::storm_run;
@@ -105,6 +107,10 @@ pub async fn bench(args: BenchArgs) -> Result<()> {
                 .await?,
             );
         }
+    }
+    if wanted(&args, "conversion") {
+        let run = || conversion_run(&args);
+        rows.extend(repeat_each(runs, conversion::SCENARIO, run).await?);
     }
     if wanted(&args, "decode") {
         let run = || decode_run(&args, &s);

@@ -68,3 +68,12 @@ here. A missing file fails the render rather than granting nothing silently.
 {{- end }}
 {{- join "," $pairs }}
 {{- end }}
+
+{{/*
+The webhook's values, defaults filled in: an upgrade with --reuse-values keeps the old
+release's values, which may lack them.
+*/}}
+{{- define "podset-operator.webhook" -}}
+{{- $defaults := dict "enabled" true "port" 9443 "certManager" (dict "enabled" false "issuerRef" dict) }}
+{{- toYaml (mergeOverwrite $defaults (deepCopy (.Values.webhook | default dict))) }}
+{{- end }}

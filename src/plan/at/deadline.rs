@@ -109,19 +109,13 @@ fn exceeded(at: &At, message: &str, previous: AtStatus, now: Timestamp) -> AtSta
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{at_with, condition, pod, ts};
+    use super::super::tests::{condition, pod, ts};
     use super::*;
     use crate::plan::at::step_for;
 
     /// A RUNNING At, started at 10:12:00, whose recorded pod is `pod-uid`.
     fn running(deadline: Option<i64>) -> At {
-        let mut at = at_with(Some(AtStatus {
-            phase: Some(AtPhase::Running),
-            pod_name: Some("example-at-pod".into()),
-            pod_uid: Some("pod-uid".into()),
-            start_time: Some(Time(ts("2019-04-12T10:12:00Z"))),
-            ..Default::default()
-        }));
+        let mut at = super::super::tests::running();
         at.spec.start_deadline_seconds = deadline;
         at
     }

@@ -37,6 +37,17 @@ pub(super) fn pod(phase: Phase) -> CachedPod {
     }
 }
 
+/// A RUNNING At, started at 10:12:00, whose recorded pod is `pod-uid`.
+pub(super) fn running() -> At {
+    at_with(Some(AtStatus {
+        phase: Some(AtPhase::Running),
+        pod_name: Some("example-at-pod".into()),
+        pod_uid: Some("pod-uid".into()),
+        start_time: Some(Time(ts("2019-04-12T10:12:00Z"))),
+        ..Default::default()
+    }))
+}
+
 /// A pod that ended in `phase`, its container with `code`.
 pub(super) fn exited(phase: Phase, code: i32) -> CachedPod {
     CachedPod {

@@ -5,8 +5,10 @@
 
 use jiff::{SignedDuration, Timestamp};
 
+use kube::Resource;
+
 use super::{MAX_WAIT, Step};
-use crate::api::{At, AtStatus};
+use crate::api::{At, AtPhase, AtStatus};
 
 /// What follows `status`, a DONE At's: recorded, then, under a TTL, looked at again when it
 /// expires (at most [`MAX_WAIT`] away: the wall clock may be stepped), and deleted once it has.
@@ -15,6 +17,27 @@ pub(super) fn finished(at: &At, status: AtStatus, now: Timestamp) -> Step {
         Some(expires) if now >= expires => Step::Expire,
         Some(expires) => Step::Wait(status, expires.min(now + MAX_WAIT)),
         None => Step::Record(status),
+    }
+}
+
+/// `step`, a DONE status it records, under a TTL, looking again when the TTL runs out (at
+/// most [`MAX_WAIT`] away): nothing else may wake the At that has just become DONE. Its own
+/// status writes wake nothing (the watch has a generation predicate), and its pod may send
+/// no further event: the pod an operator finds ended as it starts ended before it. An At
+/// being deleted is only recorded: its deletion is under way, and a look would find it so.
+pub(super) fn armed(at: &At, step: Step, now: Timestamp) -> Step {
+    match step {
+        Step::Record(status)
+            if status.phase == Some(AtPhase::Done) && at.meta().deletion_timestamp.is_none() =>
+        {
+            match expiry(at, &status) {
+                Some(expires) => Step::Wait(status, expires.min(now + MAX_WAIT)),
+                None => Step::Record(status),
+            }
+        }
+        Step::Discard(uid, then) => Step::Discard(uid, Box::new(armed(at, *then, now))),
+        Step::Stop(uid, then) => Step::Stop(uid, Box::new(armed(at, *then, now))),
+        other => other,
     }
 }
 
@@ -30,7 +53,6 @@ fn expiry(at: &At, status: &AtStatus) -> Option<Timestamp> {
 mod tests {
     use super::super::tests::{at_with, ts};
     use super::*;
-    use crate::api::AtPhase;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn done(ttl: Option<i32>) -> (At, AtStatus) {
@@ -71,5 +93,37 @@ mod tests {
             finished(&at, status, ts("2019-04-12T10:12:00Z")),
             Step::Expire
         );
+    }
+
+    /// The reconcile that makes an At DONE under a TTL looks again when it runs out: no event
+    /// may come (real_node's a_ttl_holds_for_an_at_that_ended_while_no_operator_ran found the
+    /// At recorded DONE by an operator that had just started, its pod long ended, kept past
+    /// its TTL until the resync). Being deleted, it is only recorded.
+    #[test]
+    fn an_at_that_becomes_done_under_a_ttl_is_looked_at_when_it_runs_out() {
+        use super::super::tests::{exited, running};
+        use super::super::{Seen, decide};
+        use crate::pod::Phase;
+        let mut at = running();
+        at.spec.ttl_seconds_after_finished = Some(5);
+        let ended = exited(Phase::Succeeded, 0);
+        let now = ts("2019-04-12T10:13:00Z");
+        let seen = |at: &At| {
+            decide(&Seen {
+                at,
+                pod: Some(&ended),
+                gone: false,
+                in_doubt: false,
+                now,
+            })
+        };
+        let Step::Wait(done, wake) = seen(&at) else {
+            panic!("the DONE At is not looked at again");
+        };
+        assert_eq!(done.phase, Some(AtPhase::Done));
+        assert_eq!(wake, ts("2019-04-12T10:13:05Z"));
+        at.status = Some(done);
+        at.metadata.deletion_timestamp = Some(Time(ts("2019-04-12T10:13:05Z")));
+        assert!(matches!(seen(&at), Step::Record(_)));
     }
 }

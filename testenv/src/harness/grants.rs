@@ -15,7 +15,9 @@ use super::TestNs;
 pub const OPERATOR_SA: &str = "podset-operator";
 
 impl TestNs {
-    /// The generated ClusterRole, bound in this namespace only to the operator's account.
+    /// The generated ClusterRole, bound in this namespace only to the operator's account;
+    /// and the migration's, bound cluster-wide (it reads the two CRDs, which have no
+    /// namespace).
     pub(super) async fn grant_operator_rbac(&self) -> Result<()> {
         let role = self
             .apply_cluster_role(rbac::manager_cluster_role())
@@ -23,7 +25,8 @@ impl TestNs {
         self.create_service_account(OPERATOR_SA).await?;
         let subject = self.subject(OPERATOR_SA);
         self.bind(&role, subject, "ClusterRole", &role).await?;
-        Ok(())
+        self.grant_cluster_role(OPERATOR_SA, rbac::migration_cluster_role())
+            .await
     }
 
     /// Binds the manager rules in this namespace to the operator's account in `watcher`'s

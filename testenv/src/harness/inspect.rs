@@ -33,14 +33,25 @@ impl Kind {
 impl TestNs {
     /// The URL of this namespace's objects of `kind`.
     pub fn url_of(&self, kind: Kind) -> String {
-        let (version, plural) = (kind.api_version(), kind.plural());
-        format!("/apis/{version}/namespaces/{}/{plural}", self.name)
+        self.url_at(kind, kind.api_version())
     }
 
-    /// POSTs `body` as is, an object of `kind`, into this namespace: raw, because the typed
-    /// API cannot hold every object a test submits. The API server's refusal, if any.
-    pub async fn post_raw(&self, kind: Kind, body: Vec<u8>) -> Result<Option<(u16, String)>> {
-        let url = self.url_of(kind);
+    /// The collection of `kind` in this namespace, served at `api_version` (group/version).
+    pub fn url_at(&self, kind: Kind, api_version: &str) -> String {
+        let plural = kind.plural();
+        format!("/apis/{api_version}/namespaces/{}/{plural}", self.name)
+    }
+
+    /// POSTs `body` as is, an object of `kind`, into this namespace at `api_version`: raw,
+    /// because the typed API cannot hold every object a test submits. The API server's
+    /// refusal, if any.
+    pub async fn post_raw(
+        &self,
+        kind: Kind,
+        api_version: &str,
+        body: Vec<u8>,
+    ) -> Result<Option<(u16, String)>> {
+        let url = self.url_at(kind, api_version);
         let request = http::Request::post(url)
             .header("content-type", "application/json")
             .body(body)?;

@@ -3,7 +3,7 @@
 use podset_operator::api::at::{LATEST_SCHEDULE, SCHEDULE_MESSAGE};
 use serde_json::json;
 
-use super::{Case, Expect, Kind, at, case, long, when};
+use super::{Case, Expect, Kind, api_version, at, case, long, when};
 
 pub fn cases() -> Vec<Case> {
     use Expect::*;
@@ -195,7 +195,7 @@ pub fn cases() -> Vec<Case> {
     cases.push(Case {
         body: format!(
             r#"{{"apiVersion": "{}", "kind": "At", "metadata": {{"name": "bad-at-99"}}, "spec": {{"#,
-            Kind::At.api_version()
+            api_version(Kind::At)
         ),
         ..case("truncated JSON", Kind::At, "bad-at-99", json!({}), Refused(400, ""))
     });
