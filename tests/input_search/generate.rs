@@ -1,104 +1,266 @@
-//! Objects generated from the CRDs' own OpenAPI schemas (issue 31, after Acto): a valid base
-//! object with one to three fields, anywhere in the schema, set to values from its edges; or a
-//! whole spec drawn from the schema. The same seed always gives the same object.
+//! Objects generated from the CRDs' own OpenAPI schemas (issue 31, after Acto), at each
+//! version the CRDs serve: a valid base object with one to three fields, anywhere in that
+//! version's schema, set to values from its edges ([`crate::values`]); or a whole spec drawn
+//! from the schema; or, for an At at v1alpha1, one read at that version and created again,
+//! which carries its v1beta1 spec in the conversion's annotation. The same seed always gives
+//! the same object.
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use serde_json::{Map, Value, json};
+use podset_operator::api::conversion;
+use podset_operator::api::{AT_COMMAND_CONTAINER, DEPRECATED_VERSION, STORAGE_VERSION};
+use serde_json::{Value, json};
 
+use crate::values::Gen;
 use testenv::harness::Kind;
+
+/// The versions both CRDs serve.
+pub const VERSIONS: [&str; 2] = [STORAGE_VERSION, DEPRECATED_VERSION];
 
 /// One generated object: what it is, and how it was made (for the report).
 #[derive(Clone)]
 pub struct Generated {
     pub seed: u64,
     pub kind: Kind,
+    /// The version it is written at: [`STORAGE_VERSION`] or [`DEPRECATED_VERSION`].
+    pub version: &'static str,
     pub name: String,
     pub body: Value,
     pub how: String,
 }
 
-/// The `spec` schema of each kind, and every path below it.
-pub struct Schemas {
-    podset: Spec,
-    at: Spec,
+/// `group/version` of `kind` at `version`.
+pub fn api_version(kind: Kind, version: &str) -> String {
+    let group = kind.api_version().split_once('/').map_or("", |(g, _)| g);
+    format!("{group}/{version}")
 }
 
-struct Spec {
-    schema: Value,
+/// The schemas of each kind at each version, and every path below each spec.
+pub struct Schemas {
+    versions: Vec<Version>,
+}
+
+/// One version of a kind, as its CRD serves it.
+struct Version {
+    kind: Kind,
+    name: &'static str,
+    spec: Value,
+    status: Value,
     paths: Vec<Vec<String>>,
 }
 
 /// Path segments that are not field names: an array's item, a map's value.
-const ITEM: &str = "[]";
-const VALUE: &str = "{}";
+pub const ITEM: &str = "[]";
+pub const VALUE: &str = "{}";
 
 impl Schemas {
     /// From the CRDs (as the API server serves them).
     pub fn new(podset: &CustomResourceDefinition, at: &CustomResourceDefinition) -> Self {
-        let spec = |crd: &CustomResourceDefinition| {
+        let mut versions = Vec::new();
+        for (kind, crd) in [(Kind::PodSet, podset), (Kind::At, at)] {
             let crd = serde_json::to_value(crd).expect("a CRD serializes");
-            let schema =
-                crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-                    .clone();
-            let mut paths = Vec::new();
-            collect_paths(&schema, &mut Vec::new(), &mut paths);
-            Spec { schema, paths }
-        };
-        Schemas {
-            podset: spec(podset),
-            at: spec(at),
+            for name in VERSIONS {
+                let served = crd["spec"]["versions"].as_array().into_iter().flatten();
+                let version = served
+                    .into_iter()
+                    .find(|v| v["name"] == name)
+                    .unwrap_or_else(|| panic!("{kind:?} {name} is not served"));
+                let root = &version["schema"]["openAPIV3Schema"]["properties"];
+                let mut paths = Vec::new();
+                collect_paths(&root["spec"], &mut Vec::new(), &mut paths);
+                versions.push(Version {
+                    kind,
+                    name,
+                    spec: root["spec"].clone(),
+                    status: root["status"].clone(),
+                    paths,
+                });
+            }
         }
+        Schemas { versions }
     }
 
-    /// How many paths each kind's spec has.
-    pub fn paths(&self) -> (usize, usize) {
-        (self.podset.paths.len(), self.at.paths.len())
+    fn version(&self, kind: Kind, version: &str) -> &Version {
+        let found = self
+            .versions
+            .iter()
+            .find(|v| v.kind == kind && v.name == version);
+        found.unwrap_or_else(|| panic!("{kind:?} has no version {version}"))
     }
 
-    /// The object of `seed`: seven PodSets for every three Ats; most are a base object with a
-    /// few fields mutated, one in seven a spec drawn whole from the schema.
+    /// The schemas of `kind`'s spec and status at `version`.
+    pub fn schema(&self, kind: Kind, version: &str) -> (&Value, &Value) {
+        let v = self.version(kind, version);
+        (&v.spec, &v.status)
+    }
+
+    /// How many paths each kind's spec has at each version.
+    pub fn paths(&self) -> Vec<(Kind, &'static str, usize)> {
+        let count = |v: &Version| (v.kind, v.name, v.paths.len());
+        self.versions.iter().map(count).collect()
+    }
+
+    /// The object of `seed`: as many PodSets as Ats, half of each at each version; most are a
+    /// base object with a few fields mutated, one in seven a spec drawn whole from the schema,
+    /// and one v1alpha1 At in four a copy of one read at that version.
     pub fn generate(&self, seed: u64, now: Timestamp) -> Generated {
         let mut rng = fastrand::Rng::with_seed(seed);
-        let kind = if rng.u8(0..10) < 7 {
-            Kind::PodSet
+        let kind = if rng.bool() { Kind::PodSet } else { Kind::At };
+        let version = VERSIONS[rng.usize(..VERSIONS.len())];
+        self.drawn(&mut Gen { rng, now }, seed, kind, version)
+    }
+
+    /// The object of `seed` of `kind` at `version`.
+    pub fn object(&self, seed: u64, kind: Kind, version: &str, now: Timestamp) -> Generated {
+        let rng = fastrand::Rng::with_seed(seed);
+        self.drawn(&mut Gen { rng, now }, seed, kind, version)
+    }
+
+    fn drawn(&self, g: &mut Gen, seed: u64, kind: Kind, version: &str) -> Generated {
+        let version = self.version(kind, version);
+        if kind == Kind::At && version.name == DEPRECATED_VERSION && g.rng.u8(0..4) == 0 {
+            return self.copied(g, seed);
+        }
+        let (spec, how) = if g.rng.u8(0..7) == 0 {
+            (g.draw(&version.spec, "spec", 0), "drawn whole".to_string())
         } else {
-            Kind::At
-        };
-        let spec = match kind {
-            Kind::PodSet => &self.podset,
-            Kind::At => &self.at,
-        };
-        let mut g = Gen { rng, now };
-        let (body, how) = if g.rng.u8(0..7) == 0 {
-            (g.draw(&spec.schema, "spec", 0), "drawn whole".to_string())
-        } else {
-            let mut body = g.base(kind);
-            let mut changed = Vec::new();
-            for _ in 0..g.rng.usize(1..=3) {
-                let path = &spec.paths[g.rng.usize(..spec.paths.len())];
-                let leaf = child_at(&spec.schema, path);
-                let value = g.edge(leaf, path.last().map_or("spec", |s| s.as_str()));
-                changed.push(format!("{}={:.60}", path.join("."), value.to_string()));
-                g.set(&mut body, &spec.schema, path, value);
-            }
-            (body, changed.join(" "))
+            let mut spec = base(g, kind, version.name);
+            let n = g.rng.usize(1..=3);
+            let how = mutate(g, version, &mut spec, n);
+            (spec, how)
         };
         let name = format!("in-{seed:x}");
         let body = json!({
-            "apiVersion": kind.api_version(),
+            "apiVersion": api_version(kind, version.name),
             "kind": format!("{kind:?}"),
             "metadata": {"name": name},
-            "spec": body,
+            "spec": spec,
         });
         Generated {
             seed,
             kind,
+            version: version.name,
             name,
             body,
             how,
         }
     }
+
+    /// An At read at v1alpha1 and created again (a copy under another name, say): a drawn
+    /// v1beta1 At's v1alpha1 form, whose annotation holds the v1beta1 spec when v1alpha1
+    /// cannot say it, sometimes with a v1alpha1 field changed.
+    fn copied(&self, g: &mut Gen, seed: u64) -> Generated {
+        let beta = self.drawn(g, seed, Kind::At, STORAGE_VERSION);
+        let alpha = api_version(Kind::At, DEPRECATED_VERSION);
+        let mut body = conversion::convert(beta.body, &alpha).expect("an At converts");
+        let mut how = format!("read at v1alpha1 from [{}]", beta.how);
+        if g.rng.bool() {
+            let changed = mutate(
+                g,
+                self.version(Kind::At, DEPRECATED_VERSION),
+                &mut body["spec"],
+                1,
+            );
+            how = format!("{how}, then {changed}");
+        }
+        Generated {
+            version: DEPRECATED_VERSION,
+            body,
+            how,
+            ..beta
+        }
+    }
+}
+
+/// Sets `n` fields of `spec`, anywhere in `version`'s schema, to values at or past their
+/// edges; which, and to what. Half of an At's are its own fields (its schedule, zone,
+/// deadlines...), which its template's paths would otherwise outnumber by hundreds.
+fn mutate(g: &mut Gen, version: &Version, spec: &mut Value, n: usize) -> String {
+    let own: Vec<&Vec<String>> = version.paths.iter().filter(|p| p.len() == 1).collect();
+    let mut changed = Vec::new();
+    for _ in 0..n {
+        let path = if version.kind == Kind::At && g.rng.bool() {
+            own[g.rng.usize(..own.len())]
+        } else {
+            &version.paths[g.rng.usize(..version.paths.len())]
+        };
+        let leaf = child_at(&version.spec, path);
+        let value = g.edge(leaf, path.last().map_or("spec", |s| s.as_str()));
+        changed.push(format!("{}={:.60}", path.join("."), value.to_string()));
+        g.set(spec, &version.spec, path, value);
+    }
+    changed.join(" ")
+}
+
+/// A valid spec of `kind` at `version`, as a user would write it.
+fn base(g: &mut Gen, kind: Kind, version: &str) -> Value {
+    match kind {
+        Kind::PodSet if g.rng.bool() => json!({"replicas": g.rng.i32(1..=4)}),
+        Kind::PodSet => json!({
+            "replicas": g.rng.i32(1..=4),
+            "template": {
+                "metadata": {"labels": {"tier": "input-search"}},
+                "spec": {"containers": [{
+                    "name": "main",
+                    "image": "busybox:1.36",
+                    "command": ["sleep", "3600"],
+                }]},
+            },
+        }),
+        Kind::At if version == DEPRECATED_VERSION => json!({
+            "schedule": g.schedule(),
+            "command": "echo input-search",
+        }),
+        Kind::At => beta_at(g),
+    }
+}
+
+/// A v1beta1 At a user would write: one container running a shell line (half the time
+/// named as v1alpha1 names it: an At written at v1alpha1 and edited at v1beta1), a command
+/// with arguments in an image, or two containers and the one that decides named; one in
+/// three in a time zone (one in four of those odd), one in four with each deadline and a
+/// time to live.
+fn beta_at(g: &mut Gen) -> Value {
+    let shell = json!({"name": "main", "command": ["sh", "-c", "echo input-search"]});
+    let mut spec = match g.rng.u8(0..3) {
+        0 => {
+            let name = if g.rng.bool() {
+                AT_COMMAND_CONTAINER
+            } else {
+                "main"
+            };
+            let container = json!({"name": name, "command": ["sh", "-c", "echo input-search"]});
+            json!({"template": {"spec": {"containers": [container]}}})
+        }
+        1 => json!({"template": {"spec": {"containers": [{
+            "name": "main",
+            "image": "busybox:1.36",
+            "command": ["echo"],
+            "args": ["input", "search"],
+        }]}}}),
+        _ => json!({"containerName": "main", "template": {"spec": {"containers": [
+            {"name": "side", "image": "busybox:1.36", "command": ["sleep", "3600"]},
+            shell,
+        ]}}}),
+    };
+    spec["schedule"] = if g.rng.u8(0..3) == 0 {
+        let (name, zone) = g.zone();
+        spec["timeZone"] = json!(name);
+        json!(g.local_schedule(&zone))
+    } else {
+        json!(g.schedule())
+    };
+    let limits = [
+        ("startDeadlineSeconds", 1),
+        ("activeDeadlineSeconds", 1),
+        ("ttlSecondsAfterFinished", 0),
+    ];
+    for (field, least) in limits {
+        if g.rng.u8(0..4) == 0 {
+            spec[field] = json!(g.rng.i64(least..=30));
+        }
+    }
+    spec
 }
 
 fn collect_paths(schema: &Value, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
@@ -121,7 +283,7 @@ fn collect_paths(schema: &Value, prefix: &mut Vec<String>, out: &mut Vec<Vec<Str
     }
 }
 
-fn child<'a>(schema: &'a Value, segment: &str) -> &'a Value {
+pub fn child<'a>(schema: &'a Value, segment: &str) -> &'a Value {
     match segment {
         ITEM => &schema["items"],
         VALUE => &schema["additionalProperties"],
@@ -129,342 +291,8 @@ fn child<'a>(schema: &'a Value, segment: &str) -> &'a Value {
     }
 }
 
-fn child_at<'a>(schema: &'a Value, path: &[String]) -> &'a Value {
+pub fn child_at<'a>(schema: &'a Value, path: &[String]) -> &'a Value {
     path.iter().fold(schema, |s, segment| child(s, segment))
-}
-
-fn is_quantity(schema: &Value) -> bool {
-    schema["description"]
-        .as_str()
-        .is_some_and(|d| d.starts_with("Quantity is"))
-}
-
-const STRINGS: &[&str] = &[
-    "",
-    " ",
-    "-",
-    ".",
-    "..",
-    "/",
-    "a/b",
-    "UPPER",
-    "0",
-    "-1",
-    "true",
-    "null",
-    "ünïcødé ✓",
-    "\u{0}",
-    "line\nbreak",
-    "$(HOME)",
-    "${HOME}",
-    "'\"`;|&",
-    "*",
-    "\\",
-    "http://x",
-];
-/// Lengths around the API's limits: a label value, a DNS label, a DNS subdomain, and big.
-const LENGTHS: &[usize] = &[63, 64, 253, 254, 4096, 70_000];
-const QUANTITIES: &[&str] = &[
-    "0",
-    "1",
-    "-1",
-    "100m",
-    "0.001",
-    "0.0001",
-    "1e3",
-    "1E-3",
-    "1Ki",
-    "1ki",
-    "8Ei",
-    "9223372036854775807",
-    "9223372036854775808",
-    "1e400",
-    "+1",
-    ".5",
-    "5.",
-    "1 Gi",
-    "Gi",
-    "999999999999999999999Ei",
-];
-const DATE_TIMES: &[&str] = &[
-    "0000-01-01T00:00:00Z",
-    "0001-01-01T00:00:00Z",
-    "1969-12-31T23:59:59Z",
-    "1970-01-01T00:00:00Z",
-    "2016-12-31T23:59:60Z",
-    "2023-02-29T12:00:00Z",
-    "2024-02-29T12:00:00Z",
-    "2038-01-19T03:14:08Z",
-    "9999-12-31T23:59:59Z",
-    "2026-01-01T24:00:00Z",
-    "2026-13-01T00:00:00Z",
-    "2026-01-01T00:00:00+01:00",
-    "2026-01-01t00:00:00z",
-    "2026-01-01T00:00:00.5Z",
-    "2026-01-01 00:00:00Z",
-];
-
-struct Gen {
-    rng: fastrand::Rng,
-    now: Timestamp,
-}
-
-impl Gen {
-    fn base(&mut self, kind: Kind) -> Value {
-        match kind {
-            Kind::PodSet if self.rng.bool() => json!({"replicas": self.rng.i32(1..=4)}),
-            Kind::PodSet => json!({
-                "replicas": self.rng.i32(1..=4),
-                "template": {
-                    "metadata": {"labels": {"tier": "input-search"}},
-                    "spec": {"containers": [{
-                        "name": "main",
-                        "image": "busybox:1.36",
-                        "command": ["sleep", "3600"],
-                    }]},
-                },
-            }),
-            Kind::At => json!({
-                "schedule": self.schedule(),
-                "command": "echo input-search",
-            }),
-        }
-    }
-
-    /// A valid schedule: a minute ago (due now) or a day ahead (PENDING).
-    fn schedule(&mut self) -> String {
-        let offset = if self.rng.bool() { -60 } else { 86_400 };
-        let at = self.now + SignedDuration::from_secs(offset);
-        at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-    }
-
-    /// Sets the value at `path` below `node` (whose schema is `schema`), creating what is
-    /// missing on the way with its required fields.
-    fn set(&mut self, node: &mut Value, schema: &Value, path: &[String], value: Value) {
-        let Some((segment, rest)) = path.split_first() else {
-            *node = value;
-            return;
-        };
-        let sub = child(schema, segment);
-        let next = match segment.as_str() {
-            ITEM => {
-                if !node.is_array() {
-                    *node = json!([]);
-                }
-                let items = node.as_array_mut().unwrap();
-                if items.is_empty() {
-                    items.push(self.minimal(sub, ""));
-                }
-                let i = self.rng.usize(..items.len());
-                &mut items[i]
-            }
-            VALUE => {
-                let key = self.key();
-                let map = as_object(node);
-                let key = map.keys().next().cloned().unwrap_or(key);
-                let fresh = self.minimal(sub, "");
-                map.entry(key).or_insert(fresh)
-            }
-            field => {
-                let fresh = self.minimal(sub, field);
-                as_object(node).entry(field).or_insert(fresh)
-            }
-        };
-        self.set(next, sub, rest, value);
-    }
-
-    /// A map key: mostly plain, sometimes one the API server's key rules refuse.
-    fn key(&mut self) -> String {
-        match self.rng.u8(0..4) {
-            0 => self.pick(STRINGS).to_string(),
-            1 => "example.com/key".into(),
-            _ => "key".into(),
-        }
-    }
-
-    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
-        from[self.rng.usize(..from.len())]
-    }
-
-    /// The least valid-looking value of `schema`: required fields only.
-    fn minimal(&mut self, schema: &Value, field: &str) -> Value {
-        if schema["properties"].is_object() {
-            let mut object = Map::new();
-            for name in schema["required"].as_array().into_iter().flatten() {
-                let name = name.as_str().unwrap_or_default();
-                let value = self.minimal(&schema["properties"][name], name);
-                object.insert(name.to_string(), value);
-            }
-            return Value::Object(object);
-        }
-        self.plausible(schema, field)
-    }
-
-    /// A value a user would write for `schema` (a field named `field`).
-    fn plausible(&mut self, schema: &Value, field: &str) -> Value {
-        if let Some(options) = schema["enum"].as_array() {
-            return options[self.rng.usize(..options.len())].clone();
-        }
-        if is_quantity(schema) {
-            return json!(self.pick(&["100m", "64Mi", "1"]));
-        }
-        if schema["x-kubernetes-int-or-string"] == true {
-            return if self.rng.bool() {
-                json!(8080)
-            } else {
-                json!("http")
-            };
-        }
-        match schema["type"].as_str().unwrap_or_default() {
-            "integer" => {
-                let low = schema["minimum"].as_i64().unwrap_or(0).max(0);
-                let high = schema["maximum"].as_i64().unwrap_or(100).min(low + 100);
-                json!(self.rng.i64(low..=high.max(low)))
-            }
-            "number" => json!(1.5),
-            "boolean" => json!(self.rng.bool()),
-            "array" => json!([self.minimal(&schema["items"], field)]),
-            "object" if schema["additionalProperties"].is_object() => {
-                json!({"key": self.plausible(&schema["additionalProperties"], field)})
-            }
-            "object" => json!({}),
-            _ if schema["pattern"].is_string() || schema["format"] == "date-time" => {
-                json!(self.schedule())
-            }
-            _ => json!(match field {
-                "name" => format!("n{}", self.rng.u16(..)),
-                "image" => "busybox:1.36".into(),
-                "command" | "args" => "true".into(),
-                _ => self
-                    .pick(&["a", "x1", "key", "value", "/tmp", "TCP"])
-                    .into(),
-            }),
-        }
-    }
-
-    /// A value at or past the edges of `schema`; sometimes of another type altogether.
-    fn edge(&mut self, schema: &Value, field: &str) -> Value {
-        if self.rng.u8(0..20) == 0 {
-            return [
-                json!(null),
-                json!("x"),
-                json!(1),
-                json!([]),
-                json!({}),
-                json!(true),
-            ][self.rng.usize(..6)]
-            .clone();
-        }
-        if is_quantity(schema) {
-            return json!(self.pick(QUANTITIES));
-        }
-        if schema["x-kubernetes-int-or-string"] == true {
-            return if self.rng.bool() {
-                self.integer(schema)
-            } else {
-                self.string(schema)
-            };
-        }
-        match schema["type"].as_str().unwrap_or_default() {
-            "integer" => self.integer(schema),
-            "number" => json!([0.0, -0.5, 1e308, 1e-308][self.rng.usize(..4)]),
-            "boolean" => json!(self.rng.bool()),
-            "array" => {
-                let n = [0, 1, 2, 300][self.rng.usize(..4)];
-                let items: Vec<Value> = (0..n)
-                    .map(|_| self.minimal(&schema["items"], field))
-                    .collect();
-                Value::Array(items)
-            }
-            "object" => match self.rng.u8(0..3) {
-                0 => json!({}),
-                1 => self.draw(schema, field, 0),
-                _ => self.minimal(schema, field),
-            },
-            _ => self.string(schema),
-        }
-    }
-
-    fn integer(&mut self, schema: &Value) -> Value {
-        let mut edges: Vec<i64> = vec![-1, 0, 1];
-        if schema["format"] == "int64" {
-            edges.extend([i64::MIN, i64::MAX, (1 << 53) + 1, -(1 << 53) - 1]);
-        } else {
-            edges.extend([i32::MIN.into(), i32::MAX.into(), 1 << 31, -(1 << 31) - 1]);
-        }
-        for bound in ["minimum", "maximum"] {
-            if let Some(b) = schema[bound].as_i64() {
-                edges.extend([b.saturating_sub(1), b, b.saturating_add(1)]);
-            }
-        }
-        match self.rng.u8(0..12) {
-            0 => json!(1.5),
-            1 => json!(u64::MAX),
-            _ => json!(edges[self.rng.usize(..edges.len())]),
-        }
-    }
-
-    fn string(&mut self, schema: &Value) -> Value {
-        if let Some(options) = schema["enum"].as_array()
-            && self.rng.bool()
-        {
-            let option = options[self.rng.usize(..options.len())]
-                .as_str()
-                .unwrap_or("");
-            return json!(option.to_lowercase());
-        }
-        if schema["pattern"].is_string() || schema["format"] == "date-time" {
-            return match self.rng.u8(0..4) {
-                0 => json!(self.schedule()),
-                _ => json!(self.pick(DATE_TIMES)),
-            };
-        }
-        match self.rng.u8(0..3) {
-            0 => {
-                let n = LENGTHS[self.rng.usize(..LENGTHS.len())];
-                json!("a".repeat(n))
-            }
-            _ => json!(self.pick(STRINGS)),
-        }
-    }
-
-    /// A whole value drawn from `schema`: required fields always, each optional one with odds
-    /// that fall with depth; leaves plausible, one in four at an edge.
-    fn draw(&mut self, schema: &Value, field: &str, depth: usize) -> Value {
-        if let Some(properties) = schema["properties"].as_object() {
-            let required: Vec<&str> = schema["required"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            let mut object = Map::new();
-            for (name, sub) in properties {
-                let odds = 3 * (depth as u32 + 1);
-                if required.contains(&name.as_str()) || (depth < 6 && self.rng.u32(0..odds) == 0) {
-                    object.insert(name.clone(), self.draw(sub, name, depth + 1));
-                }
-            }
-            return Value::Object(object);
-        }
-        if schema["type"] == "array" && depth < 6 {
-            let n = self.rng.usize(0..=2);
-            let items = (0..n).map(|_| self.draw(&schema["items"], field, depth + 1));
-            return Value::Array(items.collect());
-        }
-        if self.rng.u8(0..4) == 0 {
-            self.edge(schema, field)
-        } else {
-            self.plausible(schema, field)
-        }
-    }
-}
-
-fn as_object(node: &mut Value) -> &mut Map<String, Value> {
-    if !node.is_object() {
-        *node = json!({});
-    }
-    node.as_object_mut().unwrap()
 }
 
 #[cfg(test)]
@@ -477,19 +305,53 @@ mod tests {
     }
 
     #[test]
-    fn a_seed_always_gives_the_same_object_and_seeds_reach_deep_fields() {
+    fn a_seed_always_gives_the_same_object_and_seeds_reach_every_version_and_deep_fields() {
         let s = schemas();
         let now = Timestamp::from_second(1_800_000_000).unwrap();
-        let (podset_paths, at_paths) = s.paths();
-        assert!(podset_paths > 1000, "{podset_paths} PodSet paths");
-        assert!(at_paths > 1000, "{at_paths} At paths: its template's too");
-        for seed in 0..200 {
-            assert_eq!(s.generate(seed, now).body, s.generate(seed, now).body);
+        for (kind, version, paths) in s.paths() {
+            if (kind, version) == (Kind::At, DEPRECATED_VERSION) {
+                assert_eq!(paths, 4, "schedule, command, image, startDeadlineSeconds");
+            } else {
+                assert!(
+                    paths > 1000,
+                    "{paths} {kind:?} {version} paths: its template's"
+                );
+            }
         }
-        let deep = (0..200)
-            .map(|seed| s.generate(seed, now))
-            .filter(|g| g.how.contains("template.spec.containers.[]."))
-            .count();
-        assert!(deep > 5, "only {deep} of 200 reach into a container");
+        let drawn: Vec<Generated> = (0..400).map(|seed| s.generate(seed, now)).collect();
+        for g in &drawn[..200] {
+            assert_eq!(g.body, s.generate(g.seed, now).body);
+        }
+        let count = |f: &dyn Fn(&Generated) -> bool| drawn.iter().filter(|g| f(g)).count();
+        for kind in [Kind::PodSet, Kind::At] {
+            for version in VERSIONS {
+                let at = api_version(kind, version);
+                let n = count(&|g| {
+                    g.kind == kind && g.version == version && g.body["apiVersion"] == at
+                });
+                assert!(n > 60, "only {n} of 400 are {kind:?}s at {version}");
+            }
+        }
+        let deep = |kind| {
+            count(&|g| {
+                g.kind == kind
+                    && g.version == STORAGE_VERSION
+                    && g.how.contains("template.spec.containers.[].")
+            })
+        };
+        assert!(deep(Kind::PodSet) > 5, "{} PodSets", deep(Kind::PodSet));
+        assert!(
+            deep(Kind::At) > 5,
+            "{} Ats reach into a container",
+            deep(Kind::At)
+        );
+        let zoned = count(&|g| g.body["spec"]["timeZone"].is_string());
+        assert!(zoned > 10, "only {zoned} Ats in a time zone");
+        let copies =
+            count(&|g| g.body["metadata"]["annotations"][conversion::SPEC_ANNOTATION].is_string());
+        assert!(
+            copies > 10,
+            "only {copies} v1alpha1 Ats carry a v1beta1 spec"
+        );
     }
 }

@@ -1,14 +1,23 @@
-//! Input search (issue 31): PodSets and Ats generated from the CRDs' own schemas, submitted
-//! to the real API server. For every object it admits, the operator acts on it or says why
-//! in a condition and a Warning event, writes about it a bounded number of times, never
-//! crashes, stays ready, and still serves a canary PodSet and At after each batch.
+//! Input search (issue 31): PodSets and Ats generated from the CRDs' own schemas at both
+//! versions, submitted to the real API server at their version (an At at v1alpha1 through the
+//! cluster's conversion webhook). For every object it admits, the operator acts on it or says
+//! why in a condition and a Warning event, writes about it a bounded number of times, never
+//! crashes, stays ready, and still serves a canary PodSet and At after each batch; and the
+//! object reads alike at both versions ([`readable`]). Without a cluster, [`round_trip`]
+//! checks the At's conversion over objects drawn from both versions.
 //!
 //! `make test` runs the fixed sample (seeds 0..SAMPLE). `make input-search SEEDS=N` runs N
 //! seeds from a fresh random start (`START=S` to choose); `make input-search SEED=S` replays
 //! one. Each seed is one object, the same object on every run.
 
+mod findings;
 mod generate;
+mod held;
+mod readable;
+mod round_trip;
+mod values;
 mod verdict;
+mod writes;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,6 +34,7 @@ use podset_operator::api::{At, PodSet};
 use testenv::audit;
 use testenv::harness::{Kind, PROMPTLY, TestNs, at, cluster_without_nodes, podset, poll_some};
 use verdict::{Verdict, verdict};
+use writes::too_many_writes;
 
 /// The seeds `make test` runs.
 const SAMPLE: u64 = 400;
@@ -61,18 +71,22 @@ struct Tally {
     /// The first seed of each outcome, to replay one.
     examples: BTreeMap<String, u64>,
     findings: Vec<String>,
+    /// The objects showing a finding that stands ([`findings`]), by its words.
+    open: BTreeMap<&'static str, Vec<u64>>,
     /// Every object admitted in the run, for the count of writes over the whole run.
     admitted: Vec<Generated>,
     batches: u64,
 }
 
 impl Tally {
+    /// Counts `outcome` for `g`, at the version `g` was written at.
     fn count(
         map: &mut BTreeMap<String, u64>,
         examples: &mut BTreeMap<String, u64>,
         outcome: String,
         g: &Generated,
     ) {
+        let outcome = format!("{outcome} ({} {})", g.kind.plural(), g.version);
         examples.entry(outcome.clone()).or_insert(g.seed);
         *map.entry(outcome).or_insert(0) += 1;
     }
@@ -89,7 +103,7 @@ async fn objects_drawn_from_the_crd_schemas_are_refused_acted_on_or_reported() -
         &crds.get("ats.cnat.programming-kubernetes.info").await?,
     );
     println!(
-        "input search: seeds {start}..{} ({count}), from schemas of {:?} (PodSet, At) paths",
+        "input search: seeds {start}..{} ({count}), from schemas of {:?} paths",
         start.wrapping_add(count),
         schemas.paths()
     );
@@ -134,6 +148,9 @@ async fn objects_drawn_from_the_crd_schemas_are_refused_acted_on_or_reported() -
         tally.findings.len()
     );
     println!("a seed of each outcome: {:?}", tally.examples);
+    for (finding, seeds) in &tally.open {
+        println!("{finding}: {} objects, seeds {seeds:?}", seeds.len());
+    }
     let unready = not_ready.load(Ordering::Relaxed);
     if unready > 0 {
         tally
@@ -174,12 +191,15 @@ async fn run_batch(
             None => admitted.push(g),
         }
     }
-    let judged = join_all(admitted.iter().map(|g| judge(ns, g))).await;
+    let judged = join_all(admitted.iter().map(|g| judge(ns, schemas, g))).await;
     for (g, judged) in admitted.iter().zip(judged) {
         if seeds.len() == 1 {
             println!("seed {}: {}\n{:#}\n{judged:?}", g.seed, g.how, g.body);
         }
-        match judged {
+        if let Ok((_, Some(open))) = &judged {
+            tally.open.entry(open).or_default().push(g.seed);
+        }
+        match judged.map(|(verdict, _)| verdict) {
             Ok(Verdict::Acted(what)) => {
                 Tally::count(&mut tally.acted, &mut tally.examples, what, g)
             }
@@ -212,19 +232,37 @@ fn finding(g: &Generated, what: &str) -> String {
     )
 }
 
-/// POSTs the object as generated; the code of the API server's refusal, if it refused.
+/// POSTs the object as generated, at its version; the code of the API server's refusal, if it
+/// refused.
 async fn submit(ns: &TestNs, g: &Generated) -> Result<Option<u16>> {
-    let body = g.body.to_string().into_bytes();
-    let refused = ns.post_raw(g.kind, body);
-    match refused.await? {
+    let created = (g.kind, g.version, None);
+    match readable::send(ns, http::Method::POST, created, "", &g.body).await? {
         Some((code, message)) if code >= 500 => bail!("{code} from the API server: {message}"),
         refused => Ok(refused.map(|(code, _)| code)),
     }
 }
 
-async fn judge(ns: &TestNs, g: &Generated) -> Result<Verdict> {
+/// The verdict on `g`, once it reads alike at both versions; and the open finding it shows,
+/// if any.
+async fn judge(
+    ns: &TestNs,
+    schemas: &Schemas,
+    g: &Generated,
+) -> Result<(Verdict, Option<&'static str>)> {
     let what = format!("the operator to act on or report {:?} {}", g.kind, g.name);
-    poll_some(PROMPTLY, &what, || verdict(ns, g)).await
+    let verdict = match poll_some(PROMPTLY, &what, || verdict(ns, g)).await {
+        Ok(verdict) => verdict,
+        Err(e) => {
+            let now = readable::get(ns, g.kind, podset_operator::api::STORAGE_VERSION, &g.name);
+            let status = now.await.map(|o| o.map(|o| o["status"].to_string()));
+            bail!(
+                "{e:#}; its status: {:.2000}",
+                status.unwrap_or_default().unwrap_or_default()
+            )
+        }
+    };
+    let open = readable::readable(ns, schemas, g).await?;
+    Ok((verdict, open))
 }
 
 /// A PodSet and an At made after the batch: the operator still serves others.
@@ -240,11 +278,13 @@ async fn canary(ns: &TestNs, seed: u64) -> Result<()> {
         let g = Generated {
             seed,
             kind,
+            version: podset_operator::api::STORAGE_VERSION,
             name: name.clone(),
             body: Default::default(),
             how: "canary".into(),
         };
-        match judge(ns, &g).await? {
+        let what = format!("the operator to act on the canary {kind:?}");
+        match poll_some(PROMPTLY, &what, || verdict(ns, &g)).await? {
             Verdict::Acted(_) => {}
             other => bail!("the canary {kind:?} was not acted on: {other:?}"),
         }
@@ -254,50 +294,6 @@ async fn canary(ns: &TestNs, seed: u64) -> Result<()> {
 
 /// The pods of each batch's canary PodSet, made by generateName.
 const CANARY_PODS: u64 = 2;
-
-/// Writes about each object beyond what acting on it and retrying with backoff may take: a
-/// hot loop. Pods created by generateName carry no name yet: they count for all PodSets,
-/// with `canary_pods` more.
-fn too_many_writes(
-    admitted: &[&Generated],
-    writes: &BTreeMap<(String, String), u64>,
-    elapsed: Duration,
-    canary_pods: u64,
-) -> Vec<String> {
-    // Backoff doubles from 1 s: retries within `elapsed` are about log2 of it.
-    let retries = 2 + (elapsed.as_secs_f64() + 1.0).log2().ceil() as u64;
-    let mut per_object: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut unnamed_pods = 0;
-    for ((resource, name), n) in writes {
-        let about = match resource.as_str() {
-            "events" => name.rsplit_once('.').map_or(name.as_str(), |(o, _)| o),
-            "pods" if name.is_empty() => {
-                unnamed_pods += n;
-                continue;
-            }
-            "pods" => name.strip_suffix("-pod").unwrap_or(name),
-            _ => name,
-        };
-        *per_object.entry(about).or_insert(0) += n;
-    }
-    let replicas = |g: &Generated| g.body["spec"]["replicas"].as_u64().unwrap_or(1).min(10);
-    let mut found = Vec::new();
-    let mut pod_budget = 0;
-    for g in admitted {
-        let budget = replicas(g) + 4 + 3 * retries;
-        pod_budget += replicas(g) + retries;
-        let sent = per_object.get(g.name.as_str()).copied().unwrap_or(0);
-        if sent > budget {
-            found.push(finding(g, &format!("{sent} writes in {elapsed:.0?}")));
-        }
-    }
-    if unnamed_pods > pod_budget + canary_pods {
-        found.push(format!(
-            "{unnamed_pods} pod creates in {elapsed:.0?} for a batch that needs {pod_budget}"
-        ));
-    }
-    found
-}
 
 /// Deletes every object of `kind`, raw: the typed API would decode the deleted objects.
 async fn delete_all(ns: &TestNs, kind: Kind) -> Result<()> {
@@ -329,49 +325,4 @@ async fn watch_readiness(port: u16) -> Result<Arc<AtomicU64>> {
         }
     });
     Ok(failures)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn podset(seed: u64, replicas: u64) -> Generated {
-        let name = format!("in-{seed:x}");
-        Generated {
-            seed,
-            kind: Kind::PodSet,
-            body: serde_json::json!({"metadata": {"name": name}, "spec": {"replicas": replicas}}),
-            name,
-            how: "test".into(),
-        }
-    }
-
-    fn writes(list: &[(&str, &str, u64)]) -> BTreeMap<(String, String), u64> {
-        list.iter()
-            .map(|(r, n, c)| ((r.to_string(), n.to_string()), *c))
-            .collect()
-    }
-
-    #[test]
-    fn writes_are_counted_for_the_object_they_are_about_and_a_hot_loop_is_found() {
-        let (a, b) = (podset(10, 3), podset(11, 1));
-        let elapsed = Duration::from_secs(5);
-        let acting = writes(&[
-            ("pods", "", 4),
-            ("podsets", "in-a", 2),
-            ("events", "in-a.18b2f", 1),
-            ("events", "in-b.18b2f", 6),
-            ("podsets", "in-b", 6),
-        ]);
-        assert!(too_many_writes(&[&a, &b], &acting, elapsed, CANARY_PODS).is_empty());
-        let looping = writes(&[("podsets", "in-b", 40), ("events", "in-b.1", 1)]);
-        let found = too_many_writes(&[&a, &b], &looping, elapsed, CANARY_PODS);
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert!(found[0].starts_with("seed 11 "), "{found:?}");
-        let creating = writes(&[("pods", "", 60)]);
-        assert_eq!(
-            too_many_writes(&[&a, &b], &creating, elapsed, CANARY_PODS).len(),
-            1
-        );
-    }
 }

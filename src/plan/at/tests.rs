@@ -223,6 +223,24 @@ fn invalid_date_is_reported_not_retried() {
     assert!(super::status_events(Some(&status), &same).is_empty());
 }
 
+/// A zone no database holds stands in the way as a date that does not exist does, and says so
+/// with a Warning: input search seed 148 (an At whose `timeZone` is `Etc/GMT+13`, which the
+/// zone pattern admits) waited, told only by a Normal event.
+#[test]
+fn an_unknown_time_zone_is_reported_with_a_warning() {
+    let mut at = at_with(None);
+    at.spec.schedule = "2019-04-12T10:12:00".into();
+    at.spec.time_zone = Some("Etc/GMT+13".into());
+    let status = record(step_for(&at, None, ts(SCHEDULE)));
+    assert_eq!(
+        condition(&status, CONDITION_SCHEDULED),
+        ("False", REASON_UNKNOWN_TIME_ZONE)
+    );
+    let notes = status_events(None, &status);
+    let notes: Vec<_> = notes.iter().map(|n| (n.type_, n.reason.as_str())).collect();
+    assert_eq!(notes, [(EventType::Warning, REASON_UNKNOWN_TIME_ZONE)]);
+}
+
 #[test]
 fn done_is_final_and_says_spec_changes_are_ignored() {
     let ok = exited(Phase::Succeeded, 0);

@@ -52,7 +52,19 @@ impl TestNs {
         body: Vec<u8>,
     ) -> Result<Option<(u16, String)>> {
         let url = self.url_at(kind, api_version);
-        let request = http::Request::post(url)
+        self.send_raw(http::Method::POST, url, body).await
+    }
+
+    /// Sends `body` (JSON) to `url` by `method`, as is: the API server's refusal, if any.
+    pub async fn send_raw(
+        &self,
+        method: http::Method,
+        url: String,
+        body: Vec<u8>,
+    ) -> Result<Option<(u16, String)>> {
+        let request = http::Request::builder()
+            .method(method)
+            .uri(url)
             .header("content-type", "application/json")
             .body(body)?;
         match self.client.request_text(request).await {
