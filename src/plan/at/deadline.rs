@@ -310,25 +310,20 @@ mod tests {
         );
     }
 
+    /// `at`'s gated pod released at `before`, and at `past` deleted unreleased, the At ended.
+    fn released_until(at: &At, before: &str, past: &str) {
+        let gated = super::super::pod_tests::gated();
+        let at_time = |t: &str| step_for(at, Some(&gated), ts(&format!("2019-04-12T{t}Z")));
+        assert!(matches!(at_time(before), Step::Release(_)), "at {before}");
+        exceeded_by(at_time(past), true);
+    }
+
     /// Sim seed 94: a recorded pod released (its release lost, or the operator down) after
     /// its deadline ran its command anyway. Past a deadline it is deleted unreleased.
     #[test]
     fn a_recorded_pod_still_gated_past_a_deadline_is_not_released() {
-        let gated = super::super::pod_tests::gated();
-        let at = active();
-        assert!(matches!(
-            step_for(&at, Some(&gated), ts("2019-04-12T10:12:59Z")),
-            Step::Release(_)
-        ));
-        exceeded_by(
-            step_for(&at, Some(&gated), ts("2019-04-12T10:13:00Z")),
-            true,
-        );
-        let starting = running(Some(30));
-        exceeded_by(
-            step_for(&starting, Some(&gated), ts("2019-04-12T10:12:30Z")),
-            true,
-        );
+        released_until(&active(), "10:12:59", "10:13:00");
+        released_until(&running(Some(30)), "10:12:29", "10:12:30");
     }
 
     /// A PENDING At's gated pod, made at 10:12:01, is not released once its run's start (the
@@ -337,14 +332,6 @@ mod tests {
     fn an_unrecorded_gated_pod_past_the_deadline_is_not_released() {
         let mut at = super::super::tests::at_with(None);
         at.spec.active_deadline_seconds = Some(60);
-        let gated = super::super::pod_tests::gated();
-        assert!(matches!(
-            step_for(&at, Some(&gated), ts("2019-04-12T10:13:00Z")),
-            Step::Release(_)
-        ));
-        exceeded_by(
-            step_for(&at, Some(&gated), ts("2019-04-12T10:13:01Z")),
-            true,
-        );
+        released_until(&at, "10:13:00", "10:13:01");
     }
 }
