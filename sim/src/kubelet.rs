@@ -64,7 +64,8 @@ pub async fn react(sim: Arc<Sim>, reaction: Reaction) {
             let Some(command) = start(&sim, &key, &uid) else {
                 return;
             };
-            tokio::time::sleep(pick(&sim, ms(300), ms(3000))).await;
+            let runs = pick(&sim, ms(300), ms(3000)) + sleeps(&command);
+            tokio::time::sleep(runs).await;
             let ended = Ended {
                 code: exit_code(&command),
                 oom: sim.with(|w| w.faults.fire(Fault::OomKilled)),
@@ -82,7 +83,11 @@ pub async fn react(sim: Arc<Sim>, reaction: Reaction) {
                 sim.trace(|| format!("the node of pod {pod} is lost: it stays Terminating"));
                 return;
             }
-            tokio::time::sleep(pick(&sim, ms(100), ms(2000))).await;
+            // Its containers get SIGTERM and end; then it is removed.
+            let grace = pick(&sim, ms(100), ms(2000));
+            tokio::time::sleep(grace / 2).await;
+            stop(&sim, &key, &uid);
+            tokio::time::sleep(grace / 2).await;
             sim.act(Actor::Kubelet, |w| {
                 if current(&w.store, &key, &uid).is_some() {
                     w.store.remove(&key);
@@ -186,7 +191,9 @@ fn finish(sim: &Arc<Sim>, key: &Key, uid: &str, end: Ended) {
         sidecars,
     } = end;
     sim.act(Actor::Kubelet, |w| {
-        let Some(pod) = current(&w.store, key, uid).filter(|p| objects::phase(p) == "Running")
+        // A deleted pod's containers were stopped (`stop`): none ends by itself.
+        let Some(pod) = current(&w.store, key, uid)
+            .filter(|p| objects::phase(p) == "Running" && !objects::terminating(p))
         else {
             return;
         };
@@ -197,7 +204,8 @@ fn finish(sim: &Arc<Sim>, key: &Key, uid: &str, end: Ended) {
         let running = json!({"running": {"startedAt": now}});
         // How each container ended, if it has: the command as drawn, a sidecar container as
         // its own command says once sidecars end, or never (`sleep`).
-        let own = |c: &Value| match c["name"] == podset_operator::api::AT_COMMAND_CONTAINER {
+        let command = objects::command_container_name(&pod);
+        let own = |c: &Value| match c["name"] == command {
             true if oom => Some((137, "OOMKilled")),
             true => Some((code, exit_reason(code))),
             false if !sidecars || command_of(c).starts_with("sleep") => None,
@@ -240,6 +248,40 @@ fn finish(sim: &Arc<Sim>, key: &Key, uid: &str, end: Ended) {
     });
 }
 
+/// The kubelet stops a deleted pod that runs once (an At's): each container still running
+/// ends as SIGTERM ends `sh` (exit code 143) at this moment, and the pod is Failed. (Pods that
+/// restart in place are removed as they are: what they say while they stop is nothing the
+/// operator reads.)
+fn stop(sim: &Arc<Sim>, key: &Key, uid: &str) {
+    let now = seconds(sim.now());
+    sim.act(Actor::Kubelet, |w| {
+        let Some(pod) = current(&w.store, key, uid)
+            .filter(|p| objects::phase(p) == "Running" && p["spec"]["restartPolicy"] == "Never")
+        else {
+            return;
+        };
+        let killed = json!({"terminated": {"exitCode": 143, "reason": "Error",
+            "startedAt": now, "finishedAt": now}});
+        let state = |list: &str| {
+            let had = pod["status"][list].as_array().cloned().unwrap_or_default();
+            let killed = killed.clone();
+            move |c: &Value| {
+                let ended = had.iter().find(|s| s["name"] == c["name"]);
+                ended
+                    .filter(|s| s["state"]["terminated"].is_object())
+                    .map_or(killed.clone(), |s| s["state"].clone())
+            }
+        };
+        let status = json!({"status": {
+            "phase": "Failed",
+            "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
+            "initContainerStatuses": statuses(&pod, "initContainers", state("initContainerStatuses")),
+            "containerStatuses": statuses(&pod, "containers", state("containerStatuses")),
+        }});
+        let _ = w.store.merge_patch(key, &status, Some("status"));
+    });
+}
+
 /// The kubelet's reason for a container that exited with `code`.
 fn exit_reason(code: i64) -> &'static str {
     if code == 0 { "Completed" } else { "Error" }
@@ -259,13 +301,37 @@ fn exit_code(command: &str) -> i64 {
         .unwrap_or(0)
 }
 
+/// How long `sh -c` spends in the `sleep N` of the command (whole seconds), beside its own
+/// start and end: none without one.
+fn sleeps(command: &str) -> Duration {
+    let seconds = command
+        .split("sleep ")
+        .skip(1)
+        .filter_map(|rest| {
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    Duration::from_secs(seconds)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::exit_code;
+    use super::{exit_code, sleeps};
+    use std::time::Duration;
 
     #[test]
     fn a_command_exits_with_its_exit_code() {
         assert_eq!(exit_code("echo YAY"), 0);
         assert_eq!(exit_code("echo no; exit 3"), 3);
+    }
+
+    #[test]
+    fn a_command_runs_as_long_as_it_sleeps() {
+        assert_eq!(sleeps("echo YAY"), Duration::ZERO);
+        assert_eq!(sleeps("sleep 12; exit 3"), Duration::from_secs(12));
+        assert_eq!(sleeps("sleep infinity"), Duration::ZERO);
     }
 }

@@ -9,6 +9,7 @@ pub mod gc;
 pub mod kubelet;
 pub mod model;
 pub mod oracle;
+pub mod queue;
 pub mod replica;
 pub mod run;
 pub mod scenario;

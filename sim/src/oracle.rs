@@ -21,7 +21,12 @@
 //!   operator never deletes the pod its At records; DONE is final; DONE records what happened: a success or a
 //!   failure only from a run that ended so; `PodVanished` only for a recorded pod that is gone
 //!   (a command that never ran is never given up on); and no run starts or ends after a
-//!   `PodVanished` verdict.
+//!   `PodVanished` verdict. Its pod holds its template's scheduling gates, and the operator
+//!   takes off only its own (`gates`); it is made and released only once its schedule, read
+//!   in its time zone, is due (`schedule`); a verdict is given only to a run that ended by
+//!   its active deadline, and `DeadlineExceeded` only past a deadline with its pod deleted
+//!   (`deadline`); it is deleted only once DONE for its TTL (`ttl`); and every status the
+//!   operator writes tells kstatus what it is, of the generation it wrote over (`kstatus`).
 //! - **Events**: each of the operator's is true of its object when written (`notes`).
 //! - **Leadership**: no operator write leaves a replica whose fence is closed, or while
 //!   another live replica's fence is open (two leaders at once); and the writes of an older leadership term land after a
@@ -31,17 +36,19 @@
 //!   request the server sits on.
 //!
 //! Liveness, once the faults stop: [`Oracle::unconverged`] names what is not yet as it should
-//! be; the run fails if anything still is after the bound.
+//! be (an At due and not DONE, one DONE whose TTL runs out and not deleted, ...); the run fails
+//! if anything still is after the bound.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
+use jiff::Timestamp;
 use serde_json::Value;
 use tokio::time::Instant;
 
 use podset_operator::fence::Fence;
 
-use crate::model::objects::{self, controller};
+use crate::model::objects;
 use crate::model::resource::Kind;
 use crate::model::store::{Change, Key, Store};
 use at::AtRecord;
@@ -71,6 +78,16 @@ impl std::fmt::Display for Actor {
             Actor::Gc => f.write_str("gc"),
         }
     }
+}
+
+/// One committed write, as each check reads it: the change, who made it, how long the server
+/// held its request, and when it landed (simulated time, and the true time of day).
+pub(super) struct Write<'a> {
+    change: &'a Change,
+    actor: Actor,
+    held: Duration,
+    now: Instant,
+    wall: Timestamp,
 }
 
 #[derive(Default)]
@@ -131,6 +148,12 @@ pub struct Oracle {
     said: notes::Said,
     /// Per PodSet UID: when its template took each command.
     templates: HashMap<String, Vec<(Instant, Value)>>,
+    /// The replicas' clocks, the Ats' specs by generation, their commands' ends, the pods of
+    /// the Ats deleted for their TTL.
+    clocks: clocks::Clocks,
+    specs: schedule::Specs,
+    ends: deadline::Ends,
+    expired: ttl::Expired,
     pub checks: u64,
 }
 
@@ -155,56 +178,46 @@ impl Oracle {
         self.fences.remove(&actor);
     }
 
-    /// A write of replica `actor` leaves it: it may land, or not. `fenced` is whether it went
-    /// through the controllers' fence, and whether that was open.
-    pub fn departs(&mut self, actor: Actor, fenced: Option<bool>, what: &str) {
-        if !matches!(actor, Actor::Replica { .. }) {
-            return;
-        }
-        if fenced == Some(false) {
-            self.violate(format!(
-                "{actor} sent {what} while its fence was closed: a write after its leadership lapsed"
-            ));
-        }
-        if fenced != Some(true) {
-            return;
-        }
-        self.writes_sent += 1;
-        self.outlived_its_lease(actor, what);
-        let other = self
-            .fences
-            .iter()
-            .find(|(other, fence)| **other != actor && fence.is_open());
-        if let Some((other, _)) = other {
-            self.violate(format!(
-                "{actor} sent {what} while the fence of {other} was open too: two leaders at once"
-            ));
-        }
-    }
-
     /// Checks one committed change, made by `actor` (in a request the server held for
-    /// `held`), against the store as it is after it.
+    /// `held`), against the store as it is after it, at `times` (simulated, and the true
+    /// wall clock's).
     pub fn observe(
         &mut self,
         change: &Change,
         actor: Actor,
         held: Duration,
         store: &Store,
-        now: Instant,
+        times: (Instant, Timestamp),
     ) {
+        let (now, wall) = times;
+        let w = Write {
+            change,
+            actor,
+            held,
+            now,
+            wall,
+        };
         self.checks += 1;
         match change.key.kind {
             Kind::PodSet => self.podset_changed(change, actor, now),
             Kind::Pod => {
                 self.pod_done(change, actor, now);
-                self.control_changed(change, actor, held, store, now);
-                self.pod_changed(change, actor, held, store, now)
+                self.control_changed(&w, store);
+                self.gates_kept(change, actor);
+                self.runs_on_time(&w);
+                self.command_timed(change);
+                self.stopped_in_time(&w, store);
+                self.pod_changed(&w, store)
             }
             Kind::At => {
                 self.deletion_seen(change, now);
+                self.spec_seen(change);
                 if let Some(at) = &change.new {
                     self.object_says(at, now);
                 }
+                self.health_told(change, actor);
+                self.deadline_kept(&w, store);
+                self.ttl_kept(&w);
                 self.at_changed(change, actor, store)
             }
             Kind::Lease => self.lease_changed(change, now),
@@ -246,289 +259,6 @@ impl Oracle {
             Some(_) => {}
         }
     }
-
-    /// A create the server held from before its owner's deletion is not an act of a cache
-    /// that missed it.
-    fn sent_after_deletion(&self, owner: &str, held: Duration, now: Instant) -> bool {
-        self.deleted.get(owner).is_none_or(|d| now - held >= *d)
-    }
-
-    fn podset_changed(&mut self, change: &Change, actor: Actor, now: Instant) {
-        self.deletion_seen(change, now);
-        let Some(new) = &change.new else {
-            return;
-        };
-        let uid = objects::uid(new).to_string();
-        self.template_seen(&uid, new, now);
-        self.object_says(new, now);
-        let replicas = new["spec"]["replicas"].as_i64().unwrap_or(1);
-        let history = self.replicas.entry(uid.clone()).or_default();
-        if history.last().is_none_or(|(_, r)| *r != replicas) {
-            history.push((now, replicas));
-        }
-        if !matches!(actor, Actor::Replica { .. }) {
-            return;
-        }
-        let known = self.podset_pods.get(&uid);
-        let strangers: Vec<&str> = new["status"]["podNames"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .filter(|n| known.is_none_or(|k| !k.contains(*n)))
-            .collect();
-        if !strangers.is_empty() {
-            self.violate(format!(
-                "PodSet {}/{} names pods that are not its own in its status: {strangers:?}",
-                change.key.namespace, change.key.name
-            ));
-        }
-    }
-
-    /// The most pods a PodSet may have had an operator create at `now`.
-    fn allowance(&self, uid: &str, now: Instant) -> i64 {
-        let Some(history) = self.replicas.get(uid) else {
-            return 0;
-        };
-        in_force_since(history, now.checked_sub(STALE))
-            .copied()
-            .max()
-            .unwrap_or(0)
-    }
-
-    fn pod_changed(
-        &mut self,
-        change: &Change,
-        actor: Actor,
-        held: Duration,
-        store: &Store,
-        now: Instant,
-    ) {
-        let Some(pod) = change.new.as_ref().or(change.old.as_ref()) else {
-            return;
-        };
-        let Some((kind, _, owner)) = controller(pod) else {
-            return;
-        };
-        let (kind, owner) = (kind.to_string(), owner.to_string());
-        let created = change.old.is_none() && change.new.is_some();
-        let ns = &change.key.namespace;
-        // Its own: made under its control, or handed to it afterwards (`Disown`).
-        let handed = match (&change.old, &change.new) {
-            (Some(old), Some(new)) => controller(old) != controller(new),
-            _ => false,
-        };
-        if (created || handed)
-            && kind == "PodSet"
-            && store
-                .objects(Kind::PodSet, Some(ns))
-                .any(|p| objects::uid(p) == owner)
-        {
-            let names = self.podset_pods.entry(owner.clone()).or_default();
-            names.insert(change.key.name.clone());
-        }
-        match kind.as_str() {
-            "PodSet" if created && matches!(actor, Actor::Replica { .. }) => {
-                self.churn(&owner, actor, change, now);
-                if let Some(pod) = &change.new {
-                    self.made_from_template(pod, &owner, held, now);
-                }
-                let exists = store
-                    .objects(Kind::PodSet, Some(ns))
-                    .any(|p| objects::uid(p) == owner && !objects::terminating(p));
-                if !exists {
-                    if self.sent_after_deletion(&owner, held, now) {
-                        let most = self.replicas.get(&owner).into_iter().flatten();
-                        let most = most.map(|(_, r)| *r).max().unwrap_or(1);
-                        self.made_for_a_deleted(&owner, "PodSet", most, actor);
-                    }
-                } else if held < self.held_excused {
-                    self.podset_create_landed(change, &owner, store, now)
-                } else {
-                    self.excused.insert(change.key.clone());
-                }
-            }
-            "At" => {
-                let gone = !store
-                    .objects(Kind::At, Some(ns))
-                    .any(|a| objects::uid(a) == owner && !objects::terminating(a));
-                if created
-                    && gone
-                    && matches!(actor, Actor::Replica { .. })
-                    && self.sent_after_deletion(&owner, held, now)
-                {
-                    self.made_for_a_deleted(&owner, "At", 1, actor);
-                }
-                self.at_pod_changed(change, &owner, actor, store)
-            }
-            _ => {}
-        }
-    }
-
-    /// Each incarnation makes a PodSet's pods at a bounded pace: all its replicas, and again
-    /// after each scale-up or pod lost, at most three times the largest `spec.replicas` it
-    /// had, and ten more, a minute. Pods that fail as they start (a template no kubelet
-    /// admits) are replaced with a backoff, not churned. The backoff lives in the leader's
-    /// memory, as the DaemonSet controller's does: a new leader starts it again from the
-    /// failed pods it finds.
-    fn churn(&mut self, owner: &str, actor: Actor, change: &Change, now: Instant) {
-        let most = 3 * self.allowance(owner, now).max(1) as usize + 10;
-        let (times, reported) = self.made.entry((owner.to_string(), actor)).or_default();
-        times.push_back(now);
-        while times.front().is_some_and(|t| now - *t > CHURN_WINDOW) {
-            times.pop_front();
-        }
-        if times.len() > most && !*reported {
-            *reported = true;
-            let n = times.len();
-            self.violate(format!(
-                "PodSet {}/{} churns: {n} of its pods made in {CHURN_WINDOW:?}, over {most}",
-                change.key.namespace,
-                change.key.name.split("-pod").next().unwrap_or_default()
-            ));
-        }
-    }
-
-    /// A cache that has not shown an owner's deletion yet may act on it once, as a
-    /// ReplicaSet controller's informer may: at most `most` pods (a PodSet's spec, an At's
-    /// one). More is a loop: each pod the garbage collector removes brings the next reconcile.
-    fn made_for_a_deleted(&mut self, owner: &str, kind: &str, most: i64, actor: Actor) {
-        let made = self
-            .made_after_delete
-            .entry((owner.to_string(), actor))
-            .or_default();
-        *made += 1;
-        let made = *made;
-        if made == most as u64 + 1 {
-            self.violate(format!(
-                "{actor} made {made} pods for {kind} {owner} after it was deleted, over its {most}: a loop on a stale cache"
-            ));
-        }
-    }
-
-    fn podset_create_landed(&mut self, change: &Change, owner: &str, store: &Store, now: Instant) {
-        let ns = &change.key.namespace;
-        let Some(ps) = store
-            .objects(Kind::PodSet, Some(ns))
-            .find(|p| objects::uid(p) == owner)
-        else {
-            return;
-        };
-        let active = store
-            .objects(Kind::Pod, Some(ns))
-            .filter(|p| {
-                // Labelled or not: a pod admission took the operator's label from is still
-                // the PodSet's pod (AdmissionStrips), hidden from the operator or not.
-                controller(p).is_some_and(|(_, _, uid)| uid == owner)
-                    && objects::active(p)
-                    && !self.excused.contains(&Key {
-                        kind: Kind::Pod,
-                        namespace: ns.clone(),
-                        name: objects::name(p).into(),
-                    })
-                    && self
-                        .handed
-                        .get(objects::uid(p))
-                        .is_none_or(|at| now - *at >= STALE)
-            })
-            .count() as i64;
-        let allowed = self.allowance(owner, now);
-        if active > allowed {
-            self.violate(format!(
-                "PodSet {ns}/{} has {active} active pods after the create of {}, over the {allowed} its spec allowed in the last {STALE:?}",
-                objects::name(ps),
-                change.key.name
-            ));
-        }
-    }
-
-    fn lease_changed(&mut self, change: &Change, now: Instant) {
-        let holder = change
-            .new
-            .as_ref()
-            .and_then(|l| l["spec"]["holderIdentity"].as_str())
-            .filter(|h| !h.is_empty())
-            .map(String::from);
-        if holder.is_some() && holder != self.holder {
-            self.term += 1;
-            let h = holder.clone().unwrap_or_default();
-            self.terms.entry(h).or_default().push((now, self.term));
-            self.taken_over(holder.as_deref().unwrap_or_default(), now);
-        }
-        if holder != self.holder {
-            self.holder_since = Some(now);
-        }
-        let duration = change
-            .new
-            .as_ref()
-            .and_then(|l| l["spec"]["leaseDurationSeconds"].as_u64());
-        self.held_until = holder
-            .as_ref()
-            .zip(duration)
-            .map(|(_, d)| (now, Duration::from_secs(d)));
-        self.holder = holder;
-    }
-
-    /// `holder`, a replica, took the Lease from the holder before it: only once that one's last write had
-    /// gone unrenewed for the lease duration it gave (client-go's promise: another holder is
-    /// never written over while its lease runs).
-    fn taken_over(&mut self, holder: &str, now: Instant) {
-        let (Some(old), Some((written, duration))) = (&self.holder, self.held_until) else {
-            return;
-        };
-        // A person (or another deployment) may take it whenever they like.
-        let replica = self.identities.values().any(|i| i == holder);
-        if replica && now - written < duration {
-            self.violate(format!(
-                "{holder} took the Lease from {old} {:?} after its last write, within the {duration:?} it gave",
-                now - written
-            ));
-        }
-    }
-
-    /// A replica's controller write leaves while the Lease has named someone no replica is
-    /// for longer than the renew deadline: the fence stays open until the renew deadline
-    /// after the last renewal that landed, and none lands once another holder wrote the
-    /// Lease.
-    fn outlived_its_lease(&mut self, actor: Actor, what: &str) {
-        let (Some(holder), Some(since), Some(lease)) =
-            (&self.holder, self.holder_since, self.lease)
-        else {
-            return;
-        };
-        let renew_deadline = lease * 2 / 3;
-        let lasted = Instant::now() - since;
-        if !self.identities.values().any(|i| i == holder) && lasted > renew_deadline {
-            self.violate(format!(
-                "{actor} sent {what} {lasted:?} after the Lease came to name {holder}, past its renew deadline ({renew_deadline:?}): two leaders at once"
-            ));
-        }
-    }
-
-    /// Writes of an older leadership term do not land after a newer term's, unless the server
-    /// held them past the takeover margin. A write belongs to the term its writer's identity
-    /// held when it reached the server.
-    fn term_order(&mut self, actor: Actor, change: &Change, held: Duration, now: Instant) {
-        let identity = self.identities.get(&actor).cloned().unwrap_or_default();
-        let arrived = now - held;
-        let terms = self
-            .terms
-            .get(&identity)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let term = terms
-            .iter()
-            .rev()
-            .find(|(began, _)| *began <= arrived)
-            .map_or(0, |(_, term)| *term);
-        if term < self.newest_written && held < self.takeover_margin {
-            self.violate(format!(
-                "{actor} wrote {:?} {}/{} in leadership term {term} (held {held:?} at the server), after a write of term {}: two leaders' writes interleaved",
-                change.key.kind, change.key.namespace, change.key.name, self.newest_written
-            ));
-        }
-        self.newest_written = self.newest_written.max(term);
-    }
 }
 
 /// The values of `history` in force at some moment since `since` (all, with no start): the
@@ -544,7 +274,15 @@ fn in_force_since<T>(history: &[(Instant, T)], since: Option<Instant>) -> impl I
 }
 
 mod at;
+mod clocks;
+mod deadline;
 mod foreign;
+mod gates;
+mod kstatus;
+mod leadership;
 mod liveness;
 mod notes;
+mod podset;
+pub mod schedule;
 mod template;
+mod ttl;

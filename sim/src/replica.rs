@@ -9,11 +9,8 @@
 //! cluster would see; on thaw everything due runs at once, as in a process resumed after
 //! SIGSTOP.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
-use std::task::{Context, Poll, Waker};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -35,63 +32,9 @@ use crate::world::{Sim, pick};
 pub const LEASE_NAMESPACE: &str = "operators";
 pub const LEASE_NAME: &str = "podset-operator-leader";
 
-/// Holds a replica still: its main task is not polled and its network passes nothing.
-#[derive(Default)]
-pub struct Gate {
-    frozen: AtomicBool,
-    /// How many times it was frozen.
-    freezes: AtomicU32,
-    thawed: Notify,
-    wakers: Mutex<Vec<Waker>>,
-}
-
-impl Gate {
-    pub fn freeze(&self) {
-        self.frozen.store(true, Ordering::SeqCst);
-        self.freezes.fetch_add(1, Ordering::SeqCst);
-    }
-
-    pub fn thaw(&self) {
-        self.frozen.store(false, Ordering::SeqCst);
-        self.thawed.notify_waiters();
-        for waker in self.wakers.lock().drain(..) {
-            waker.wake();
-        }
-    }
-
-    pub fn is_frozen(&self) -> bool {
-        self.frozen.load(Ordering::SeqCst)
-    }
-
-    /// Returns once the replica is not frozen.
-    pub async fn pass(&self) {
-        loop {
-            let thawed = self.thawed.notified();
-            if !self.is_frozen() {
-                return;
-            }
-            thawed.await;
-        }
-    }
-}
-
-/// A future that is not polled while its gate is frozen.
-struct Gated<F> {
-    gate: Arc<Gate>,
-    inner: Pin<Box<F>>,
-}
-
-impl<F: Future> Future for Gated<F> {
-    type Output = F::Output;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        if self.gate.is_frozen() {
-            self.gate.wakers.lock().push(cx.waker().clone());
-            return Poll::Pending;
-        }
-        self.inner.as_mut().poll(cx)
-    }
-}
+mod gate;
+pub use gate::Gate;
+use gate::Gated;
 
 /// How the replicas of a run are set up.
 #[derive(Clone, Debug)]
@@ -399,7 +342,9 @@ impl Replica {
         }
     }
 
-    pub fn jump_clock(&self, seconds: i64) {
+    /// Sets the replica's wall clock `seconds` ahead of the true time (behind: negative).
+    pub fn jump_clock(&self, sim: &Sim, seconds: i64) {
         self.clock_offset.store(seconds, Ordering::SeqCst);
+        sim.with(|w| w.oracle.clock_jumped(self.id, seconds));
     }
 }

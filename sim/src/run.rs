@@ -2,9 +2,8 @@
 //! then the faults stop and the run waits for everything to converge within
 //! [`LIVENESS_BOUND`], and for the operator to stay quiet once it has.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::Instrument as _;
@@ -13,7 +12,6 @@ use podset_operator::controller::STARTUP_GRACE;
 use podset_operator::leader::record::timing;
 use podset_operator::scope::Scope;
 
-use crate::determinism;
 use crate::faults::{Fault, Faults, MAX_HOLD, STALLS_OVER, secs};
 use crate::model::objects;
 use crate::model::resource::Kind;
@@ -28,6 +26,9 @@ use crate::world::{Sim, World, pick};
 /// the faults (at most 5 minutes) to its next try, a lease (at most 30 s) and the start-up
 /// grace (2 s) to a leader acting, and a margin.
 pub const LIVENESS_BOUND: Duration = Duration::from_secs(345);
+mod threads;
+pub use threads::{on_thread, panicked};
+
 /// How long a converged operator is watched for writes it should not make.
 pub const IDLE_WATCH: Duration = Duration::from_secs(180);
 
@@ -58,37 +59,6 @@ impl Report {
     }
 }
 
-thread_local! {
-    /// Set on a simulation's thread: its panics are the run's, not the process's.
-    static IN_SIMULATION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    static PANICS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
-}
-
-/// A panic anywhere in a run (an operator task, the model) fails it; tokio would otherwise
-/// print it and carry on.
-fn catch_panics() {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !IN_SIMULATION.with(std::cell::Cell::get) {
-                return default(info);
-            }
-            let at = info
-                .location()
-                .map(|l| format!(" at {l}"))
-                .unwrap_or_default();
-            let message = info
-                .payload()
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| info.payload().downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            PANICS.with(|p| p.borrow_mut().push(format!("panicked{at}: {message}")));
-        }));
-    });
-}
-
 /// Runs seed `seed` on a thread of its own.
 pub fn run(seed: u64, options: &Options) -> Report {
     let options = options.clone();
@@ -101,48 +71,6 @@ pub fn run(seed: u64, options: &Options) -> Report {
         violations: vec![panicked],
         ..Report::default()
     })
-}
-
-/// Runs `f` on a fresh thread whose randomness follows `seed`, on a current-thread runtime
-/// on paused time; `Err` if the simulation itself panicked. Panics of the operator's tasks
-/// are added to the report's violations.
-pub fn on_thread<F, Fut>(seed: u64, trace: bool, f: F) -> Result<Report, String>
-where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = Report>,
-{
-    catch_panics();
-    let thread = std::thread::Builder::new()
-        .name(format!("seed-{seed}"))
-        .stack_size(16 << 20)
-        .spawn(move || {
-            IN_SIMULATION.with(|s| s.set(true));
-            determinism::enter(seed);
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .start_paused(true)
-                .build()
-                .expect("a runtime");
-            // Built whether it is used or not: it draws on the thread's hash keys, and a run
-            // must draw the same with its trace on as off, or the replay takes another path.
-            let subscriber = tracing_subscriber::fmt()
-                .with_writer(trace::LogWriter)
-                .with_ansi(false)
-                .without_time()
-                .with_env_filter("info,podset_operator=debug")
-                .finish();
-            let _logs = trace.then(|| tracing::subscriber::set_default(subscriber));
-            let mut report = runtime.block_on(f());
-            drop(runtime);
-            report
-                .violations
-                .extend(PANICS.with(|p| std::mem::take(&mut *p.borrow_mut())));
-            report
-        })
-        .expect("a thread");
-    thread
-        .join()
-        .map_err(|_| "the simulation itself panicked".to_string())
 }
 
 /// A simulated cluster: the model with its namespaces and the world's tasks (bookmarks,
@@ -219,6 +147,8 @@ async fn simulate(seed: u64, options: &Options) -> Report {
     let scope = settings.scope.clone();
     let (sim, replicas) = cluster(seed, faults, &namespaces, count, settings);
     let plan = workload::plan(&mut stream(seed, 4), span);
+    // The users' own waits (an At's command, its time to live) come on top of the operator's.
+    let bound = LIVENESS_BOUND + workload::lasts(&plan);
     sim.trace(|| {
         let enabled = sim.with(|w| w.faults.enabled().clone());
         let rejecting = sim.with(|w| w.faults.rejecting.clone());
@@ -235,9 +165,9 @@ async fn simulate(seed: u64, options: &Options) -> Report {
     };
     if until_violation(&sim, span).await {
         end_faults(&sim, &replicas);
-        report.converged_after = converge(&sim, LIVENESS_BOUND).await;
+        report.converged_after = converge(&sim, bound).await;
         if report.converged_after.is_some() {
-            stays_quiet(&sim).await;
+            stays_quiet(&sim, bound).await;
             metrics_agree(&sim, &replicas);
         }
     }
@@ -350,7 +280,7 @@ async fn replica_faults(sim: Arc<Sim>, replicas: Vec<Arc<Replica>>) {
             } else if fire(Fault::ClockJump) {
                 let jump = sim.with(|w| w.rng.i64(-7200..=7200));
                 sim.trace(|| format!("replica {}'s clock jumps to {jump:+} s", replica.id));
-                replica.jump_clock(jump);
+                replica.jump_clock(&sim, jump);
             }
         }
     }
@@ -368,17 +298,13 @@ async fn until_violation(sim: &Sim, span: Duration) -> bool {
     true
 }
 
-pub fn panicked() -> bool {
-    PANICS.with(|p| !p.borrow().is_empty())
-}
-
 /// No more faults: every replica runs, thawed, on the true time.
 fn end_faults(sim: &Arc<Sim>, replicas: &[Arc<Replica>]) {
     sim.with(|w| w.faults.active = false);
     sim.trace(|| "the faults stop".into());
     for replica in replicas {
         replica.gate.thaw();
-        replica.jump_clock(0);
+        replica.jump_clock(sim, 0);
         replica.start(sim, false);
     }
 }
@@ -394,7 +320,18 @@ pub async fn converge(sim: &Sim, bound: Duration) -> Option<Duration> {
         if !sim.violations().is_empty() || panicked() {
             return None;
         }
-        if start.elapsed() > bound {
+        // A due At starts within the bound, however long its own times make it last.
+        let unstarted = sim.with(|w| w.oracle.unstarted(&w.store, sim.now()));
+        if let Some(why) = unstarted.filter(|_| start.elapsed() > LIVENESS_BOUND) {
+            sim.violate(format!(
+                "not started {LIVENESS_BOUND:?} after the faults stopped: {why}"
+            ));
+            return None;
+        }
+        // A TTL that runs out later is waited for (see `oracle::ttl`).
+        let expiring = sim.with(|w| w.oracle.expiring(&w.store));
+        let excused = expiring.is_some_and(|t| sim.now() < t + LIVENESS_BOUND);
+        if start.elapsed() > bound && !excused {
             sim.violate(format!(
                 "not converged {bound:?} after the faults stopped: {why}"
             ));
@@ -409,9 +346,9 @@ pub async fn converge(sim: &Sim, bound: Duration) -> Option<Duration> {
 /// pod is deleted), every watch stalled by them has been given up (a held watch request may
 /// stall once it arrives), and everything converged again: until then a replica may rightly
 /// act on what it had not seen.
-pub async fn stays_quiet(sim: &Sim) {
+pub async fn stays_quiet(sim: &Sim, bound: Duration) {
     tokio::time::sleep(MAX_HOLD + STALLS_OVER + secs(5)).await;
-    if converge(sim, LIVENESS_BOUND).await.is_none() {
+    if converge(sim, bound).await.is_none() {
         return;
     }
     let counts = |w: &mut World| (w.oracle.own_writes, w.oracle.writes_sent);

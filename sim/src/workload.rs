@@ -77,12 +77,20 @@ pub enum Action {
         due_in: i64,
         command: String,
     },
-    /// A person edits an At's spec: a new schedule `due_in` seconds after the action, and a
-    /// new command. Before it started, the At runs the new spec; after, it ignores it.
+    /// An At written at v1beta1, as [`BetaAt`] draws it.
+    CreateBetaAt {
+        ns: &'static str,
+        name: String,
+        at: Box<BetaAt>,
+    },
+    /// A person edits an At's spec at v1alpha1 (the book's `kubectl edit`; an At that
+    /// v1alpha1 cannot express carries the rest in its annotation): a new command, and a new
+    /// schedule `due_in` seconds after the action (in UTC: its time zone goes) or the one it
+    /// had. Before it started, the At runs the new spec; after, it ignores it.
     EditAt {
         ns: &'static str,
         at: String,
-        due_in: i64,
+        due_in: Option<i64>,
         command: String,
     },
     DeleteAtPod {
@@ -209,68 +217,7 @@ pub fn plan(rng: &mut fastrand::Rng, span: Duration) -> Vec<(Duration, Action)> 
     for (ns, name) in &podsets {
         hold(rng, &mut plan, Kind::PodSet, ns, name, &at);
     }
-    let limit = span.as_secs() as i64;
-    for i in 0..rng.usize(1..=3) {
-        let (ns, name) = (ns(rng), format!("job-{i}"));
-        let due_in = rng.i64(-60..limit / 2);
-        let command = match rng.f64() {
-            x if x < 0.2 => "echo no; exit 3",
-            _ => "echo YAY",
-        }
-        .to_string();
-        let when = at(rng, 0.0, 0.4);
-        plan.push((
-            when,
-            Action::CreateAt {
-                ns,
-                name: name.clone(),
-                due_in,
-                command,
-            },
-        ));
-        let after_due = when + Duration::from_secs(due_in.max(0) as u64);
-        if rng.f64() < 0.15 {
-            // Around the old due time, so that copies of either spec meet.
-            let near = (after_due + Duration::from_millis(rng.u64(0..3000)))
-                .saturating_sub(Duration::from_millis(1500));
-            let edit = Action::EditAt {
-                ns,
-                at: name.clone(),
-                due_in: rng.i64(-5..60),
-                command: format!("echo EDITED-{i}"),
-            };
-            plan.push((near, edit));
-        }
-        if rng.f64() < 0.15 {
-            let later = after_due + Duration::from_millis(rng.u64(0..4000));
-            plan.push((
-                later,
-                Action::DeleteAtPod {
-                    ns,
-                    at: name.clone(),
-                },
-            ));
-        }
-        if rng.f64() < 0.1 {
-            let later = after_due + Duration::from_millis(rng.u64(500..2500));
-            let at = name.clone();
-            plan.push((later, Action::UnlabelAtPod { ns, at }));
-        }
-        if rng.f64() < 0.05 {
-            // About when the operator makes its pod, before or after it records it.
-            let near = (when + Duration::from_secs(due_in.max(0) as u64))
-                + Duration::from_millis(rng.u64(0..1500));
-            let at = name.clone();
-            plan.push((near, Action::UngateAtPod { ns, at }));
-        }
-        if rng.f64() < 0.1 {
-            // Before it is due, or about when it runs.
-            let when = when + Duration::from_millis(rng.u64(0..(due_in.max(1) as u64 + 4) * 1000));
-            let (at, policy) = (name.clone(), policy(rng));
-            plan.push((when, Action::DeleteAt { ns, at, policy }));
-        }
-        hold(rng, &mut plan, Kind::At, ns, &name, &at);
-    }
+    ats::draw(rng, &mut plan, (span, ats::Version::Book), &at, &ns);
     if rng.f64() < 0.15 {
         plan.push((at(rng, 0.2, 0.9), Action::DeleteLease));
     }
@@ -278,6 +225,7 @@ pub fn plan(rng: &mut fastrand::Rng, span: Duration) -> Vec<(Duration, Action)> 
         let seconds = [None, Some(2), Some(60)][rng.usize(..3)];
         plan.push((at(rng, 0.2, 0.9), Action::WriteLease { seconds }));
     }
+    ats::draw(rng, &mut plan, (span, ats::Version::Beta), &at, &ns);
     plan.sort_by_key(|(t, _)| *t);
     plan
 }
@@ -326,7 +274,7 @@ fn pod_edits(
 }
 
 /// How a user asks for a delete: mostly the default.
-fn policy(rng: &mut fastrand::Rng) -> Propagation {
+pub(super) fn policy(rng: &mut fastrand::Rng) -> Propagation {
     match rng.f64() {
         x if x < 0.5 => Propagation::Background,
         x if x < 0.8 => Propagation::Foreground,
@@ -336,7 +284,7 @@ fn policy(rng: &mut fastrand::Rng) -> Propagation {
 
 /// Now and then another controller holds the object with its finalizer for a while (or for
 /// good).
-fn hold(
+pub(super) fn hold(
     rng: &mut fastrand::Rng,
     plan: &mut Vec<(Duration, Action)>,
     kind: Kind,
@@ -361,6 +309,16 @@ fn hold(
     }
 }
 
+/// The longest an At of `plan` lasts by its own spec once it started (see
+/// [`BetaAt::lasts`]).
+pub fn lasts(plan: &[(Duration, Action)]) -> Duration {
+    let lasts = plan.iter().filter_map(|(_, action)| match action {
+        Action::CreateBetaAt { at, .. } => Some(at.lasts()),
+        _ => None,
+    });
+    lasts.max().unwrap_or_default()
+}
+
 /// Carries out `plan` on its schedule.
 pub async fn run(sim: Arc<Sim>, plan: Vec<(Duration, Action)>) {
     let start = tokio::time::Instant::now();
@@ -371,5 +329,8 @@ pub async fn run(sim: Arc<Sim>, plan: Vec<(Duration, Action)>) {
     }
 }
 
+mod ats;
+mod beta;
 mod perform;
+pub use beta::BetaAt;
 pub use perform::{HOLD, perform, pods_of};

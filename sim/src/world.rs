@@ -16,7 +16,7 @@ use crate::model::http::{self as api, Answer, Env};
 use crate::model::store::Store;
 use crate::oracle::{Actor, Oracle};
 use crate::trace;
-use crate::{gc, kubelet};
+use crate::{gc, kubelet, queue};
 
 /// The simulation's wall clock starts here: 2030-01-01T00:00:00Z.
 pub const EPOCH_SECONDS: i64 = 1_893_456_000;
@@ -101,11 +101,13 @@ impl Sim {
         f: impl FnOnce(&mut World) -> R,
     ) -> R {
         let now = Instant::now();
-        let (result, reactions, collections) = {
+        let (result, reactions, collections, held_pods) = {
             let mut world = self.world.lock();
             let result = f(&mut world);
+            let wall = self.now();
             let World { store, oracle, .. } = &mut *world;
             let (mut reactions, mut collections) = (Vec::new(), Vec::new());
+            let mut held_pods = Vec::new();
             for change in store.take_committed() {
                 trace::record(|| {
                     let what = match (&change.old, &change.new) {
@@ -123,17 +125,21 @@ impl Sim {
                         k.kind, k.namespace, k.name, change.rv
                     )
                 });
-                oracle.observe(&change, actor, held, store, now);
+                oracle.observe(&change, actor, held, store, (now, wall));
                 reactions.extend(kubelet::reactions(&change));
                 collections.extend(gc::reactions(&change));
+                held_pods.extend(queue::reactions(&change));
             }
-            (result, reactions, collections)
+            (result, reactions, collections, held_pods)
         };
         for reaction in reactions {
             tokio::spawn(kubelet::react(self.clone(), reaction));
         }
         for collection in collections {
             tokio::spawn(gc::react(self.clone(), collection));
+        }
+        for pod in held_pods {
+            tokio::spawn(queue::admit(self.clone(), pod));
         }
         result
     }

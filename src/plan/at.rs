@@ -12,7 +12,8 @@
 //!
 //! The create comes first because it is what a due At waits for. A gated pod of a PENDING At
 //! that holds its current generation is recorded and released once due, whoever made it, and
-//! never deleted (the copy read may be stale, the pod recorded). One made from an older
+//! never deleted (the copy read may be stale, the pod recorded) but past a deadline, when no
+//! gated pod is released. One made from an older
 //! generation, or a DONE At's that it did not record, never ran and can never be recorded (a
 //! spec edit and DONE are final, and every record is written under the version it read): it
 //! is deleted, and made again if the At is due by its spec. A pod of a newer generation than

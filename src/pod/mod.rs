@@ -178,12 +178,13 @@ pub struct Notes {
     pub command: Option<Exited>,
 }
 
-/// How a container ended: its exit code, and the kubelet's reason (`Completed`, `Error`,
-/// `OOMKilled`, ...).
+/// How a container ended: its exit code, the kubelet's reason (`Completed`, `Error`,
+/// `OOMKilled`, ...), and when, as the kubelet stamped it (`finishedAt`, to the second).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Exited {
     pub code: i32,
     pub reason: Option<Box<str>>,
+    pub finished: Option<Stamp>,
 }
 
 /// How the command's container of an At's pod ended, if it has: read from that container
@@ -205,6 +206,7 @@ fn command_exited(meta: &ObjectMeta, containers: &[ContainerStatus]) -> Option<E
     Some(Exited {
         code: ended.exit_code,
         reason: ended.reason.as_deref().map(Box::from),
+        finished: ended.finished_at.as_ref().map(|t| t.0.into()),
     })
 }
 

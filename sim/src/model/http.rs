@@ -13,6 +13,7 @@ use super::resource::{self, Target};
 use super::selector::Selector;
 use super::store::finalizers::Propagation;
 use super::store::{Key, Preconditions, Store};
+use super::versions;
 use super::watch::WatchSpec;
 use bytes::Bytes;
 use tokio::sync::mpsc;
@@ -43,8 +44,7 @@ pub fn mutating(method: &Method) -> bool {
 
 /// Whether a request is a watch.
 pub fn is_watch(query: &str) -> bool {
-    let q = parse_query(query);
-    matches!(q.get("watch").map(String::as_str), Some("true" | "1"))
+    is_watch_query(&parse_query(query))
 }
 
 pub fn handle(
@@ -66,10 +66,35 @@ pub fn handle(
             Err(e) => return ApiError::bad_request(format!("invalid JSON: {e}")).into(),
         },
     };
-    match route(store, method, &target, &query, body, env) {
-        Ok(answer) => answer,
+    let Some(version) = target.version else {
+        return route(store, method, &target, &query, body, env).unwrap_or_else(Answer::from);
+    };
+    // At another version than the stored one: converted, both ways (`versions`).
+    let answer = match (method, key(&target)) {
+        (&Method::GET, None) if is_watch_query(&query) => Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            "the model serves watches at the storage version only",
+        )),
+        (&Method::PATCH, Some(key)) => {
+            let sub = target.subresource.as_deref();
+            versions::patch_as(store, &key, &body, sub, version).and_then(ok)
+        }
+        (&Method::POST | &Method::PUT, _) => {
+            let body = versions::stored(body);
+            route(store, method, &target, &query, body, env)
+        }
+        _ => route(store, method, &target, &query, body, env),
+    };
+    match answer {
+        Ok(Answer::Reply(code, reply)) => Answer::Reply(code, versions::served(reply, version)),
+        Ok(watch) => watch,
         Err(e) => e.into(),
     }
+}
+
+fn is_watch_query(query: &HashMap<String, String>) -> bool {
+    matches!(query.get("watch").map(String::as_str), Some("true" | "1"))
 }
 
 fn route(
@@ -86,11 +111,7 @@ fn route(
             Some(o) => Ok(Answer::Reply(200, (**o).clone())),
             None => Err(ApiError::not_found(key.kind, &key.name)),
         },
-        (&Method::GET, None)
-            if matches!(query.get("watch").map(String::as_str), Some("true" | "1")) =>
-        {
-            watch(store, t, query)
-        }
+        (&Method::GET, None) if is_watch_query(query) => watch(store, t, query),
         (&Method::GET, None) => list(store, t, query),
         (&Method::POST, None) => {
             let ns = t.namespace.as_deref().ok_or_else(|| {

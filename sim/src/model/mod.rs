@@ -9,4 +9,5 @@ pub mod resource;
 pub mod selector;
 pub mod service;
 pub mod store;
+pub mod versions;
 pub mod watch;

@@ -57,12 +57,26 @@ pub fn gated(o: &Value) -> bool {
         .is_some_and(|g| !g.is_empty())
 }
 
-/// The container of an At's pod that runs its command (admission may add others): the one
-/// the pod's annotation names, else `busybox`.
-pub fn command_container(pod: &Value) -> &Value {
-    let name = pod["metadata"]["annotations"][podset_operator::api::AT_CONTAINER_ANNOTATION]
+/// The names of a pod's scheduling gates, in order.
+pub fn gates(o: &Value) -> Vec<&str> {
+    let gates = o["spec"]["schedulingGates"]
+        .as_array()
+        .into_iter()
+        .flatten();
+    gates.filter_map(|g| g["name"].as_str()).collect()
+}
+
+/// The name of the container of an At's pod that runs its command (admission may add
+/// others, the template may hold more): the one the pod's annotation names, else `busybox`.
+pub fn command_container_name(pod: &Value) -> &str {
+    pod["metadata"]["annotations"][podset_operator::api::AT_CONTAINER_ANNOTATION]
         .as_str()
-        .unwrap_or(podset_operator::api::AT_COMMAND_CONTAINER);
+        .unwrap_or(podset_operator::api::AT_COMMAND_CONTAINER)
+}
+
+/// The container of an At's pod that runs its command ([`command_container_name`]).
+pub fn command_container(pod: &Value) -> &Value {
+    let name = command_container_name(pod);
     pod["spec"]["containers"]
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["name"] == name))

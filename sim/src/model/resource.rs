@@ -94,20 +94,29 @@ impl Kind {
         matches!(self, Kind::Pod | Kind::Event)
     }
 
-    fn prefix(self) -> String {
-        match self.api_version() {
-            "v1" => "/api/v1".into(),
-            grouped => format!("/apis/{grouped}"),
-        }
-    }
-
     /// The path of the object `name` in `namespace`, or of the collection.
     pub fn path(self, namespace: &str, name: Option<&str>) -> String {
-        let base = format!("{}/namespaces/{namespace}/{}", self.prefix(), self.plural());
+        self.path_at(self.api_version(), namespace, name)
+    }
+
+    /// The same, at served version `version`.
+    pub fn path_at(self, version: &str, namespace: &str, name: Option<&str>) -> String {
+        let base = format!(
+            "{}/namespaces/{namespace}/{}",
+            prefix(version),
+            self.plural()
+        );
         match name {
             Some(n) => format!("{base}/{n}"),
             None => base,
         }
+    }
+}
+
+fn prefix(api_version: &str) -> String {
+    match api_version {
+        "v1" => "/api/v1".into(),
+        grouped => format!("/apis/{grouped}"),
     }
 }
 
@@ -119,14 +128,23 @@ pub struct Target {
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub subresource: Option<String>,
+    /// The version it is served at, if not the one it is stored at (`versions`).
+    pub version: Option<&'static str>,
 }
 
 /// Reads `/api/v1/namespaces/ns/pods/name/status` and its kin.
 pub fn parse(path: &str) -> Option<Target> {
-    let kind = Kind::ALL
-        .into_iter()
-        .find(|k| path.starts_with(&k.prefix()))?;
-    let rest: Vec<&str> = path[kind.prefix().len()..]
+    let stored = Kind::ALL.into_iter().map(|k| (k, None));
+    let others = Kind::ALL.into_iter().flat_map(|k| {
+        super::versions::others(k)
+            .iter()
+            .map(move |v| (k, Some(*v)))
+    });
+    let (kind, version) = stored
+        .chain(others)
+        .find(|(k, v)| path.starts_with(&format!("{}/", prefix(v.unwrap_or(k.api_version())))))?;
+    let served = prefix(version.unwrap_or(kind.api_version()));
+    let rest: Vec<&str> = path[served.len()..]
         .split('/')
         .filter(|s| !s.is_empty())
         .collect();
@@ -145,6 +163,7 @@ pub fn parse(path: &str) -> Option<Target> {
         namespace,
         name,
         subresource,
+        version,
     })
 }
 
@@ -163,6 +182,11 @@ mod tests {
         let all = parse("/api/v1/pods").unwrap();
         assert_eq!((all.kind, all.namespace, all.name), (Kind::Pod, None, None));
         assert!(parse("/api/v1/namespaces/ns/configmaps").is_none());
+        let alpha = parse("/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/ns/ats/a");
+        let alpha = alpha.unwrap();
+        assert_eq!(alpha.kind, Kind::At);
+        assert_eq!(alpha.version, Some(crate::model::versions::AT_ALPHA));
+        assert_eq!(t.version, None);
         assert_eq!(Kind::At.qualified(), "ats.cnat.programming-kubernetes.info");
         assert_eq!(
             Kind::Lease.path("x", Some("l")),

@@ -14,12 +14,11 @@ use super::error::ApiError;
 use super::resource::Kind;
 use super::watch::Watcher;
 
+mod deletes;
 pub mod finalizers;
 mod grace;
 mod pods;
 mod watches;
-use finalizers::Propagation;
-use grace::{Grace, grace};
 
 pub type Object = Arc<Value>;
 
@@ -91,6 +90,12 @@ impl Store {
             .iter()
             .filter(move |(k, _)| k.kind == kind && namespace.is_none_or(|ns| k.namespace == ns))
             .map(|(_, o)| o)
+    }
+
+    /// The object of `kind` in `namespace` whose UID is `uid`.
+    pub fn by_uid(&self, kind: Kind, namespace: &str, uid: &str) -> Option<&Object> {
+        self.objects(kind, Some(namespace))
+            .find(|o| o["metadata"]["uid"] == uid)
     }
 
     /// The changes committed since the last call.
@@ -285,6 +290,7 @@ impl Store {
         if key.kind == Kind::Pod {
             pods::check_update(key, old, &new)?;
             pods::default_status(&mut new);
+            pods::omit_empty_gates(&mut new);
         }
         if key.kind.has_generation() && new.get("spec") != old.get("spec") {
             let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
@@ -299,66 +305,6 @@ impl Store {
             return Ok(Arc::new(new));
         }
         Ok(self.commit(key.clone(), Some(new)))
-    }
-
-    /// A delete in the background (see [`Self::delete_propagating`]).
-    pub fn delete(
-        &mut self,
-        key: &Key,
-        pre: &Preconditions,
-        grace_seconds: Option<i64>,
-        now: Timestamp,
-    ) -> Result<Object, ApiError> {
-        self.delete_propagating(key, pre, grace_seconds, Propagation::Background, now)
-    }
-
-    /// A delete. A pod goes as the API server deletes it gracefully: marked (see `grace`),
-    /// then removed at once if its grace is none (two writes), or else later by its kubelet
-    /// (see [`Self::remove`]). Anything else goes at once, unless it has finalizers or
-    /// `propagation` adds one: then it is marked, and goes once they are all taken off (see
-    /// [`finalizers`]).
-    pub fn delete_propagating(
-        &mut self,
-        key: &Key,
-        pre: &Preconditions,
-        grace_seconds: Option<i64>,
-        propagation: Propagation,
-        now: Timestamp,
-    ) -> Result<Object, ApiError> {
-        let old = self.current(key)?;
-        let meta = &old["metadata"];
-        let uid = meta["uid"].as_str().unwrap_or_default();
-        if let Some(wanted) = pre.uid.as_deref().filter(|w| *w != uid) {
-            return Err(ApiError::precondition(
-                key.kind, &key.name, "UID", wanted, uid,
-            ));
-        }
-        let version = meta["resourceVersion"].as_str().unwrap_or_default();
-        if let Some(wanted) = pre.resource_version.as_deref().filter(|w| *w != version) {
-            return Err(ApiError::precondition(
-                key.kind,
-                &key.name,
-                "ResourceVersion",
-                wanted,
-                version,
-            ));
-        }
-        if key.kind != Kind::Pod {
-            return Ok(match finalizers::mark(&old, propagation, now) {
-                Some(marked) if marked == *old => old,
-                Some(marked) => self.commit(key.clone(), Some(marked)),
-                None => self.remove(key).unwrap_or(old),
-            });
-        }
-        match grace(&old, grace_seconds, now) {
-            Grace::Now => Ok(self.remove(key).unwrap_or(old)),
-            Grace::Pending => Ok(old),
-            Grace::Mark(marked, 0) => {
-                self.commit(key.clone(), Some(marked));
-                Ok(self.remove(key).expect("just marked"))
-            }
-            Grace::Mark(marked, _) => Ok(self.commit(key.clone(), Some(marked))),
-        }
     }
 
     /// Removes an object for good (a kubelet done with a pod, or a delete without grace); the

@@ -40,16 +40,14 @@ impl Oracle {
     ) {
         let old_phase = change.old.as_deref().map(objects::phase);
         let new_phase = change.new.as_deref().map(objects::phase);
-        let vanished = store
-            .objects(Kind::At, Some(&change.key.namespace))
-            .find(|a| objects::uid(a) == at_uid)
+        let at = store.by_uid(Kind::At, &change.key.namespace, at_uid);
+        let vanished = at
             .filter(|a| reason(a) == Some("PodVanished"))
             .map(|a| objects::name(a).to_string());
-        let released = change.old.as_deref().is_some_and(objects::gated)
-            && change.new.as_deref().is_some_and(|p| !objects::gated(p));
-        let at = store
-            .objects(Kind::At, Some(&change.key.namespace))
-            .find(|a| objects::uid(a) == at_uid);
+        // Released: the At's own gate taken off (the pod may wait on another's still).
+        let at_gated = |p: &Value| objects::gates(p).contains(&podset_operator::api::AT_GATE);
+        let released = change.old.as_deref().is_some_and(at_gated)
+            && change.new.as_deref().is_some_and(|p| !at_gated(p));
         let recorded = match at {
             Some(a) => a["status"]["podUID"].as_str().map(String::from),
             None => self.ats.get(at_uid).and_then(|r| r.pod_uid.clone()),
@@ -71,7 +69,15 @@ impl Oracle {
                 .as_deref()
                 .is_some_and(|p| !objects::terminating(p));
         let pod_uid = change.old.as_deref().map(objects::uid).unwrap_or(pod_uid);
-        if deleted && matches!(actor, Actor::Replica { .. }) && recorded.as_deref() == Some(pod_uid)
+        // One with a deadline is stopped past it (`deadline`); the At may be gone since.
+        let spec = at.map(|a| &a["spec"]).or_else(|| self.latest_spec(at_uid));
+        let deadlined = spec.is_some_and(|s| {
+            s["activeDeadlineSeconds"].is_i64() || s["startDeadlineSeconds"].is_i64()
+        });
+        if deleted
+            && matches!(actor, Actor::Replica { .. })
+            && recorded.as_deref() == Some(pod_uid)
+            && !deadlined
         {
             self.violate(format!(
                 "{actor} deleted pod {}/{}, which its At records: the command is given up on",
@@ -244,7 +250,7 @@ fn command_ended(pod: &Value) -> Option<(i64, &str)> {
     let ended = pod["status"]["containerStatuses"]
         .as_array()?
         .iter()
-        .find(|c| c["name"] == podset_operator::api::AT_COMMAND_CONTAINER)?
+        .find(|c| c["name"] == objects::command_container_name(pod))?
         .pointer("/state/terminated")?;
     Some((
         ended["exitCode"].as_i64()?,
@@ -267,6 +273,6 @@ fn completed(at: &Value) -> Option<&Value> {
 }
 
 /// The reason of an At's `Completed` condition.
-fn reason(at: &Value) -> Option<&str> {
+pub(super) fn reason(at: &Value) -> Option<&str> {
     completed(at)?["reason"].as_str()
 }

@@ -6,24 +6,14 @@
 //! to a PodSet by someone else is not counted against its creates for as long: a cache that
 //! has not shown the handover makes the pods it sees missing, as a ReplicaSet's would.
 
-use std::time::Duration;
-
-use tokio::time::Instant;
-
-use super::{Actor, Oracle, STALE};
+use super::{Actor, Oracle, STALE, Write};
 use crate::model::objects::{self, controller};
 use crate::model::resource::Kind;
-use crate::model::store::{Change, Store};
+use crate::model::store::Store;
 
 impl Oracle {
-    pub(super) fn control_changed(
-        &mut self,
-        change: &Change,
-        actor: Actor,
-        held: Duration,
-        store: &Store,
-        now: Instant,
-    ) {
+    pub(super) fn control_changed(&mut self, w: &Write, store: &Store) {
+        let (change, actor, held, now) = (w.change, w.actor, w.held, w.now);
         let Some(pod) = change.new.as_deref().or(change.old.as_deref()) else {
             return;
         };

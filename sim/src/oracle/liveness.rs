@@ -10,6 +10,21 @@ use crate::model::resource::Kind;
 use crate::model::store::Store;
 
 impl Oracle {
+    /// A due At that has not started (PENDING still, not being deleted): once the faults
+    /// stopped, the operator starts it within the liveness bound, whatever the At's own times
+    /// (another controller's hold, its command's run, its TTL) add to its end.
+    pub fn unstarted(&self, store: &Store, now: jiff::Timestamp) -> Option<String> {
+        let waits = |a: &&std::sync::Arc<Value>| {
+            !objects::terminating(a) && matches!(objects::phase(a), "" | "PENDING")
+        };
+        let at = store
+            .objects(Kind::At, None)
+            .filter(waits)
+            .find(|a| due_by(a, now))?;
+        let (ns, name) = (objects::namespace(at), objects::name(at));
+        Some(format!("At {ns}/{name} is due and has not started"))
+    }
+
     /// What is not yet as it should be once the operator caught up: `None` when everything
     /// converged.
     pub fn unconverged(&self, store: &Store, now: jiff::Timestamp) -> Option<String> {
@@ -23,9 +38,7 @@ impl Oracle {
             .objects(Kind::At, None)
             .filter(|a| !objects::terminating(a))
         {
-            let due = objects::at_spec(at)
-                .and_then(|spec| podset_operator::plan::at::due(&spec).ok())
-                .is_some_and(|due| due <= now);
+            let due = due_by(at, now);
             let phase = objects::phase(at);
             // Its pod stuck Terminating on a lost node: what became of the command is unknown
             // until the node comes back, as for a Job.
@@ -40,6 +53,15 @@ impl Oracle {
                 return Some(format!(
                     "At {}/{name} is due and {phase:?}",
                     objects::namespace(at)
+                ));
+            }
+            // DONE with a time to live that runs out before the quiet operator is watched to
+            // its end: it is to be deleted, its pod with it.
+            if super::ttl::expires(at).is_some_and(|t| t <= now + super::ttl::HORIZON) {
+                return Some(format!(
+                    "At {}/{} is DONE with a ttlSecondsAfterFinished, and not deleted",
+                    objects::namespace(at),
+                    objects::name(at)
                 ));
             }
             // A pod held at its gate that its At will never release (the At is DONE, or the
@@ -66,8 +88,13 @@ impl Oracle {
                 ));
             }
         }
-        None
+        self.expired_pod_left(store)
     }
+}
+
+/// Whether `at`'s schedule, read in its zone (`schedule`), is due at `now`.
+fn due_by(at: &Value, now: jiff::Timestamp) -> bool {
+    super::schedule::due(&at["spec"]).is_some_and(|due| due <= now)
 }
 
 fn podset_unconverged(store: &Store, ps: &Value) -> Option<String> {

@@ -5,15 +5,14 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{Action, INTRUDER, NAMESPACES};
-use crate::model::error::ApiError;
 use crate::model::objects;
 use crate::model::resource::Kind;
 use crate::model::store::finalizers::Propagation;
 use crate::model::store::{Key, Preconditions, Store, seconds};
+use crate::model::versions::{self, AT_ALPHA};
 use crate::oracle::Actor;
 use crate::replica::{LEASE_NAME, LEASE_NAMESPACE};
 use crate::world::{Sim, World};
-use podset_operator::api::conversion;
 
 /// A user carries out `action` now.
 pub fn perform(sim: &Arc<Sim>, action: &Action) {
@@ -119,9 +118,15 @@ fn perform_on(w: &mut World, action: &Action, now: jiff::Timestamp) {
             command,
         } => {
             let due = now + jiff::SignedDuration::from_secs(*due_in);
-            let at = json!({"apiVersion": ALPHA, "kind": "At", "metadata": {"name": name},
+            let at = json!({"apiVersion": AT_ALPHA, "kind": "At", "metadata": {"name": name},
                 "spec": {"schedule": seconds(due), "command": command}});
-            store.create(Kind::At, ns, to_hub(at), none, now).map(drop)
+            let at = versions::stored(at);
+            store.create(Kind::At, ns, at, none, now).map(drop)
+        }
+        Action::CreateBetaAt { ns, name, at } => {
+            let at = json!({"apiVersion": Kind::At.api_version(), "kind": "At",
+                "metadata": {"name": name}, "spec": at.spec(now)});
+            store.create(Kind::At, ns, at, none, now).map(drop)
         }
         Action::EditAt {
             ns,
@@ -129,9 +134,16 @@ fn perform_on(w: &mut World, action: &Action, now: jiff::Timestamp) {
             due_in,
             command,
         } => {
-            let due = now + jiff::SignedDuration::from_secs(*due_in);
-            let patch = json!({"spec": {"schedule": seconds(due), "command": command}});
-            edit_as_alpha(store, &key(Kind::At, ns, at), &patch)
+            let mut patch = json!({"spec": {"command": command}});
+            if let Some(due_in) = due_in {
+                let due = now + jiff::SignedDuration::from_secs(*due_in);
+                patch["spec"]["schedule"] = seconds(due).into();
+            }
+            let at = key(Kind::At, ns, at);
+            match store.get(&at) {
+                Some(_) => versions::patch_as(store, &at, &patch, None, AT_ALPHA).map(drop),
+                None => Ok(()),
+            }
         }
         Action::DeleteAtPod { ns, at } => store
             .delete(
@@ -357,23 +369,4 @@ fn forge(
     store
         .create(Kind::Pod, other, pod, String::new, now)
         .map(drop)
-}
-
-/// The At version users write as the book does; stored at v1beta1, as the API server converts
-/// it through the operator's webhook (the same code: `podset_operator::api::conversion`).
-const ALPHA: &str = "cnat.programming-kubernetes.info/v1alpha1";
-
-fn to_hub(at: Value) -> Value {
-    conversion::convert(at, Kind::At.api_version()).expect("an At converts")
-}
-
-/// A merge patch sent at v1alpha1, as the API server applies it: the stored At converted to
-/// v1alpha1, patched, converted back and written over the version read.
-fn edit_as_alpha(store: &mut Store, at: &Key, patch: &Value) -> Result<(), ApiError> {
-    let Some(stored) = store.get(at) else {
-        return Ok(());
-    };
-    let mut alpha = conversion::convert((**stored).clone(), ALPHA).expect("an At converts");
-    json_patch::merge(&mut alpha, patch);
-    store.replace(at, to_hub(alpha), None).map(drop)
 }

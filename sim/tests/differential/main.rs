@@ -10,6 +10,7 @@
 //! (`DEFAULTED_POD_SPEC`), the immutability of a pod's spec, the window a watch may start in,
 //! and when bookmarks come.
 
+mod at_versions;
 mod deletes;
 mod finalizers;
 mod garbage_collection;

@@ -51,7 +51,7 @@ fn done(ns: &'static str, name: &'static str) -> impl Fn(&Store) -> bool {
 fn the_create_window_is_timed_by_the_process_that_waits_not_by_the_writers_clock() {
     let report = play(3, Setup::default(), |scene| async move {
         let l = leader(&scene).await?;
-        scene.replicas[l].jump_clock(3600);
+        scene.replicas[l].jump_clock(&scene.sim, 3600);
         let stuck = RequestPlan {
             before: Before::Hang,
             ..RequestPlan::default()
@@ -163,7 +163,7 @@ fn an_at_runs_on_time_after_its_replicas_clock_is_corrected() {
     };
     let report = play(11, setup, |scene| async move {
         scene.sleep(secs(5)).await;
-        scene.replicas[0].jump_clock(-1800);
+        scene.replicas[0].jump_clock(&scene.sim, -1800);
         scene.user(Action::CreateAt {
             ns: "ns-a",
             name: "job".into(),
@@ -171,7 +171,7 @@ fn an_at_runs_on_time_after_its_replicas_clock_is_corrected() {
             command: "echo YAY".into(),
         });
         scene.sleep(secs(5)).await;
-        scene.replicas[0].jump_clock(0);
+        scene.replicas[0].jump_clock(&scene.sim, 0);
         succeeds_within(&scene, secs(150)).await
     });
     assert_ok(&report);
@@ -189,7 +189,7 @@ fn edit(due_in: i64) -> Action {
     Action::EditAt {
         ns: "ns-a",
         at: "job".into(),
-        due_in,
+        due_in: Some(due_in),
         command: "echo EDITED".into(),
     }
 }

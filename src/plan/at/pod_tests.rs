@@ -66,6 +66,7 @@ fn created_pod_means_running_then_done_with_the_outcome() {
         command: Some(crate::pod::Exited {
             code: 3,
             reason: Some("Error".into()),
+            finished: None,
         }),
         ..Notes::default()
     }));

@@ -26,7 +26,7 @@ pub(super) fn seen(at: &At, pod: &CachedPod, now: Timestamp) -> Step {
         }
         Some(false) => Step::Record(vanished(at, now)),
         None if pod.gated() && !running => unrecorded(at, pod, now),
-        _ if pod.gated() => Step::Release(progress(at, pod, now)),
+        _ if pod.gated() => deadline::released(at, pod, progress(at, pod, now), now),
         _ => deadline::deadlines(at, pod, progress(at, pod, now), now),
     }
 }
@@ -51,7 +51,7 @@ fn unrecorded(at: &At, pod: &CachedPod, now: Timestamp) -> Step {
         // Not due by this clock (made by a host whose clock ran ahead, or the copy read is
         // stale and the pod recorded already): it stays gated, and is released when due.
         Some(g) if g == generation => match step_for(at, None, now) {
-            Step::Create { .. } => Step::Release(progress(at, pod, now)),
+            Step::Create { .. } => deadline::released(at, pod, progress(at, pod, now), now),
             other => other,
         },
         _ => Step::Discard(pod.uid.clone(), Box::new(step_for(at, None, now))),

@@ -52,7 +52,10 @@ pub(super) fn running() -> At {
 pub(super) fn exited(phase: Phase, code: i32) -> CachedPod {
     CachedPod {
         notes: Some(Box::new(crate::pod::Notes {
-            command: Some(crate::pod::Exited { code, reason: None }),
+            command: Some(crate::pod::Exited {
+                code,
+                ..Default::default()
+            }),
             ..Default::default()
         })),
         ..pod(phase)

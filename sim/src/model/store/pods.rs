@@ -1,6 +1,6 @@
 //! What kube-apiserver's pod strategy adds: a pod made with a scheduling gate says so in a
 //! `PodScheduled` condition; a gate may only be taken off (an added one is 422,
-//! `FieldValueForbidden`); a pod condition is served with `lastProbeTime`, null when unset.
+//! `FieldValueForbidden`), and none left is no list; a pod condition is served with `lastProbeTime`, null when unset.
 
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -31,6 +31,20 @@ pub(super) fn check_update(key: &Key, old: &Value, new: &Value) -> Result<(), Ap
             &format!("Forbidden: only deletion is allowed, but found new scheduling gate '{gate}'"),
         )),
         None => Ok(()),
+    }
+}
+
+/// A pod's spec as the API server stores it: no scheduling gate left is no `schedulingGates`
+/// (a JSON patch that removes the last one leaves an empty list, which it omits).
+pub(super) fn omit_empty_gates(pod: &mut Value) {
+    let spec = pod.get_mut("spec").and_then(Value::as_object_mut);
+    if let Some(spec) = spec
+        && spec
+            .get("schedulingGates")
+            .and_then(Value::as_array)
+            .is_some_and(Vec::is_empty)
+    {
+        spec.remove("schedulingGates");
     }
 }
 
