@@ -3,6 +3,7 @@
 //! the API server authenticates and authorizes (see [`auth`]).
 
 pub mod auth;
+mod connection;
 pub mod serve;
 pub mod tls;
 

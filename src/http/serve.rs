@@ -1,30 +1,25 @@
 //! The accept loop of both endpoints. Any pod in the cluster can reach them, so what one
 //! client can hold is bounded: connections at once (in all, and per address), the time to
 //! finish a TLS handshake and to send a request's headers, the size of those headers, and a
-//! connection's lifetime. Beyond a bound a connection is closed, never queued; at the cap,
+//! connection's lifetime (connection.rs). Beyond a bound a connection is closed, never queued; at the cap,
 //! the address holding the most connections gives one up to an address holding fewer, and
 //! when every address holds as few, the oldest connection gives way: a newcomer (the
 //! kubelet's probe) is never refused for room.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use parking_lot::Mutex;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-/// A client that opens a connection and never finishes its handshake holds one task, not the
-/// listener, and only this long.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+use super::connection::{self, Closing};
+
 /// After a failed accept, as axum's own server waits.
 const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 /// How many connections an endpoint serves at once: in all, and from one address (a single
@@ -49,14 +44,9 @@ impl Limits {
         per_address: 64,
     };
 }
-/// How long a client may take to send a request's headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most a connection buffers of a request's head (hyper's minimum is 8 KiB). A
 /// ServiceAccount token is about 1 KiB; a longer head is answered 431.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
-/// How long one connection is served, idle or not: a scraper that keeps it alive opens
-/// another, and a client that holds one open cannot keep its slot.
-const CONNECTION_LIFETIME: Duration = Duration::from_secs(120);
 
 /// Serves `app` on `listener` until `shutdown`, over TLS if `tls` is given, within `limits`.
 pub async fn serve(
@@ -90,46 +80,12 @@ pub async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             debug!(%peer, error = %e, "TCP_NODELAY not set");
         }
-        let (tls, app, shutdown) = (tls.clone(), app.clone(), shutdown.clone());
+        let closing = Closing::new(shutdown.clone(), slot.closed.clone());
+        let (tls, app) = (tls.clone(), app.clone());
         tokio::spawn(async move {
-            let served = async {
-                match tls {
-                    Some(tls) => handshake(tcp, peer, tls, app).await,
-                    None => connection(TokioIo::new(tcp), peer, app).await,
-                }
-            };
-            tokio::select! {
-                _ = shutdown.cancelled() => {}
-                _ = slot.closed.cancelled() => debug!(%peer, "closing a connection to make room"),
-                ended = tokio::time::timeout(CONNECTION_LIFETIME, served) => if ended.is_err() {
-                    debug!(%peer, "closing a connection at the end of its lifetime");
-                },
-            }
+            connection::serve(tcp, peer, tls, app, closing).await;
+            drop(slot);
         });
-    }
-}
-
-async fn handshake(tcp: TcpStream, peer: SocketAddr, tls: TlsAcceptor, app: Router) {
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)).await {
-        Ok(Ok(stream)) => connection(TokioIo::new(stream), peer, app).await,
-        Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed"),
-        Err(_) => debug!(%peer, "TLS handshake timed out"),
-    }
-}
-
-async fn connection<S>(io: TokioIo<S>, peer: SocketAddr, app: Router)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let service = TowerToHyperService::new(app);
-    // HTTP/1 alone: the bounds above are its own, and the TLS configs offer nothing else.
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .max_buf_size(MAX_HEAD_BYTES);
-    if let Err(e) = builder.serve_connection(io, service).await {
-        debug!(%peer, error = %e, "connection ended with an error");
     }
 }
 
@@ -240,6 +196,7 @@ impl Drop for Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
 
     const MAX_CONNECTIONS: usize = Limits::PROBES_AND_METRICS.total;
     const PER_ADDRESS: usize = Limits::PROBES_AND_METRICS.per_address;
@@ -314,7 +271,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let limits = Limits::PROBES_AND_METRICS;
         tokio::spawn(serve(listener, None, app, limits, shutdown.clone()));
-        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         // The preface, then an empty SETTINGS frame (length 0, type 4, no flags, stream 0).
         tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
             .await
@@ -370,5 +327,49 @@ mod tests {
         assert!(newcomer.is_some(), "a newcomer refused at the cap");
         assert!(probe.closed.is_cancelled(), "the oldest did not give way");
         assert!(ones.iter().all(|s| !s.closed.is_cancelled()));
+    }
+
+    /// A connection closed for room, at its lifetime's end or at shutdown finishes the request
+    /// in flight first: the API server's conversion call on it is answered, not reset (a
+    /// reset is a failed read of an At for the API server's client).
+    #[tokio::test]
+    async fn a_request_in_flight_is_answered_when_its_connection_is_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (arrived, release) = (
+            Arc::new(tokio::sync::Notify::new()),
+            Arc::new(tokio::sync::Notify::new()),
+        );
+        let handler = {
+            let (arrived, release) = (arrived.clone(), release.clone());
+            move || async move {
+                arrived.notify_one();
+                release.notified().await;
+                "converted"
+            }
+        };
+        let app = Router::new().route("/convert", axum::routing::get(handler));
+        let shutdown = CancellationToken::new();
+        tokio::spawn(serve(
+            listener,
+            None,
+            app,
+            Limits::WEBHOOK,
+            shutdown.clone(),
+        ));
+        let client = reqwest::Client::new();
+        let call = tokio::spawn(client.get(format!("http://{addr}/convert")).send());
+        arrived.notified().await;
+        shutdown.cancel();
+        // The test runs on one thread: a yield runs every task the cancel woke (the
+        // connection's among them) before the handler is let go.
+        tokio::task::yield_now().await;
+        release.notify_one();
+        let answer = tokio::time::timeout(Duration::from_secs(5), call).await;
+        let answer = answer.expect("answered within 5 s").unwrap();
+        assert!(
+            answer.as_ref().is_ok_and(|a| a.status() == 200),
+            "the request in flight was not answered: {answer:?}"
+        );
     }
 }
