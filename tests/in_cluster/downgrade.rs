@@ -51,7 +51,9 @@ pub async fn to_previous(
     let refused = migrate(install, &["--to", ALPHA]).await;
     let named = format!("{}/rich", ns.name);
     ensure!(
-        refused.as_ref().is_err_and(|e| format!("{e:#}").contains(&named)),
+        refused
+            .as_ref()
+            .is_err_and(|e| format!("{e:#}").contains(&named)),
         "migrate --to v1alpha1 did not refuse naming {named}: {refused:?}"
     );
     ats.delete("rich", &DeleteParams::default()).await?;
@@ -77,7 +79,11 @@ pub async fn to_previous(
     for kind in KINDS {
         let crd = crds.get(kind.crd).await?;
         let served: Vec<&str> = crd.spec.versions.iter().map(|v| v.name.as_str()).collect();
-        ensure!(served == [ALPHA], "{} serves {served:?} after the way back", kind.crd);
+        ensure!(
+            served == [ALPHA],
+            "{} serves {served:?} after the way back",
+            kind.crd
+        );
     }
     versions::stored_only_at(&ns.client, ALPHA, Duration::from_secs(1)).await?;
     let deployment = install.api::<Deployment>().get(&install.deployment).await?;
@@ -96,7 +102,10 @@ pub async fn to_previous(
     for name in &kept.podsets {
         pods.extend(versions::running_pods(ns, name, REPLICAS).await?);
     }
-    ensure!(pods == kept.pods, "PodSet pods were replaced on the way back");
+    ensure!(
+        pods == kept.pods,
+        "PodSet pods were replaced on the way back"
+    );
     for (name, pod) in &kept.done {
         let status = versions::at_in(ns, name, AtPhase::Done, Duration::from_secs(5)).await?;
         ensure!(
@@ -105,7 +114,12 @@ pub async fn to_previous(
             status.pod_name
         );
     }
-    let after = versions::at_in(ns, "after", AtPhase::Done, DUE_IN + Duration::from_secs(120));
+    let after = versions::at_in(
+        ns,
+        "after",
+        AtPhase::Done,
+        DUE_IN + Duration::from_secs(120),
+    );
     let after = after.await?;
     ensure!(after.succeeded == Some(true), "At after failed: {after:?}");
     let ran: Vec<Pod> = ns
@@ -114,7 +128,9 @@ pub async fn to_previous(
         .await?
         .items;
     ensure!(ran.len() == 1, "At after ran in {} pods", ran.len());
-    let made = ran[0].creation_timestamp().context("a pod without a creation time")?;
+    let made = ran[0]
+        .creation_timestamp()
+        .context("a pod without a creation time")?;
     ensure!(
         made.0 >= back,
         "At after ran at {}, before the previous release was back ({back}): raise DUE_IN",

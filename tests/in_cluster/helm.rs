@@ -31,7 +31,9 @@ async fn previous_chart_upgraded_from_oci_loses_nothing_and_rolls_back() -> Resu
          extraEnv[1].name=KUBERNETES_SERVICE_PORT,extraEnv[1].value={}",
         cluster.api_host, cluster.api_port
     );
-    let (repository, _tag) = previous_image.rsplit_once(':').context("an untagged image")?;
+    let (repository, _tag) = previous_image
+        .rsplit_once(':')
+        .context("an untagged image")?;
     // As its users installed it: Helm creates its CRDs (v1alpha1 alone) on this first install.
     let values = format!("{api_server},image.repository={repository}");
     let install_args = [
@@ -139,7 +141,6 @@ struct OciChart {
 /// `make helm-package IMG=image CHART_REGISTRY=<registry>/charts` (its script), then the
 /// CRDs of what was pushed applied server-side, as the README's Upgrade section says.
 async fn oci_release(cluster: &Cluster, image: &str) -> Result<OciChart> {
-    let registry = cluster.registry().context("no registry")?;
     // CHART_VERSION's default in the Makefile: the chart's own.
     let chart_yaml = std::fs::read_to_string(repo().join("charts/podset-operator/Chart.yaml"))?;
     let version = chart_yaml
@@ -156,15 +157,7 @@ async fn oci_release(cluster: &Cluster, image: &str) -> Result<OciChart> {
     )
     .await?;
     let tgz = format!("{dir}/podset-operator-{version}.tgz");
-    let to = format!("{registry}/charts");
-    let plain = [("PLAIN_HTTP", "1")];
-    run(
-        "bash",
-        &["hack/release.sh", "push-chart", &tgz, &to],
-        &plain,
-    )
-    .await?;
-    let url = format!("oci://{to}/podset-operator");
+    let url = crate::push_chart(cluster, Path::new(&tgz)).await?;
     // `helm show crds` would do, but Helm 4 prints `Pulled:` and `Digest:` on its stdout.
     let untar = cluster.dir().join("dist/pulled");
     let into = untar.display().to_string();

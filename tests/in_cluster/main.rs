@@ -73,6 +73,18 @@ async fn this_release_image(cluster: &Cluster, tag: &str) -> Result<String> {
     cluster.image_ref(&repo).context("no registry")
 }
 
+/// Pushes the chart archive `tgz` to the cluster's registry by the script of `make
+/// helm-package CHART_REGISTRY=...`, as a chart's users `helm push`; its `oci://` address.
+async fn push_chart(cluster: &Cluster, tgz: &Path) -> Result<String> {
+    let registry = cluster.registry().context("no registry")?;
+    let to = format!("{registry}/charts");
+    let tgz = tgz.display().to_string();
+    let plain = [("PLAIN_HTTP", "1")];
+    let push = ["hack/release.sh", "push-chart", &tgz, &to];
+    run("bash", &push, &plain).await?;
+    Ok(format!("oci://{to}/podset-operator"))
+}
+
 /// Waits until `install`'s Deployment is gone.
 async fn gone(install: &Install) -> Result<()> {
     let deployments = install.api::<Deployment>();

@@ -48,18 +48,8 @@ pub fn install_yaml(cluster: &Cluster, image: &str) -> Result<PathBuf> {
 /// Pushes its chart to the cluster's registry, as `helm push` does for its users; the
 /// chart's `oci://` address.
 pub async fn push_chart(cluster: &Cluster) -> Result<String> {
-    let registry = cluster.registry().context("no registry")?;
-    let to = format!("{registry}/charts");
     let tgz = artifact(&format!("podset-operator-{VERSION}.tgz"));
-    let tgz = tgz.display().to_string();
-    let plain = [("PLAIN_HTTP", "1")];
-    run(
-        "bash",
-        &["hack/release.sh", "push-chart", &tgz, &to],
-        &plain,
-    )
-    .await?;
-    Ok(format!("oci://{to}/podset-operator"))
+    crate::push_chart(cluster, &tgz).await
 }
 
 /// Applies its CRDs (v1alpha1 alone) from its chart, server-side, the At's conversion

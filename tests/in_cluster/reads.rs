@@ -16,7 +16,12 @@ use tokio_util::sync::CancellationToken;
 use crate::common::TestNs;
 
 const EVERY: Duration = Duration::from_millis(100);
-const KINDS_OF_READ: [&str; 4] = ["get v1alpha1", "list v1alpha1", "get v1beta1", "list v1beta1"];
+const KINDS_OF_READ: [&str; 4] = [
+    "get v1alpha1",
+    "list v1alpha1",
+    "get v1beta1",
+    "list v1beta1",
+];
 
 /// One read: when it began (from the reader's start), which, how long it took, and the
 /// refusal if refused.
@@ -108,7 +113,11 @@ fn print(what: &str, reads: &[Read]) {
         let slowest: Vec<String> = KINDS_OF_READ
             .iter()
             .map(|kind| {
-                let most = these.iter().filter(|r| r.what == *kind).map(|r| r.took).max();
+                let most = these
+                    .iter()
+                    .filter(|r| r.what == *kind)
+                    .map(|r| r.took)
+                    .max();
                 most.map_or("-".into(), |d| format!("{:.1?}", d))
             })
             .collect();

@@ -41,7 +41,10 @@ pub async fn renews_without_restart(
     let restarts = |pods: &[Pod]| -> BTreeMap<String, i32> {
         pods.iter()
             .map(|p| {
-                let status = p.status.as_ref().and_then(|s| s.container_statuses.as_ref());
+                let status = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref());
                 let restarts = status.map_or(0, |s| s.iter().map(|c| c.restart_count).sum());
                 (p.uid().unwrap_or_default(), restarts)
             })
@@ -55,23 +58,31 @@ pub async fn renews_without_restart(
     let began = Instant::now();
     let renew = async {
         let soon = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
-        let patch = serde_json::json!({"metadata": {"annotations": {TLS_NOT_AFTER: soon.to_string()}}});
+        let patch =
+            serde_json::json!({"metadata": {"annotations": {TLS_NOT_AFTER: soon.to_string()}}});
         secrets
             .patch(secret, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
-        let new = poll_some(SERVED_WITHIN, "a renewed certificate in the Secret", || async {
-            let now = secrets.get(secret).await?;
-            Ok((tls_crt(&now)? != tls_crt(&old)?).then_some(now))
-        })
+        let new = poll_some(
+            SERVED_WITHIN,
+            "a renewed certificate in the Secret",
+            || async {
+                let now = secrets.get(secret).await?;
+                Ok((tls_crt(&now)? != tls_crt(&old)?).then_some(now))
+            },
+        )
         .await?;
         let written = began.elapsed();
         ensure!(
-            new.data.as_ref().and_then(|d| d.get(CA_CRT)) == old.data.as_ref().and_then(|d| d.get(CA_CRT)),
+            new.data.as_ref().and_then(|d| d.get(CA_CRT))
+                == old.data.as_ref().and_then(|d| d.get(CA_CRT)),
             "a renewal replaced the CA too"
         );
-        poll_some(SERVED_WITHIN, "every replica serving the renewed certificate", || async {
-            Ok(serve_all(&pods, &new, &host).await.ok())
-        })
+        poll_some(
+            SERVED_WITHIN,
+            "every replica serving the renewed certificate",
+            || async { Ok(serve_all(&pods, &new, &host).await.ok()) },
+        )
         .await?;
         Ok((written, began.elapsed()))
     };
@@ -94,7 +105,11 @@ pub async fn renews_without_restart(
 }
 
 fn tls_crt(secret: &Secret) -> Result<CertificateDer<'static>> {
-    let pem = secret.data.as_ref().and_then(|d| d.get(TLS_CRT)).context("no tls.crt")?;
+    let pem = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(TLS_CRT))
+        .context("no tls.crt")?;
     Ok(CertificateDer::from_pem_slice(&pem.0)?)
 }
 
@@ -102,7 +117,11 @@ fn tls_crt(secret: &Secret) -> Result<CertificateDer<'static>> {
 /// `host`.
 async fn serve_all(pods: &[Pod], secret: &Secret, host: &str) -> Result<()> {
     let want = tls_crt(secret)?;
-    let ca = secret.data.as_ref().and_then(|d| d.get(CA_CRT)).context("no ca.crt")?;
+    let ca = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(CA_CRT))
+        .context("no ca.crt")?;
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&ca.0) {
         roots.add(cert?)?;

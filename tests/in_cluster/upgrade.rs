@@ -102,7 +102,11 @@ pub async fn loses_nothing<T>(
     }
     let past = "2019-04-12T10:12:00Z";
     let waits = format!("until [ -e {GO} ]; do sleep 0.2; done; echo finished");
-    for (name, command) in RAN.map(|n| (n, "echo ran".to_string())).into_iter().chain([(RUNNING, waits)]) {
+    for (name, command) in RAN
+        .map(|n| (n, "echo ran".to_string()))
+        .into_iter()
+        .chain([(RUNNING, waits)])
+    {
         versions::create_at(&ns, name, past, &command).await?;
         ats.insert(name.to_string(), command);
     }

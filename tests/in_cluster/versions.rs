@@ -134,7 +134,11 @@ pub async fn readable_at_both(
 
 /// Waits until both CRDs' `status.storedVersions` is `[version]`, for at most `bound`; how
 /// long that took.
-pub async fn stored_only_at(client: &kube::Client, version: &str, bound: Duration) -> Result<Duration> {
+pub async fn stored_only_at(
+    client: &kube::Client,
+    version: &str,
+    bound: Duration,
+) -> Result<Duration> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let began = Instant::now();
     let what = format!("both CRDs' storedVersions [{version}]");
