@@ -112,6 +112,14 @@ pub struct Record {
 /// later.
 pub type NotReady = (SystemTime, SystemTime);
 
+/// The times of a cluster that the audit reads apart.
+pub(crate) struct Windows<'a> {
+    /// When the API server was starting: its 403s are told apart.
+    pub not_ready: &'a [NotReady],
+    /// When another release ran under the operator's ServiceAccount: left out.
+    pub other_release: &'a [NotReady],
+}
+
 /// A 403 from the authorizer of an API server that was still starting (see [`NotReady`]).
 pub const REFUSED_BEFORE_READY: &str = "RBAC, API server not ready";
 
@@ -316,16 +324,13 @@ pub fn merge(records: impl IntoIterator<Item = Record>) -> Vec<Record> {
 /// Writes the aggregate of the operator's requests in the audit log of the cluster in `dir`
 /// into `out`, one file per cluster: the test process, the API server's port and a count name
 /// it (a process that starts clusters one after another may get the same port twice).
-/// `not_ready`: when the API server was starting.
-pub(crate) fn collect(
-    dir: &Path,
-    out: &Path,
-    api_port: u16,
-    not_ready: &[NotReady],
-) -> Result<PathBuf> {
+pub(crate) fn collect(dir: &Path, out: &Path, api_port: u16, windows: Windows) -> Result<PathBuf> {
     static COLLECTED: AtomicUsize = AtomicUsize::new(0);
     let events = operator_events(dir)?;
-    let records = merge(events.into_iter().map(|e| e.record(not_ready)));
+    let this_release = events
+        .into_iter()
+        .filter(|e| !e.received_in(windows.other_release));
+    let records = merge(this_release.map(|e| e.record(windows.not_ready)));
     std::fs::create_dir_all(out)?;
     let n = COLLECTED.fetch_add(1, Ordering::Relaxed);
     let file = out.join(format!("audit-{}-{api_port}-{n}.json", std::process::id()));

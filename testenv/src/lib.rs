@@ -77,6 +77,9 @@ pub struct Cluster {
     audit: bool,
     /// When the API server was starting, each time (see [`audit::NotReady`]).
     not_ready: Vec<audit::NotReady>,
+    /// When another release of the operator ran under the same ServiceAccount, or this one
+    /// under another release's RBAC (see [`Cluster::another_release_ran`]).
+    other_release: std::sync::Mutex<Vec<audit::NotReady>>,
     /// How long the real nodes took from their registry's start to Ready (benchmarks).
     pub real_nodes_ready_in: Option<Duration>,
     /// The At's conversion webhook the installed CRDs point at.
@@ -177,6 +180,7 @@ impl Cluster {
             registry: None,
             audit: opts.audit,
             not_ready: Vec::new(),
+            other_release: Default::default(),
             real_nodes_ready_in: None,
             conversion: None,
         };
@@ -350,13 +354,31 @@ impl Cluster {
         .await
     }
 
+    /// Says that from `from` to `to` the operator's ServiceAccount was another release's too
+    /// (an upgrade from it or a rollback to it rolling out): what it sent then is left out of
+    /// the audit, which checks this release's requests against this release's RBAC.
+    pub fn another_release_ran(&self, from: std::time::SystemTime, to: std::time::SystemTime) {
+        if let Ok(mut windows) = self.other_release.lock() {
+            windows.push((from, to));
+        }
+    }
+
     /// With `$PODSET_AUDIT_DIR` set, leaves there the operator's requests from the audit
     /// log, once the apiserver has stopped and logged them all.
     fn collect_audit(&self) {
         let Some(out) = std::env::var_os(audit::DIR_ENV).filter(|_| self.audit) else {
             return;
         };
-        let collected = audit::collect(self.dir(), Path::new(&out), self.api_port, &self.not_ready);
+        let other_release = self
+            .other_release
+            .lock()
+            .map(|w| w.clone())
+            .unwrap_or_default();
+        let windows = audit::Windows {
+            not_ready: &self.not_ready,
+            other_release: &other_release,
+        };
+        let collected = audit::collect(self.dir(), Path::new(&out), self.api_port, windows);
         if let Err(e) = collected {
             eprintln!(
                 "testenv: collecting the audit log of {}: {e:#}",
