@@ -118,6 +118,8 @@ pub(crate) struct Windows<'a> {
     pub not_ready: &'a [NotReady],
     /// When another release ran under the operator's ServiceAccount: left out.
     pub other_release: &'a [NotReady],
+    /// The operator pods that ran another release: their requests are left out.
+    pub other_pods: &'a [String],
 }
 
 /// A 403 from the authorizer of an API server that was still starting (see [`NotReady`]).
@@ -327,9 +329,11 @@ pub fn merge(records: impl IntoIterator<Item = Record>) -> Vec<Record> {
 pub(crate) fn collect(dir: &Path, out: &Path, api_port: u16, windows: Windows) -> Result<PathBuf> {
     static COLLECTED: AtomicUsize = AtomicUsize::new(0);
     let events = operator_events(dir)?;
-    let this_release = events
-        .into_iter()
-        .filter(|e| !e.received_in(windows.other_release));
+    let this_release = events.into_iter().filter(|e| {
+        let other_pod =
+            (windows.other_pods.iter()).any(|p| e.user_agent.ends_with(&format!("({p})")));
+        !other_pod && !e.received_in(windows.other_release)
+    });
     let records = merge(this_release.map(|e| e.record(windows.not_ready)));
     std::fs::create_dir_all(out)?;
     let n = COLLECTED.fetch_add(1, Ordering::Relaxed);

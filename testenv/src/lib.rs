@@ -77,9 +77,9 @@ pub struct Cluster {
     audit: bool,
     /// When the API server was starting, each time (see [`audit::NotReady`]).
     not_ready: Vec<audit::NotReady>,
-    /// When another release of the operator ran under the same ServiceAccount, or this one
-    /// under another release's RBAC (see [`Cluster::another_release_ran`]).
-    other_release: std::sync::Mutex<Vec<audit::NotReady>>,
+    /// When this release ran under another release's RBAC, and the pods of another release
+    /// under the same ServiceAccount (see [`Cluster::another_release_ran`]).
+    other_release: std::sync::Mutex<(Vec<audit::NotReady>, Vec<String>)>,
     /// How long the real nodes took from their registry's start to Ready (benchmarks).
     pub real_nodes_ready_in: Option<Duration>,
     /// The At's conversion webhook the installed CRDs point at.
@@ -354,12 +354,20 @@ impl Cluster {
         .await
     }
 
-    /// Says that from `from` to `to` the operator's ServiceAccount was another release's too
-    /// (an upgrade from it or a rollback to it rolling out): what it sent then is left out of
-    /// the audit, which checks this release's requests against this release's RBAC.
+    /// Says that from `from` to `to` another release ran under the operator's ServiceAccount
+    /// and this one under the other's RBAC (a rollback rolling out): what was sent then is
+    /// left out of the audit, which checks this release's requests against its own RBAC.
     pub fn another_release_ran(&self, from: std::time::SystemTime, to: std::time::SystemTime) {
-        if let Ok(mut windows) = self.other_release.lock() {
-            windows.push((from, to));
+        if let Ok(mut other) = self.other_release.lock() {
+            other.0.push((from, to));
+        }
+    }
+
+    /// Says that the operator pods `pods` ran another release: their requests (each names its
+    /// pod in its User-Agent) are left out of the audit.
+    pub fn another_release_pods(&self, pods: impl IntoIterator<Item = String>) {
+        if let Ok(mut other) = self.other_release.lock() {
+            other.1.extend(pods);
         }
     }
 
@@ -369,7 +377,7 @@ impl Cluster {
         let Some(out) = std::env::var_os(audit::DIR_ENV).filter(|_| self.audit) else {
             return;
         };
-        let other_release = self
+        let (other_release, other_pods) = self
             .other_release
             .lock()
             .map(|w| w.clone())
@@ -377,6 +385,7 @@ impl Cluster {
         let windows = audit::Windows {
             not_ready: &self.not_ready,
             other_release: &other_release,
+            other_pods: &other_pods,
         };
         let collected = audit::collect(self.dir(), Path::new(&out), self.api_port, windows);
         if let Err(e) = collected {

@@ -124,6 +124,15 @@ pub async fn loses_nothing<T>(
         .pod_name
         .context("a RUNNING At names no pod")?;
 
+    // The previous release's pods run under this release's ServiceAccount: the audit, which
+    // checks this release's requests against its RBAC, leaves theirs out.
+    let previous: Vec<String> = install
+        .live_pods()
+        .await?
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    install.cluster.another_release_pods(previous);
     let seen = Arc::new(Mutex::new(Seen::default()));
     let stop = CancellationToken::new();
     let watching = tokio::spawn(record_pods(ns.api::<Pod>(), seen.clone()));
@@ -141,13 +150,6 @@ pub async fn loses_nothing<T>(
     let upgraded = upgrade.await?;
     rolled_out(install).await?;
     let rollout = started.elapsed();
-    previous_pods_gone(install).await?;
-    // Until now the previous release ran under this ServiceAccount: the audit (which checks
-    // this release's requests against its RBAC) reads the cluster from here on.
-    let now = std::time::SystemTime::now();
-    install
-        .cluster
-        .another_release_ran(std::time::UNIX_EPOCH, now);
     let migrated = versions::stored_only_at(&ns.client, BETA, MIGRATED_WITHIN).await?;
     println!(
         "{}: storedVersions [v1beta1] on both CRDs {migrated:?} after the rollout, {:?} after the \
@@ -261,24 +263,6 @@ pub async fn rolled_out(install: &Install) -> Result<()> {
                 && s.updated_replicas == Some(want)
                 && s.replicas == Some(want)
                 && s.ready_replicas == Some(want))
-        },
-    )
-    .await
-}
-
-/// Waits until the operator's pods are the Deployment's replicas alone: the previous
-/// release's, terminating ones included, are gone.
-async fn previous_pods_gone(install: &Install) -> Result<()> {
-    let selected = ListParams::default().labels(&install.selector);
-    let (pods, deployments) = (install.api::<Pod>(), install.api::<Deployment>());
-    poll(
-        Duration::from_secs(120),
-        "the previous release's pods gone",
-        || async {
-            let d = deployments.get(&install.deployment).await?;
-            let want = d.spec.and_then(|s| s.replicas).unwrap_or(1) as usize;
-            let all = pods.list(&selected).await?.items;
-            Ok(all.len() == want && all.iter().all(|p| p.metadata.deletion_timestamp.is_none()))
         },
     )
     .await
