@@ -8,7 +8,22 @@
 
 use super::*;
 
-/// The manager container's env value `name`, and the Secret its webhook certificates are
+/// The operator reads its webhook certificate from `certificate`'s Secret, mounted where
+/// `WEBHOOK_CERT_DIR` says, and has no rights on Secrets.
+fn serves_the_certificate_without_secret_rights(docs: &[Value], certificate: &Value) -> Result<()> {
+    let deploy = find(docs, "Deployment", "")?;
+    assert_eq!(
+        mounted(deploy),
+        (
+            Some("/tmp/k8s-webhook-server/serving-certs"),
+            certificate["spec"]["secretName"].as_str()
+        )
+    );
+    no_secret_rights(docs);
+    Ok(())
+}
+
+/// The manager container's `WEBHOOK_CERT_DIR`, and the Secret its webhook certificates are
 /// mounted from.
 fn mounted(deploy: &Value) -> (Option<&str>, Option<&str>) {
     let pod = &deploy["spec"]["template"]["spec"];
@@ -54,15 +69,7 @@ async fn the_chart_takes_the_webhook_certificate_from_cert_manager_when_asked() 
         "ps-podset-operator-selfsigned"
     );
     find(&docs, "Issuer", "-selfsigned")?;
-    let deploy = find(&docs, "Deployment", "")?;
-    assert_eq!(
-        mounted(deploy),
-        (
-            Some("/tmp/k8s-webhook-server/serving-certs"),
-            certificate["spec"]["secretName"].as_str()
-        )
-    );
-    no_secret_rights(&docs);
+    serves_the_certificate_without_secret_rights(&docs, certificate)?;
 
     let named = r#"webhook.certManager.issuerRef={"kind":"ClusterIssuer","name":"corp-ca"}"#;
     let docs = render(&[
@@ -108,14 +115,6 @@ async fn the_kustomize_overlay_takes_the_webhook_certificate_from_cert_manager()
         crd["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
         "podset-operator-system/podset-operator-webhook"
     );
-    let deploy = find(&docs, "Deployment", "")?;
-    assert_eq!(
-        mounted(deploy),
-        (
-            Some("/tmp/k8s-webhook-server/serving-certs"),
-            certificate["spec"]["secretName"].as_str()
-        )
-    );
-    no_secret_rights(&docs);
+    serves_the_certificate_without_secret_rights(&docs, certificate)?;
     Ok(())
 }
